@@ -1,0 +1,59 @@
+// The executor interface: the CPU reference (reference/) and the GPU executor (engine/gpu/)
+// both implement it, and the CLI, validation and tests only see this.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/tensor.h"
+#include "engine/io/dataset.h"
+#include "engine/network.h"
+
+namespace cnnrun {
+
+struct RunOptions {
+  int64_t batch = 0;           // images to run: dataset images 0..batch-1, modulo count when cycling
+  bool cycle = false;
+  bool want_probs = false;     // keep the output layer's values for every image
+  int64_t block = 0;           // images per block (0 = executor's choice)
+  int streams = 0;             // GPU streams (0 = executor's choice)
+  std::string conv_algo;       // GPU: "" (auto / netdef), "im2col", "implicit", "cudnn"
+  int threads = 0;             // CPU threads (0 = hardware concurrency)
+  // Called now and then with images done so far (for a progress bar); may be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
+};
+
+struct LayerTime {
+  std::string name, type, algo;  // algo: what ran ("im2col+gemm", "cudnn:IMPLICIT_PRECOMP_GEMM", "")
+  double seconds = 0;            // summed over all blocks
+};
+
+struct RunResult {
+  std::string engine;               // "cpu (eigen, 2 threads)", "gpu (NVIDIA H100 ...)"
+  int64_t images = 0;
+  int64_t correct = 0;
+  std::vector<int32_t> predictions; // one per image
+  std::vector<float> probs;         // images x output size, when asked
+  std::vector<LayerTime> layers;    // in execution order
+  double forward_seconds = 0;       // wall time of the forward pass over all images
+  double transfer_seconds = 0;      // GPU: host<->device copies not hidden behind compute
+  std::vector<std::string> notes;   // free-form lines for the report
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  virtual std::string name() const = 0;
+  // Runs opt.batch images of `data`, counting correct predictions against its labels.
+  virtual RunResult run(const Dataset& data, const RunOptions& opt) = 0;
+  // Every layer's output (index = layer index, [n, C, H, W]) for images first..first+n-1;
+  // the network input after preprocessing is not included.
+  virtual std::vector<Tensor> forward_layers(const Dataset& data, int64_t first, int64_t n) = 0;
+};
+
+// Preprocesses n images into NCHW floats (the definition every executor must match).
+void preprocess_images(const Network& net, const uint8_t* pixels, int64_t n, float* out);
+
+}  // namespace cnnrun

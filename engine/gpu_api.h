@@ -1,0 +1,18 @@
+// The GPU executor's door: the only header the CLI and tests include to reach it. In a build
+// without CUDA, gpu_available() says so and make_gpu_executor() throws that reason.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "engine/executor.h"
+
+namespace cnnrun {
+
+// True when this build has the GPU executor and a CUDA device is usable; otherwise false with
+// the reason in *why ("built without CUDA", "no CUDA device: <driver's words>").
+bool gpu_available(std::string* why);
+
+std::unique_ptr<Executor> make_gpu_executor(const Network& net);
+
+}  // namespace cnnrun

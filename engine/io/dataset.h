@@ -1,0 +1,40 @@
+// Labelled image sets. Images stay uint8 (N x C x H x W, CHW per image) until an executor
+// preprocesses them, so 50000 CIFAR-10 images take 150 MB, not 600.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/core/tensor.h"
+
+namespace cnnrun {
+
+struct Dataset {
+  int64_t count = 0;
+  Shape shape;                  // per image
+  std::vector<uint8_t> pixels;  // count * shape.size()
+  std::vector<uint8_t> labels;  // count
+  std::string description;      // "cifar10: 2 files, 2000 images"
+
+  const uint8_t* image(int64_t i) const { return pixels.data() + i * shape.size(); }
+};
+
+// CIFAR-10 binary records (1 label byte + 3072 pixel bytes). `paths` are files, or a single
+// directory holding the official names (data_batch_1..5.bin for "train", test_batch.bin for
+// "test"). Any whole number of records per file; a partial record or a label >= num_classes
+// is an error naming the file and byte offset.
+Dataset load_cifar10(const std::vector<std::string>& paths, const std::string& split, int num_classes);
+
+// IDX images (magic 0x00000803, N x H x W) and labels (0x00000801), plain or gzip (.gz, detected
+// by content). Counts must agree; truncation, wrong magic and labels >= num_classes are errors.
+Dataset load_idx(const std::string& images, const std::string& labels, int num_classes);
+
+// Loads what the network's DataSpec names (paths resolved through `assets`), or `override_path`
+// when the user gave --data (a file/dir for cifar10; for idx "IMAGES,LABELS" or the images file
+// with the labels file found by the usual name swap). Checks the image shape against net.input.
+struct Network;
+class AssetResolver;
+Dataset load_dataset(const Network& net, const AssetResolver& assets, const std::string& override_path);
+
+}  // namespace cnnrun

@@ -1,0 +1,38 @@
+// Weight loading. Both formats end in the same place: each layer's `weights` map filled with
+// tensors in PyTorch's layouts (conv [F,C,KH,KW], fc [O,I] with I in CHW order), each checked
+// against the layer's WeightSpec with expected vs found in the error.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/core/tensor.h"
+
+namespace cnnrun {
+
+struct Network;
+class AssetResolver;
+
+// ConvNetJS text format (see docs/netdef.md and ../shared/README.md for its ordering):
+//   conv: "KW KH DEPTH FILTERS", weights indexed ((f*KW + x)*KH + y)*DEPTH + d, then biases;
+//   fc:   "INPUTS OUTPUTS", each output's inputs ordered (y, x, d), then biases.
+// Returns the layer's tensors ("weight", "bias") in PyTorch layout. `in` is the layer's input
+// shape (needed to reorder the fc inputs).
+std::map<std::string, Tensor> read_convnetjs_conv(const std::string& file);
+std::map<std::string, Tensor> read_convnetjs_fc(const std::string& file, const Shape& in);
+
+// safetensors: all F32 tensors of the file by name ("conv1.weight"), dims as stored.
+std::map<std::string, Tensor> read_safetensors(const std::string& file);
+// Writes F32 tensors (sorted by name) as safetensors.
+void write_safetensors(const std::string& file, const std::map<std::string, Tensor>& tensors);
+
+// Loads the network's weights from its WeightsSpec (or `override_path`, a safetensors file or
+// convnetjs directory given with --weights), checks every shape, then folds batchnorm layers
+// into their producers where possible.
+void load_weights(Network& net, const AssetResolver& assets, const std::string& override_path);
+
+// All weights of the network as "<layer>.<name>" -> tensor (the safetensors naming).
+std::map<std::string, Tensor> collect_weights(const Network& net);
+
+}  // namespace cnnrun

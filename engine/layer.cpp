@@ -1,0 +1,173 @@
+#include "engine/layer.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+#include "engine/layers/activation.h"
+#include "engine/layers/batchnorm.h"
+#include "engine/layers/conv.h"
+#include "engine/layers/fc.h"
+#include "engine/layers/merge.h"
+#include "engine/layers/pool.h"
+#include "engine/layers/simple.h"
+#include "engine/yaml_util.h"
+
+namespace cnnrun {
+
+const std::map<std::string, LayerFactory>& layer_registry() {
+  static const std::map<std::string, LayerFactory> reg = {
+      {"conv", [] { return std::make_unique<ConvLayer>(); }},
+      {"relu", [] { return std::make_unique<ActivationLayer>(ActKind::kRelu); }},
+      {"tanh", [] { return std::make_unique<ActivationLayer>(ActKind::kTanh); }},
+      {"sigmoid", [] { return std::make_unique<ActivationLayer>(ActKind::kSigmoid); }},
+      {"maxpool", [] { return std::make_unique<PoolLayer>(PoolMode::kMax); }},
+      {"avgpool", [] { return std::make_unique<PoolLayer>(PoolMode::kAvg); }},
+      {"fc", [] { return std::make_unique<FcLayer>(); }},
+      {"flatten", [] { return std::make_unique<FlattenLayer>(); }},
+      {"softmax", [] { return std::make_unique<SoftmaxLayer>(); }},
+      {"dropout", [] { return std::make_unique<DropoutLayer>(); }},
+      {"batchnorm", [] { return std::make_unique<BatchnormLayer>(); }},
+      {"add", [] { return std::make_unique<AddLayer>(); }},
+      {"concat", [] { return std::make_unique<ConcatLayer>(); }},
+  };
+  return reg;
+}
+
+int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad, const char* dim) {
+  int64_t padded = checked_add(in, checked_mul(2, pad, "padded size"), "padded size");
+  if (stride < 1) throw Error(std::string("stride must be positive"));
+  if (padded < k)
+    throw Error(std::string("window of ") + dim + " " + std::to_string(k) + " does not fit the input " +
+                dim + " " + std::to_string(in) + " with pad " + std::to_string(pad));
+  return (padded - k) / stride + 1;
+}
+
+const Tensor& Layer::weight(const std::string& n) const {
+  auto it = weights.find(n);
+  if (it == weights.end()) throw Error("layer '" + name + "': weight '" + n + "' was not loaded");
+  return it->second;
+}
+
+struct ParamReader::Impl {
+  YAML::Node map;
+  std::string file, layer, type;
+  std::set<std::string> used;
+};
+
+ParamReader::ParamReader(const YAML::Node& map, const std::string& file, const std::string& layer,
+                         const std::string& type)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->map = map;
+  impl_->file = file;
+  impl_->layer = layer;
+  impl_->type = type;
+}
+
+ParamReader::~ParamReader() = default;
+
+bool ParamReader::has(const std::string& key) const { return static_cast<bool>(impl_->map[key]); }
+
+SourceLoc ParamReader::loc_of(const std::string& key) const {
+  YAML::Node n = impl_->map[key];
+  return yaml_loc(impl_->file, n ? n : impl_->map);
+}
+
+void ParamReader::fail(const std::string& key, const std::string& what) const {
+  fail_at(loc_of(key), impl_->layer, impl_->type, key, what);
+}
+
+void ParamReader::mark_used(const std::string& key) { impl_->used.insert(key); }
+
+int64_t ParamReader::get_int(const std::string& key, int64_t min_value) {
+  impl_->used.insert(key);
+  YAML::Node n = impl_->map[key];
+  if (!n) fail(key, "missing; expected an integer >= " + std::to_string(min_value));
+  int64_t v = 0;
+  std::string why;
+  if (!yaml_int(n, v, why)) fail(key, why);
+  if (v < min_value)
+    fail(key, "expected an integer >= " + std::to_string(min_value) + ", found " + std::to_string(v));
+  return v;
+}
+
+int64_t ParamReader::get_int(const std::string& key, int64_t def, int64_t min_value) {
+  if (!has(key)) {
+    impl_->used.insert(key);
+    return def;
+  }
+  return get_int(key, min_value);
+}
+
+std::pair<int64_t, int64_t> ParamReader::get_pair(const std::string& key, int64_t min_value) {
+  impl_->used.insert(key);
+  YAML::Node n = impl_->map[key];
+  std::string want = "an integer >= " + std::to_string(min_value) + " or a list [height, width]";
+  if (!n) fail(key, "missing; expected " + want);
+  int64_t a = 0, b = 0;
+  std::string why;
+  if (n.IsSequence()) {
+    if (n.size() != 2) fail(key, "expected " + want + ", found a list of " + std::to_string(n.size()));
+    if (!yaml_int(n[0], a, why) || !yaml_int(n[1], b, why)) fail(key, why);
+  } else {
+    if (!yaml_int(n, a, why)) fail(key, why);
+    b = a;
+  }
+  if (a < min_value || b < min_value)
+    fail(key, "expected " + want + ", found " + std::to_string(a) + (n.IsSequence() ? ", " + std::to_string(b) : ""));
+  return {a, b};
+}
+
+std::pair<int64_t, int64_t> ParamReader::get_pair(const std::string& key,
+                                                   std::pair<int64_t, int64_t> def,
+                                                   int64_t min_value) {
+  if (!has(key)) {
+    impl_->used.insert(key);
+    return def;
+  }
+  return get_pair(key, min_value);
+}
+
+double ParamReader::get_double(const std::string& key, double def) {
+  impl_->used.insert(key);
+  YAML::Node n = impl_->map[key];
+  if (!n) return def;
+  double v = 0;
+  std::string why;
+  if (!yaml_double(n, v, why)) fail(key, why);
+  return v;
+}
+
+bool ParamReader::get_bool(const std::string& key, bool def) {
+  impl_->used.insert(key);
+  YAML::Node n = impl_->map[key];
+  if (!n) return def;
+  std::string why;
+  bool v = false;
+  if (!yaml_bool(n, v, why)) fail(key, why);
+  return v;
+}
+
+std::string ParamReader::get_string(const std::string& key, const std::string& def) {
+  impl_->used.insert(key);
+  YAML::Node n = impl_->map[key];
+  if (!n) return def;
+  if (!n.IsScalar()) fail(key, "expected a string");
+  return n.Scalar();
+}
+
+void ParamReader::finish() const {
+  std::vector<std::string> known(impl_->used.begin(), impl_->used.end());
+  for (auto it = impl_->map.begin(); it != impl_->map.end(); ++it) {
+    std::string k = it->first.Scalar();
+    if (!impl_->used.count(k))
+      fail_at(yaml_loc(impl_->file, it->first), impl_->layer, impl_->type, k,
+              "unknown key" + suggest(k, known));
+  }
+}
+
+}  // namespace cnnrun

@@ -1,0 +1,112 @@
+// The layer interface. A layer type is one file pair under engine/layers/: a parameter struct
+// that every executor (CPU reference, GPU algorithms) reads, and a Layer subclass that parses
+// those parameters from the netdef, infers its output shape and names the weights it needs.
+// Executors keep their own registries from type name to forward function, so adding a layer
+// type never touches the parser or another layer (like ncnn's src/layer/).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/error.h"
+#include "engine/core/tensor.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace cnnrun {
+
+// Reads one layer's keys from its YAML map. Every key read is marked; finish() rejects the rest
+// (a typo must not be silently ignored) and suggests the nearest known key.
+class ParamReader {
+ public:
+  ParamReader(const YAML::Node& map, const std::string& file, const std::string& layer,
+              const std::string& type);
+  ~ParamReader();
+
+  bool has(const std::string& key) const;
+  // Integer >= min_value; `def` is used when the key is absent (no default -> required).
+  int64_t get_int(const std::string& key, int64_t min_value = 1);
+  int64_t get_int(const std::string& key, int64_t def, int64_t min_value);
+  // A scalar n meaning (n, n), or a two-element list [h, w].
+  std::pair<int64_t, int64_t> get_pair(const std::string& key, int64_t min_value = 1);
+  std::pair<int64_t, int64_t> get_pair(const std::string& key, std::pair<int64_t, int64_t> def,
+                                       int64_t min_value);
+  double get_double(const std::string& key, double def);
+  bool get_bool(const std::string& key, bool def);
+  std::string get_string(const std::string& key, const std::string& def);
+  // Marks keys the caller handles itself (name, type, inputs, algo).
+  void mark_used(const std::string& key);
+  // Throws for the first key that no get_* read.
+  void finish() const;
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const;
+  SourceLoc loc_of(const std::string& key) const;  // the key's value, or the map if absent
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Capability flags, so executors ask what a layer can do instead of comparing type names.
+enum LayerCaps : unsigned {
+  kCapWeights = 1u << 0,      // needs weights from the weights file
+  kCapActivation = 1u << 1,   // elementwise activation: can be fused into a producer's epilogue
+  kCapIdentity = 1u << 2,     // output == input at inference (dropout, flatten's data)
+  kCapFoldable = 1u << 3,     // an affine per-channel op that can be folded into conv/fc (batchnorm)
+  kCapFoldTarget = 1u << 4,   // conv/fc: can absorb a following kCapFoldable layer
+};
+
+struct WeightSpec {
+  std::string name;  // "weight", "bias", "running_mean", ...
+  std::vector<int64_t> dims;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  // Reads the type's own keys.
+  virtual void parse(ParamReader& p) = 0;
+  // Output shape from the input shapes (already counted against min/max_inputs). Throws
+  // cnnrun::Error with a message saying what was expected; the caller prefixes the location.
+  virtual Shape infer_shape(const std::vector<Shape>& in) const = 0;
+  // Weights this layer needs given its input shapes, in PyTorch's layouts.
+  virtual std::vector<WeightSpec> weight_specs(const std::vector<Shape>& /*in*/) const { return {}; }
+  // Called once the input shapes are known and infer_shape accepted them, to fill the derived
+  // fields of the parameter struct (input sizes, a global pool's window).
+  virtual void bind(const std::vector<Shape>& /*in*/) {}
+  virtual unsigned caps() const { return 0; }
+  virtual int min_inputs() const { return 1; }
+  virtual int max_inputs() const { return 1; }
+
+  // Filled by the netdef loader.
+  std::string name;
+  std::string type;
+  SourceLoc loc;                         // the layer's map in the netdef
+  std::vector<std::string> input_names;  // as written (or the previous layer)
+  std::vector<SourceLoc> input_locs;
+  std::vector<int> inputs;               // resolved: index into Network::layers, -1 = network input
+  std::vector<Shape> in_shapes;
+  Shape out_shape;
+  std::string algo;                      // pinned algorithm ("" = executor's choice)
+  std::map<std::string, Tensor> weights; // loaded weights, keyed by WeightSpec::name
+  bool folded = false;                   // a batchnorm folded into its producer: runs as identity
+
+  bool has(unsigned cap) const { return (caps() & cap) != 0; }
+  const Tensor& weight(const std::string& n) const;  // throws if absent
+};
+
+using LayerFactory = std::function<std::unique_ptr<Layer>()>;
+
+// type name -> factory; one line per layer type in layer_registry.cpp.
+const std::map<std::string, LayerFactory>& layer_registry();
+
+// Output size of a sliding window: floor((in + 2*pad - k) / stride) + 1; throws if < 1.
+int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad, const char* dim);
+
+}  // namespace cnnrun

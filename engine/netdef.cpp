@@ -1,0 +1,428 @@
+// The netdef parser: YAML -> Network. Every error names file:line:column, the layer and the
+// key. Checks happen here, at load, so nothing is discovered mid-run: syntax, duplicate and
+// unknown keys, layer types, parameters, names, inputs, cycles, shapes, class count.
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "engine/network.h"
+#include "engine/yaml_util.h"
+
+namespace cnnrun {
+
+namespace {
+
+const char* const kInputName = "input";
+
+// Reads a top-level section map with a fixed set of keys.
+class Section {
+ public:
+  Section(const std::string& file, const YAML::Node& n, const std::string& name)
+      : file_(file), n_(n), name_(name) {
+    if (!n.IsMap()) fail_at(yaml_loc(file, n), "", "", name, "expected a mapping of keys");
+  }
+  YAML::Node get(const std::string& key, bool required) {
+    used_.push_back(key);
+    YAML::Node v = n_[key];
+    if (!v && required) fail_at(yaml_loc(file_, n_), "", "", name_ + "." + key, "missing");
+    return v;
+  }
+  int64_t get_int(const std::string& key) {
+    YAML::Node v = get(key, true);
+    int64_t x = 0;
+    std::string why;
+    if (!yaml_int(v, x, why)) fail(key, v, why);
+    if (x < 1) fail(key, v, "expected a positive integer, found " + std::to_string(x));
+    return x;
+  }
+  std::string get_string(const std::string& key, bool required, const std::string& def = "") {
+    YAML::Node v = get(key, required);
+    if (!v) return def;
+    if (!v.IsScalar()) fail(key, v, "expected a string");
+    return v.Scalar();
+  }
+  [[noreturn]] void fail(const std::string& key, const YAML::Node& v, const std::string& what) {
+    fail_at(yaml_loc(file_, v ? v : n_), "", "", name_ + "." + key, what);
+  }
+  void finish() {
+    for (auto it = n_.begin(); it != n_.end(); ++it) {
+      std::string k = it->first.Scalar();
+      if (std::find(used_.begin(), used_.end(), k) == used_.end())
+        fail_at(yaml_loc(file_, it->first), "", "", name_ + "." + k, "unknown key" + suggest(k, used_));
+    }
+  }
+
+ private:
+  std::string file_;
+  YAML::Node n_;
+  std::string name_;
+  std::vector<std::string> used_;
+};
+
+std::vector<float> read_floats(const std::string& file, const YAML::Node& v, const std::string& key,
+                               size_t channels) {
+  std::vector<float> out;
+  std::string why;
+  double d = 0;
+  if (v.IsSequence()) {
+    if (v.size() != channels)
+      fail_at(yaml_loc(file, v), "", "", key,
+              "expected one value per input channel (" + std::to_string(channels) + "), found " +
+                  std::to_string(v.size()));
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!yaml_double(*it, d, why)) fail_at(yaml_loc(file, *it), "", "", key, why);
+      out.push_back(static_cast<float>(d));
+    }
+  } else {
+    if (!yaml_double(v, d, why)) fail_at(yaml_loc(file, v), "", "", key, why);
+    out.assign(channels, static_cast<float>(d));
+  }
+  return out;
+}
+
+void parse_preprocess(Network& net, const std::string& file, const YAML::Node& n) {
+  size_t c = static_cast<size_t>(net.input.c);
+  net.pre.scale.assign(c, 1.0f / 255.0f);
+  net.pre.shift.assign(c, 0.0f);
+  if (!n) return;
+  Section s(file, n, "preprocess");
+  YAML::Node scale = s.get("scale", false), shift = s.get("shift", false);
+  YAML::Node mean = s.get("mean", false), stdv = s.get("std", false);
+  s.finish();
+  if ((scale || shift) && (mean || stdv))
+    s.fail(mean ? "mean" : "std", mean ? mean : stdv, "give either scale/shift or mean/std, not both");
+  if (scale) net.pre.scale = read_floats(file, scale, "preprocess.scale", c);
+  if (shift) net.pre.shift = read_floats(file, shift, "preprocess.shift", c);
+  if (mean || stdv) {
+    // y = (x/255 - mean) / std
+    std::vector<float> m = mean ? read_floats(file, mean, "preprocess.mean", c) : std::vector<float>(c, 0.f);
+    std::vector<float> sd = stdv ? read_floats(file, stdv, "preprocess.std", c) : std::vector<float>(c, 1.f);
+    for (size_t i = 0; i < c; ++i) {
+      if (!(sd[i] > 0.f)) s.fail("std", stdv, "every std must be positive");
+      net.pre.scale[i] = static_cast<float>(1.0 / (255.0 * sd[i]));
+      net.pre.shift[i] = static_cast<float>(-static_cast<double>(m[i]) / sd[i]);
+    }
+  }
+}
+
+std::vector<std::string> string_list(const std::string& file, const YAML::Node& v, const std::string& key) {
+  std::vector<std::string> out;
+  if (v.IsScalar()) return {v.Scalar()};
+  if (!v.IsSequence() || v.size() == 0)
+    fail_at(yaml_loc(file, v), "", "", key, "expected a string or a non-empty list of strings");
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (!it->IsScalar()) fail_at(yaml_loc(file, *it), "", "", key, "expected a string");
+    out.push_back(it->Scalar());
+  }
+  return out;
+}
+
+void parse_data(Network& net, const std::string& file, const YAML::Node& n) {
+  if (!n) return;
+  Section s(file, n, "data");
+  net.data.loc = yaml_loc(file, n);
+  net.data.format = s.get_string("format", true);
+  if (net.data.format == "cifar10") {
+    net.data.paths = string_list(file, s.get("path", true), "data.path");
+    net.data.split = s.get_string("split", false, "train");
+    if (net.data.split != "train" && net.data.split != "test")
+      s.fail("split", n["split"], "expected 'train' or 'test', found '" + net.data.split + "'");
+  } else if (net.data.format == "idx") {
+    net.data.images = s.get_string("images", true);
+    net.data.labels = s.get_string("labels", true);
+  } else {
+    s.fail("format", n["format"], "unknown data format '" + net.data.format + "'; expected cifar10 or idx");
+  }
+  s.finish();
+}
+
+void parse_weights(Network& net, const std::string& file, const YAML::Node& n) {
+  if (!n) return;
+  Section s(file, n, "weights");
+  net.weights.loc = yaml_loc(file, n);
+  net.weights.format = s.get_string("format", true);
+  net.weights.path = s.get_string("path", true);
+  if (net.weights.format == "convnetjs") {
+    YAML::Node f = s.get("files", true);
+    if (!f.IsMap()) s.fail("files", f, "expected a mapping of layer name to file name");
+    for (auto it = f.begin(); it != f.end(); ++it) {
+      if (!it->second.IsScalar()) s.fail("files", it->second, "expected a file name");
+      net.weights.files.emplace_back(it->first.Scalar(), it->second.Scalar());
+      net.weights.file_locs.push_back(yaml_loc(file, it->first));
+    }
+  } else if (net.weights.format != "safetensors") {
+    s.fail("format", n["format"],
+           "unknown weights format '" + net.weights.format + "'; expected convnetjs or safetensors");
+  }
+  s.finish();
+}
+
+// Kahn's algorithm, always taking the earliest ready layer in file order, so a netdef written
+// in order runs in order.
+std::vector<size_t> topo_order(const std::string& file, const std::vector<std::unique_ptr<Layer>>& L,
+                               const std::vector<std::vector<int>>& in_idx) {
+  size_t n = L.size();
+  std::vector<int> pending(n, 0);
+  std::vector<std::vector<size_t>> users(n);
+  for (size_t i = 0; i < n; ++i)
+    for (int j : in_idx[i])
+      if (j >= 0) {
+        pending[i]++;
+        users[static_cast<size_t>(j)].push_back(i);
+      }
+  std::vector<size_t> order;
+  std::vector<bool> done(n, false);
+  std::set<size_t> ready;
+  for (size_t i = 0; i < n; ++i)
+    if (pending[i] == 0) ready.insert(i);
+  while (!ready.empty()) {
+    size_t i = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(i);
+    done[i] = true;
+    for (size_t u : users[i])
+      if (--pending[u] == 0) ready.insert(u);
+  }
+  if (order.size() != n) {
+    // Walk back from the first stuck layer along stuck inputs until a layer repeats: that is
+    // the cycle.
+    size_t start = 0;
+    while (done[start]) ++start;
+    std::vector<size_t> path{start};
+    std::set<size_t> on_path{start};
+    for (;;) {
+      size_t cur = path.back(), next = cur;
+      for (int j : in_idx[cur])
+        if (j >= 0 && !done[static_cast<size_t>(j)]) {
+          next = static_cast<size_t>(j);
+          break;
+        }
+      if (on_path.count(next)) {
+        std::string cyc;
+        auto it = std::find(path.begin(), path.end(), next);
+        for (; it != path.end(); ++it) cyc += "'" + L[*it]->name + "' <- ";
+        cyc += "'" + L[next]->name + "'";
+        fail_at(L[next]->loc, L[next]->name, L[next]->type, "inputs", "the layers form a cycle: " + cyc);
+      }
+      path.push_back(next);
+      on_path.insert(next);
+    }
+  }
+  (void)file;
+  return order;
+}
+
+Network parse_node(const YAML::Node& root, const std::string& file, const std::string& dir) {
+  check_duplicate_keys(file, root);
+  Network net;
+  net.source = file;
+  net.source_dir = dir;
+  Section top(file, root, "netdef");
+  net.name = top.get_string("name", false, file);
+
+  Section in(file, top.get("input", true), "input");
+  net.input = {in.get_int("channels"), in.get_int("height"), in.get_int("width")};
+  in.finish();
+  checked_mul(checked_mul(net.input.c, net.input.h, "input size"), net.input.w, "input size");
+
+  parse_preprocess(net, file, top.get("preprocess", false));
+
+  YAML::Node classes = top.get("classes", true);
+  net.classes = string_list(file, classes, "classes");
+  if (net.classes.size() > 256)
+    top.fail("classes", classes, "at most 256 classes are supported (labels are bytes), found " +
+                                     std::to_string(net.classes.size()));
+  parse_data(net, file, top.get("data", false));
+  parse_weights(net, file, top.get("weights", false));
+
+  YAML::Node layers = top.get("layers", true);
+  if (!layers.IsSequence() || layers.size() == 0) top.fail("layers", layers, "expected a non-empty list of layers");
+  YAML::Node output = top.get("output", false);
+  top.finish();
+
+  // Pass 1: create layers and read their parameters.
+  const auto& reg = layer_registry();
+  std::vector<std::unique_ptr<Layer>> L;
+  std::map<std::string, size_t> by_name;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    YAML::Node ln = layers[i];
+    SourceLoc loc = yaml_loc(file, ln);
+    if (!ln.IsMap()) fail_at(loc, "", "", "", "layer " + std::to_string(i + 1) + ": expected a mapping with a 'type'");
+    YAML::Node tn = ln["type"];
+    std::string lname = ln["name"] && ln["name"].IsScalar() ? ln["name"].Scalar() : "";
+    if (!tn || !tn.IsScalar())
+      fail_at(tn ? yaml_loc(file, tn) : loc, lname.empty() ? "#" + std::to_string(i + 1) : lname, "", "type",
+              "missing; expected one of the layer types");
+    std::string type = tn.Scalar();
+    auto f = reg.find(type);
+    if (f == reg.end()) {
+      std::vector<std::string> types;
+      for (const auto& kv : reg) types.push_back(kv.first);
+      fail_at(yaml_loc(file, tn), lname, "", "type", "unknown layer type '" + type + "'" + suggest(type, types));
+    }
+    if (lname.empty()) {
+      if (ln["name"]) fail_at(yaml_loc(file, ln["name"]), "", type, "name", "expected a string");
+      lname = type + std::to_string(i + 1);
+    }
+    auto layer = f->second();
+    layer->name = lname;
+    layer->type = type;
+    layer->loc = loc;
+    if (lname == kInputName)
+      fail_at(yaml_loc(file, ln["name"]), lname, type, "name", "'input' is reserved for the network input");
+    if (!by_name.emplace(lname, i).second)
+      fail_at(ln["name"] ? yaml_loc(file, ln["name"]) : loc, lname, type, "name",
+              "duplicate layer name; first defined at " + L[by_name[lname]]->loc.str());
+
+    ParamReader r(ln, file, lname, type);
+    r.mark_used("name");
+    r.mark_used("type");
+    r.mark_used("inputs");
+    if (YAML::Node a = ln["algo"]) {
+      if (!(layer->caps() & kCapFoldTarget) || type != "conv") r.fail("algo", "only conv layers take 'algo'");
+      r.mark_used("algo");
+      std::string v = a.IsScalar() ? a.Scalar() : "";
+      if (v != "auto" && v != "im2col" && v != "implicit" && v != "cudnn")
+        r.fail("algo", "expected auto, im2col, implicit or cudnn, found '" + v + "'");
+      layer->algo = v == "auto" ? "" : v;
+    }
+    try {
+      layer->parse(r);
+    } catch (const Error&) {
+      r.finish();  // a misspelt key explains a missing one better ("did you mean ...")
+      throw;
+    }
+    r.finish();
+
+    if (YAML::Node inp = ln["inputs"]) {
+      std::vector<std::string> names = string_list(file, inp, "inputs");
+      for (size_t k = 0; k < names.size(); ++k) {
+        layer->input_names.push_back(names[k]);
+        layer->input_locs.push_back(yaml_loc(file, inp.IsSequence() ? inp[k] : inp));
+      }
+    } else {
+      layer->input_names.push_back(i == 0 ? kInputName : L.back()->name);
+      layer->input_locs.push_back(loc);
+    }
+    int n_in = static_cast<int>(layer->input_names.size());
+    if (n_in < layer->min_inputs() || n_in > layer->max_inputs())
+      fail_at(ln["inputs"] ? yaml_loc(file, ln["inputs"]) : loc, lname, type, "inputs",
+              layer->min_inputs() == layer->max_inputs()
+                  ? "expected exactly " + std::to_string(layer->min_inputs()) + " input(s), found " + std::to_string(n_in)
+                  : "expected at least " + std::to_string(layer->min_inputs()) + " inputs, found " + std::to_string(n_in));
+    L.push_back(std::move(layer));
+  }
+
+  // Pass 2: resolve input names.
+  std::vector<std::vector<int>> in_idx(L.size());
+  for (size_t i = 0; i < L.size(); ++i)
+    for (size_t k = 0; k < L[i]->input_names.size(); ++k) {
+      const std::string& nm = L[i]->input_names[k];
+      if (nm == kInputName) {
+        in_idx[i].push_back(-1);
+        continue;
+      }
+      auto it = by_name.find(nm);
+      if (it == by_name.end()) {
+        std::vector<std::string> names{kInputName};
+        for (const auto& kv : by_name) names.push_back(kv.first);
+        fail_at(L[i]->input_locs[k], L[i]->name, L[i]->type, "inputs",
+                "no layer named '" + nm + "' produces this input" + suggest(nm, names));
+      }
+      if (it->second == i) fail_at(L[i]->input_locs[k], L[i]->name, L[i]->type, "inputs", "a layer cannot take its own output");
+      in_idx[i].push_back(static_cast<int>(it->second));
+    }
+
+  // Pass 3: order, keep what the output needs, infer shapes.
+  std::vector<size_t> order = topo_order(file, L, in_idx);
+  size_t out_file_idx = L.size() - 1;
+  if (output) {
+    if (!output.IsScalar() || !by_name.count(output.Scalar()))
+      top.fail("output", output, "expected the name of a layer");
+    out_file_idx = by_name[output.Scalar()];
+  }
+  std::vector<bool> needed(L.size(), false);
+  needed[out_file_idx] = true;
+  for (auto it = order.rbegin(); it != order.rend(); ++it)
+    if (needed[*it])
+      for (int j : in_idx[*it])
+        if (j >= 0) needed[static_cast<size_t>(j)] = true;
+  for (size_t i = 0; i < L.size(); ++i)
+    if (!needed[i])
+      fail_at(L[i]->loc, L[i]->name, L[i]->type, "",
+              "its output reaches no path to the network output '" + L[out_file_idx]->name +
+                  "'; remove the layer or name it in another layer's 'inputs' (or set 'output')");
+
+  std::vector<int> new_index(L.size(), -1);
+  for (size_t pos = 0; pos < order.size(); ++pos) new_index[order[pos]] = static_cast<int>(pos);
+  for (size_t pos = 0; pos < order.size(); ++pos) {
+    size_t i = order[pos];
+    std::unique_ptr<Layer>& l = L[i];
+    for (int j : in_idx[i]) {
+      l->inputs.push_back(j < 0 ? -1 : new_index[static_cast<size_t>(j)]);
+      l->in_shapes.push_back(j < 0 ? net.input : L[static_cast<size_t>(j)]->out_shape);
+    }
+    try {
+      l->out_shape = l->infer_shape(l->in_shapes);
+      checked_mul(checked_mul(l->out_shape.c, l->out_shape.h, "output size"), l->out_shape.w, "output size");
+      for (const auto& ws : l->weight_specs(l->in_shapes)) numel_of(ws.dims);
+    } catch (const Error& e) {
+      std::string ins;
+      for (size_t k = 0; k < l->in_shapes.size(); ++k)
+        ins += (k ? ", " : "") + ("'" + l->input_names[k] + "' gives " + l->in_shapes[k].str());
+      fail_at(l->loc, l->name, l->type, "", std::string(e.what()) + " (input " + ins + ")");
+    }
+    l->bind(l->in_shapes);
+  }
+  for (size_t pos = 0; pos < order.size(); ++pos) net.layers.push_back(std::move(L[order[pos]]));
+  net.output = new_index[out_file_idx];
+
+  const Layer& out = *net.layers[static_cast<size_t>(net.output)];
+  if (out.out_shape.size() != static_cast<int64_t>(net.classes.size()))
+    fail_at(yaml_loc(file, classes), out.name, out.type, "classes",
+            "the output layer gives " + out.out_shape.str() + " = " + std::to_string(out.out_shape.size()) +
+                " values per image but " + std::to_string(net.classes.size()) + " classes are named");
+  return net;
+}
+
+std::string dir_of(const std::string& path) {
+  size_t p = path.find_last_of('/');
+  return p == std::string::npos ? "." : (p == 0 ? "/" : path.substr(0, p));
+}
+
+Network parse_text(const std::string& text, const std::string& file, const std::string& dir) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    SourceLoc loc{file, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1};
+    fail_at(loc, "", "", "", "YAML syntax error: " + e.msg);
+  }
+  if (!root.IsMap()) fail_at({file, 1, 1}, "", "", "", "expected a YAML mapping with input, classes and layers");
+  return parse_node(root, file, dir);
+}
+
+}  // namespace
+
+int Network::find(const std::string& layer_name) const {
+  for (size_t i = 0; i < layers.size(); ++i)
+    if (layers[i]->name == layer_name) return static_cast<int>(i);
+  return -1;
+}
+
+Network parse_netdef_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(path + ": cannot open the netdef");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (ss.str().size() > (16u << 20)) throw Error(path + ": a netdef over 16 MiB is not a netdef");
+  return parse_text(ss.str(), path, dir_of(path));
+}
+
+Network parse_netdef_string(const std::string& text, const std::string& name) {
+  return parse_text(text, name, ".");
+}
+
+}  // namespace cnnrun

@@ -1,0 +1,57 @@
+// A network as loaded from a netdef: the input, preprocessing, class names, where its weights
+// and data are, and the layers in an execution order (topological, stable to file order), with
+// names resolved to indices and shapes inferred. Executors read it and never change it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/layer.h"
+
+namespace cnnrun {
+
+// y = pixel * scale[c] + shift[c], pixel the raw byte 0..255.
+struct Preprocess {
+  std::vector<float> scale, shift;  // one per input channel
+};
+
+struct DataSpec {
+  std::string format;              // "cifar10" | "idx"
+  std::vector<std::string> paths;  // cifar10: files or one directory; resolved at load
+  std::string images, labels;      // idx
+  std::string split = "train";     // cifar10 directory: "train" (data_batch_1..5) | "test"
+  SourceLoc loc;
+};
+
+struct WeightsSpec {
+  std::string format;  // "convnetjs" | "safetensors"
+  std::string path;    // safetensors file, or convnetjs directory
+  std::vector<std::pair<std::string, std::string>> files;  // convnetjs: layer -> file
+  SourceLoc loc;
+  std::vector<SourceLoc> file_locs;
+};
+
+struct Network {
+  std::string source;       // the netdef's path as given (or a pseudo-name for strings)
+  std::string source_dir;   // directory relative paths in the netdef resolve against
+  std::string name;
+  Shape input;
+  Preprocess pre;
+  std::vector<std::string> classes;
+  DataSpec data;
+  WeightsSpec weights;
+  std::vector<std::unique_ptr<Layer>> layers;  // execution order
+  int output = -1;                             // index of the output layer
+
+  int find(const std::string& layer_name) const;  // -1 if none
+  Shape shape_of(int index) const { return index < 0 ? input : layers[static_cast<size_t>(index)]->out_shape; }
+  int num_classes() const { return static_cast<int>(classes.size()); }
+};
+
+// Parses and checks a netdef (YAML syntax, keys, layer types, parameters, names, cycles,
+// shapes). Weights are not loaded here.
+Network parse_netdef_file(const std::string& path);
+Network parse_netdef_string(const std::string& text, const std::string& name = "<string>");
+
+}  // namespace cnnrun

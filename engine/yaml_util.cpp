@@ -1,0 +1,112 @@
+#include "engine/yaml_util.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <set>
+
+namespace cnnrun {
+
+SourceLoc yaml_loc(const std::string& file, const YAML::Node& n) {
+  YAML::Mark m = n.Mark();
+  if (m.is_null()) return {file, 0, 0};
+  return {file, m.line + 1, m.column + 1};
+}
+
+static std::string shown(const YAML::Node& n) {
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+bool yaml_int(const YAML::Node& n, int64_t& out, std::string& why) {
+  why = "expected an integer, found " + shown(n);
+  if (!n.IsScalar()) return false;
+  const std::string& s = n.Scalar();
+  if (s.empty() || s.size() > 40) return false;
+  size_t i = (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  if (i == s.size() || !std::all_of(s.begin() + static_cast<long>(i), s.end(), ::isdigit)) return false;
+  errno = 0;
+  long long v = std::strtoll(s.c_str(), nullptr, 10);
+  if (errno == ERANGE) {
+    why = "integer " + s + " is out of range";
+    return false;
+  }
+  out = v;
+  return true;
+}
+
+bool yaml_double(const YAML::Node& n, double& out, std::string& why) {
+  why = "expected a number, found " + shown(n);
+  if (!n.IsScalar()) return false;
+  const std::string& s = n.Scalar();
+  if (s.empty()) return false;
+  errno = 0;
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  if (end != s.c_str() + s.size()) return false;
+  if (errno == ERANGE || !std::isfinite(v)) {
+    why = "number " + s + " is not finite or out of range";
+    return false;
+  }
+  out = v;
+  return true;
+}
+
+bool yaml_bool(const YAML::Node& n, bool& out, std::string& why) {
+  why = "expected true or false, found " + shown(n);
+  if (!n.IsScalar()) return false;
+  const std::string& s = n.Scalar();
+  if (s == "true" || s == "yes" || s == "on") out = true;
+  else if (s == "false" || s == "no" || s == "off") out = false;
+  else return false;
+  return true;
+}
+
+static size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string suggest(const std::string& key, const std::vector<std::string>& known) {
+  if (known.empty()) return "; this takes no keys here";
+  std::string best;
+  size_t best_d = 3;
+  for (const auto& k : known) {
+    size_t d = edit_distance(key, k);
+    if (d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  }
+  if (!best.empty()) return "; did you mean '" + best + "'?";
+  std::string list;
+  for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+  return "; expected one of: " + list;
+}
+
+void check_duplicate_keys(const std::string& file, const YAML::Node& n) {
+  if (n.IsMap()) {
+    std::set<std::string> seen;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      if (it->first.IsScalar() && !seen.insert(it->first.Scalar()).second)
+        fail_at(yaml_loc(file, it->first), "", "", it->first.Scalar(), "written twice in one mapping");
+      check_duplicate_keys(file, it->second);
+    }
+  } else if (n.IsSequence()) {
+    for (auto it = n.begin(); it != n.end(); ++it) check_duplicate_keys(file, *it);
+  }
+}
+
+}  // namespace cnnrun
