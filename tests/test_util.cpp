@@ -1,0 +1,62 @@
+#include "tests/test_util.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+namespace cnnrun::test {
+
+std::string temp_dir(const std::string& tag) {
+  static int counter = 0;
+  auto p = std::filesystem::temp_directory_path() /
+           ("cnnrun-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + tag);
+  std::filesystem::remove_all(p);
+  std::filesystem::create_directories(p);
+  return p.string();
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(f.good());
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+Compare compare(const float* a, const float* b, size_t n, double atol, double rtol) {
+  Compare c;
+  for (size_t i = 0; i < n; ++i) {
+    double d = std::fabs(static_cast<double>(a[i]) - b[i]);
+    double rel = d / std::max(1e-30, std::fabs(static_cast<double>(b[i])));
+    bool good = d <= atol + rtol * std::fabs(static_cast<double>(b[i]));
+    if (std::isnan(a[i]) || std::isnan(b[i])) good = false, d = INFINITY;
+    if (d > c.max_abs) c.max_abs = d, c.worst = i;
+    if (d > atol) c.max_rel = std::max(c.max_rel, rel);
+    if (!good) c.ok = false;
+  }
+  return c;
+}
+
+int run_command(const std::string& cmd, std::string* out) {
+  std::string full = cmd + " 2>&1";
+  FILE* p = popen(full.c_str(), "r");
+  if (!p) return -1;
+  std::array<char, 4096> buf;
+  std::string s;
+  size_t k;
+  while ((k = fread(buf.data(), 1, buf.size(), p)) > 0) s.append(buf.data(), k);
+  int st = pclose(p);
+  if (out) *out = s;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace cnnrun::test

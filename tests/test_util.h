@@ -1,0 +1,50 @@
+// Helpers shared by the test files: where the sample assets are, scratch files, random data,
+// and tensor comparison with an absolute + relative tolerance that prints the worst element.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/core/tensor.h"
+
+namespace cnnrun::test {
+
+// ../shared beside the checkout, or $CNNRUN_SHARED.
+inline std::string shared_dir() {
+  const char* e = std::getenv("CNNRUN_SHARED");
+  return e && *e ? e : std::string(CNNRUN_SOURCE_DIR) + "/../shared";
+}
+inline bool have_file(const std::string& p) { return std::ifstream(p).good(); }
+
+// A fresh directory under /tmp for one test.
+std::string temp_dir(const std::string& tag);
+void write_file(const std::string& path, const std::string& bytes);
+std::string read_file(const std::string& path);
+
+inline std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 g(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+struct Compare {
+  double max_abs = 0, max_rel = 0;
+  size_t worst = 0;
+  bool ok = true;
+};
+// |a-b| <= atol + rtol*|b| for every element; NaN never passes.
+Compare compare(const float* a, const float* b, size_t n, double atol, double rtol);
+
+// Runs a shell command, returns its exit status; stdout+stderr go to *out.
+int run_command(const std::string& cmd, std::string* out);
+
+}  // namespace cnnrun::test
