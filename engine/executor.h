@@ -51,6 +51,10 @@ class Executor {
   // Every layer's output (index = layer index, [n, C, H, W]) for images first..first+n-1;
   // the network input after preprocessing is not included.
   virtual std::vector<Tensor> forward_layers(const Dataset& data, int64_t first, int64_t n) = 0;
+  // Non-empty when layer `index`'s output is never materialised because its consumer's kernel
+  // computes it (conv fused with the following relu): forward_layers then returns an empty
+  // tensor for it, and validation checks it through the named consumer.
+  virtual std::string fused_into(int /*index*/) const { return ""; }
 };
 
 // Preprocesses n images into NCHW floats (the definition every executor must match).

@@ -1,0 +1,68 @@
+#include "engine/validate.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace cnnrun {
+
+namespace {
+int64_t argmax(const float* v, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (v[i] > v[best]) best = i;
+  return best;
+}
+}  // namespace
+
+Validation validate(Executor& test, Executor& ref, const Network& net, const Dataset& data, int64_t n,
+                    double tolerance, int64_t chunk) {
+  if (n > data.count) n = data.count;
+  Validation v;
+  v.images = n;
+  v.tolerance = tolerance;
+  const size_t L = net.layers.size();
+  v.layers.resize(L);
+  for (size_t i = 0; i < L; ++i) {
+    v.layers[i].name = net.layers[i]->name;
+    v.layers[i].type = net.layers[i]->type;
+    v.layers[i].fused_into = test.fused_into(static_cast<int>(i));
+  }
+  for (int64_t first = 0; first < n; first += chunk) {
+    int64_t m = std::min(chunk, n - first);
+    std::vector<Tensor> a = test.forward_layers(data, first, m);
+    std::vector<Tensor> b = ref.forward_layers(data, first, m);
+    if (a.size() != L || b.size() != L) throw Error("validate: an executor returned the wrong number of layers");
+    for (size_t i = 0; i < L; ++i) {
+      LayerCheck& c = v.layers[i];
+      if (!c.fused_into.empty()) continue;
+      if (a[i].data.size() != b[i].data.size())
+        throw Error("validate: layer '" + c.name + "' gives " + a[i].dims_str() + " on one executor and " +
+                    b[i].dims_str() + " on the other");
+      for (size_t k = 0; k < a[i].data.size(); ++k) {
+        double d = std::fabs(static_cast<double>(a[i].data[k]) - b[i].data[k]);
+        if (std::isnan(d)) d = INFINITY;
+        c.max_abs = std::max(c.max_abs, d);
+        c.max_ref = std::max(c.max_ref, std::fabs(static_cast<double>(b[i].data[k])));
+      }
+    }
+    const int64_t classes = net.layers[static_cast<size_t>(net.output)]->out_shape.size();
+    const Tensor& ta = a[static_cast<size_t>(net.output)];
+    const Tensor& tb = b[static_cast<size_t>(net.output)];
+    if (!ta.data.empty())
+      for (int64_t k = 0; k < m; ++k)
+        if (argmax(ta.ptr() + k * classes, classes) != argmax(tb.ptr() + k * classes, classes))
+          ++v.prediction_mismatches;
+  }
+  for (auto& c : v.layers) {
+    if (!c.fused_into.empty()) continue;
+    c.max_rel = c.max_abs / std::max(c.max_ref, 1e-30);
+    c.pass = c.max_rel <= tolerance;
+    if (!c.pass && v.pass) {
+      v.pass = false;
+      v.first_failure = c.name;
+    }
+  }
+  return v;
+}
+
+}  // namespace cnnrun
