@@ -26,11 +26,16 @@ std::map<std::string, Tensor> read_convnetjs_fc(const std::string& file, const S
 std::map<std::string, Tensor> read_safetensors(const std::string& file);
 // Writes F32 tensors (sorted by name) as safetensors.
 void write_safetensors(const std::string& file, const std::map<std::string, Tensor>& tensors);
+// The bytes of such a file (write_safetensors writes these).
+std::string safetensors_bytes(const std::map<std::string, Tensor>& tensors);
 
 // Loads the network's weights from its WeightsSpec (or `override_path`, a safetensors file or
 // convnetjs directory given with --weights), checks every shape, then folds batchnorm layers
 // into their producers where possible.
-void load_weights(Network& net, const AssetResolver& assets, const std::string& override_path);
+// fold = false keeps batchnorm layers as they are (for `cnnrun convert`, whose output must load
+// into the same netdef).
+void load_weights(Network& net, const AssetResolver& assets, const std::string& override_path,
+                  bool fold = true);
 
 // All weights of the network as "<layer>.<name>" -> tensor (the safetensors naming).
 std::map<std::string, Tensor> collect_weights(const Network& net);
