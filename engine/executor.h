@@ -14,13 +14,13 @@
 namespace cnnrun {
 
 struct RunOptions {
-  int64_t batch = 0;           // images to run: dataset images 0..batch-1, modulo count when cycling
+  int64_t batch = 0;  // images to run: dataset images 0..batch-1, modulo count when cycling
   bool cycle = false;
-  bool want_probs = false;     // keep the output layer's values for every image
-  int64_t block = 0;           // images per block (0 = executor's choice)
-  int streams = 0;             // GPU streams (0 = executor's choice)
-  std::string conv_algo;       // GPU: "" (auto / netdef), "im2col", "implicit", "cudnn"
-  int threads = 0;             // CPU threads (0 = hardware concurrency)
+  bool want_probs = false;  // keep the output layer's values for every image
+  int64_t block = 0;        // images per block (0 = executor's choice)
+  int streams = 0;          // GPU streams (0 = executor's choice)
+  std::string conv_algo;    // GPU: "" (auto / netdef), "im2col", "implicit", "cudnn"
+  int threads = 0;          // CPU threads (0 = hardware concurrency)
   // Called now and then with images done so far (for a progress bar); may be empty.
   std::function<void(int64_t done, int64_t total)> progress;
 };
@@ -31,15 +31,15 @@ struct LayerTime {
 };
 
 struct RunResult {
-  std::string engine;               // "cpu (eigen, 2 threads)", "gpu (NVIDIA H100 ...)"
+  std::string engine;  // "cpu (eigen, 2 threads)", "gpu (NVIDIA H100 ...)"
   int64_t images = 0;
   int64_t correct = 0;
-  std::vector<int32_t> predictions; // one per image
-  std::vector<float> probs;         // images x output size, when asked
-  std::vector<LayerTime> layers;    // in execution order
-  double forward_seconds = 0;       // wall time of the forward pass over all images
-  double transfer_seconds = 0;      // GPU: host<->device copies not hidden behind compute
-  std::vector<std::string> notes;   // free-form lines for the report
+  std::vector<int32_t> predictions;  // one per image
+  std::vector<float> probs;          // images x output size, when asked
+  std::vector<LayerTime> layers;     // in execution order
+  double forward_seconds = 0;        // wall time of the forward pass over all images
+  double transfer_seconds = 0;       // GPU: host<->device copies not hidden behind compute
+  std::vector<std::string> notes;    // free-form lines for the report
 };
 
 class Executor {

@@ -21,7 +21,8 @@ class Node;
 namespace cnnrun {
 
 // Reads one layer's keys from its YAML map. Every key read is marked; finish() rejects the rest
-// (a typo must not be silently ignored) and suggests the nearest known key.
+// (a typo must not be silently ignored) and suggests the nearest known key. Getter errors
+// (missing, malformed, out of range) are thrown by finish(), after the unknown-key check.
 class ParamReader {
  public:
   ParamReader(const YAML::Node& map, const std::string& file, const std::string& layer,
@@ -41,24 +42,26 @@ class ParamReader {
   std::string get_string(const std::string& key, const std::string& def);
   // Marks keys the caller handles itself (name, type, inputs, algo).
   void mark_used(const std::string& key);
-  // Throws for the first key that no get_* read.
+  // Throws for the first key that no get_* read, else for the first getter error.
   void finish() const;
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const;
   SourceLoc loc_of(const std::string& key) const;  // the key's value, or the map if absent
 
  private:
+  void defer(const std::string& key, const std::string& what);
+  void check_unknown() const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
 // Capability flags, so executors ask what a layer can do instead of comparing type names.
 enum LayerCaps : unsigned {
-  kCapWeights = 1u << 0,      // needs weights from the weights file
-  kCapActivation = 1u << 1,   // elementwise activation: can be fused into a producer's epilogue
-  kCapIdentity = 1u << 2,     // output == input at inference (dropout, flatten's data)
-  kCapFoldable = 1u << 3,     // an affine per-channel op that can be folded into conv/fc (batchnorm)
-  kCapFoldTarget = 1u << 4,   // conv/fc: can absorb a following kCapFoldable layer
+  kCapWeights = 1u << 0,     // needs weights from the weights file
+  kCapActivation = 1u << 1,  // elementwise activation: can be fused into a producer's epilogue
+  kCapIdentity = 1u << 2,    // output == input at inference (dropout, flatten's data)
+  kCapFoldable = 1u << 3,    // an affine per-channel op that can be folded into conv/fc (batchnorm)
+  kCapFoldTarget = 1u << 4,  // conv/fc: can absorb a following kCapFoldable layer
 };
 
 struct WeightSpec {
@@ -90,12 +93,12 @@ class Layer {
   SourceLoc loc;                         // the layer's map in the netdef
   std::vector<std::string> input_names;  // as written (or the previous layer)
   std::vector<SourceLoc> input_locs;
-  std::vector<int> inputs;               // resolved: index into Network::layers, -1 = network input
+  std::vector<int> inputs;  // resolved: index into Network::layers, -1 = network input
   std::vector<Shape> in_shapes;
   Shape out_shape;
-  std::string algo;                      // pinned algorithm ("" = executor's choice)
-  std::map<std::string, Tensor> weights; // loaded weights, keyed by WeightSpec::name
-  bool folded = false;                   // a batchnorm folded into its producer: runs as identity
+  std::string algo;                       // pinned algorithm ("" = executor's choice)
+  std::map<std::string, Tensor> weights;  // loaded weights, keyed by WeightSpec::name
+  bool folded = false;                    // a batchnorm folded into its producer: runs as identity
 
   bool has(unsigned cap) const { return (caps() & cap) != 0; }
   const Tensor& weight(const std::string& n) const;  // throws if absent

@@ -232,13 +232,15 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
   YAML::Node classes = top.get("classes", true);
   net.classes = string_list(file, classes, "classes");
   if (net.classes.size() > 256)
-    top.fail("classes", classes, "at most 256 classes are supported (labels are bytes), found " +
-                                     std::to_string(net.classes.size()));
+    top.fail(
+        "classes", classes,
+        "at most 256 classes are supported (labels are bytes), found " + std::to_string(net.classes.size()));
   parse_data(net, file, top.get("data", false));
   parse_weights(net, file, top.get("weights", false));
 
   YAML::Node layers = top.get("layers", true);
-  if (!layers.IsSequence() || layers.size() == 0) top.fail("layers", layers, "expected a non-empty list of layers");
+  if (!layers.IsSequence() || layers.size() == 0)
+    top.fail("layers", layers, "expected a non-empty list of layers");
   YAML::Node output = top.get("output", false);
   top.finish();
 
@@ -249,7 +251,8 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
   for (size_t i = 0; i < layers.size(); ++i) {
     YAML::Node ln = layers[i];
     SourceLoc loc = yaml_loc(file, ln);
-    if (!ln.IsMap()) fail_at(loc, "", "", "", "layer " + std::to_string(i + 1) + ": expected a mapping with a 'type'");
+    if (!ln.IsMap())
+      fail_at(loc, "", "", "", "layer " + std::to_string(i + 1) + ": expected a mapping with a 'type'");
     YAML::Node tn = ln["type"];
     std::string lname = ln["name"] && ln["name"].IsScalar() ? ln["name"].Scalar() : "";
     if (!tn || !tn.IsScalar())
@@ -260,7 +263,8 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
     if (f == reg.end()) {
       std::vector<std::string> types;
       for (const auto& kv : reg) types.push_back(kv.first);
-      fail_at(yaml_loc(file, tn), lname, "", "type", "unknown layer type '" + type + "'" + suggest(type, types));
+      fail_at(yaml_loc(file, tn), lname, "", "type",
+              "unknown layer type '" + type + "'" + suggest(type, types));
     }
     if (lname.empty()) {
       if (ln["name"]) fail_at(yaml_loc(file, ln["name"]), "", type, "name", "expected a string");
@@ -288,12 +292,7 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
         r.fail("algo", "expected auto, im2col, implicit or cudnn, found '" + v + "'");
       layer->algo = v == "auto" ? "" : v;
     }
-    try {
-      layer->parse(r);
-    } catch (const Error&) {
-      r.finish();  // a misspelt key explains a missing one better ("did you mean ...")
-      throw;
-    }
+    layer->parse(r);
     r.finish();
 
     if (YAML::Node inp = ln["inputs"]) {
@@ -310,8 +309,10 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
     if (n_in < layer->min_inputs() || n_in > layer->max_inputs())
       fail_at(ln["inputs"] ? yaml_loc(file, ln["inputs"]) : loc, lname, type, "inputs",
               layer->min_inputs() == layer->max_inputs()
-                  ? "expected exactly " + std::to_string(layer->min_inputs()) + " input(s), found " + std::to_string(n_in)
-                  : "expected at least " + std::to_string(layer->min_inputs()) + " inputs, found " + std::to_string(n_in));
+                  ? "expected exactly " + std::to_string(layer->min_inputs()) + " input(s), found " +
+                        std::to_string(n_in)
+                  : "expected at least " + std::to_string(layer->min_inputs()) + " inputs, found " +
+                        std::to_string(n_in));
     L.push_back(std::move(layer));
   }
 
@@ -331,7 +332,8 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
         fail_at(L[i]->input_locs[k], L[i]->name, L[i]->type, "inputs",
                 "no layer named '" + nm + "' produces this input" + suggest(nm, names));
       }
-      if (it->second == i) fail_at(L[i]->input_locs[k], L[i]->name, L[i]->type, "inputs", "a layer cannot take its own output");
+      if (it->second == i)
+        fail_at(L[i]->input_locs[k], L[i]->name, L[i]->type, "inputs", "a layer cannot take its own output");
       in_idx[i].push_back(static_cast<int>(it->second));
     }
 
@@ -400,7 +402,8 @@ Network parse_text(const std::string& text, const std::string& file, const std::
     SourceLoc loc{file, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1};
     fail_at(loc, "", "", "", "YAML syntax error: " + e.msg);
   }
-  if (!root.IsMap()) fail_at({file, 1, 1}, "", "", "", "expected a YAML mapping with input, classes and layers");
+  if (!root.IsMap())
+    fail_at({file, 1, 1}, "", "", "", "expected a YAML mapping with input, classes and layers");
   return parse_node(root, file, dir);
 }
 

@@ -25,16 +25,16 @@ struct DataSpec {
 };
 
 struct WeightsSpec {
-  std::string format;  // "convnetjs" | "safetensors"
-  std::string path;    // safetensors file, or convnetjs directory
+  std::string format;                                      // "convnetjs" | "safetensors"
+  std::string path;                                        // safetensors file, or convnetjs directory
   std::vector<std::pair<std::string, std::string>> files;  // convnetjs: layer -> file
   SourceLoc loc;
   std::vector<SourceLoc> file_locs;
 };
 
 struct Network {
-  std::string source;       // the netdef's path as given (or a pseudo-name for strings)
-  std::string source_dir;   // directory relative paths in the netdef resolve against
+  std::string source;      // the netdef's path as given (or a pseudo-name for strings)
+  std::string source_dir;  // directory relative paths in the netdef resolve against
   std::string name;
   Shape input;
   Preprocess pre;
@@ -45,7 +45,9 @@ struct Network {
   int output = -1;                             // index of the output layer
 
   int find(const std::string& layer_name) const;  // -1 if none
-  Shape shape_of(int index) const { return index < 0 ? input : layers[static_cast<size_t>(index)]->out_shape; }
+  Shape shape_of(int index) const {
+    return index < 0 ? input : layers[static_cast<size_t>(index)]->out_shape;
+  }
   int num_classes() const { return static_cast<int>(classes.size()); }
 };
 

@@ -31,7 +31,8 @@ Validation validate(Executor& test, Executor& ref, const Network& net, const Dat
     int64_t m = std::min(chunk, n - first);
     std::vector<Tensor> a = test.forward_layers(data, first, m);
     std::vector<Tensor> b = ref.forward_layers(data, first, m);
-    if (a.size() != L || b.size() != L) throw Error("validate: an executor returned the wrong number of layers");
+    if (a.size() != L || b.size() != L)
+      throw Error("validate: an executor returned the wrong number of layers");
     for (size_t i = 0; i < L; ++i) {
       LayerCheck& c = v.layers[i];
       if (!c.fused_into.empty()) continue;

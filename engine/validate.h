@@ -21,7 +21,7 @@ struct LayerCheck {
 
 struct Validation {
   int64_t images = 0;
-  double tolerance = 0;    // pass if max_rel <= tolerance
+  double tolerance = 0;  // pass if max_rel <= tolerance
   std::vector<LayerCheck> layers;
   std::string first_failure;  // name of the first layer in execution order that failed
   bool pass = true;

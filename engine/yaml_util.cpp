@@ -61,9 +61,12 @@ bool yaml_bool(const YAML::Node& n, bool& out, std::string& why) {
   why = "expected true or false, found " + shown(n);
   if (!n.IsScalar()) return false;
   const std::string& s = n.Scalar();
-  if (s == "true" || s == "yes" || s == "on") out = true;
-  else if (s == "false" || s == "no" || s == "off") out = false;
-  else return false;
+  if (s == "true" || s == "yes" || s == "on")
+    out = true;
+  else if (s == "false" || s == "no" || s == "off")
+    out = false;
+  else
+    return false;
   return true;
 }
 

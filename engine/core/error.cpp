@@ -7,8 +7,8 @@ std::string SourceLoc::str() const {
   return file + ":" + std::to_string(line) + ":" + std::to_string(column);
 }
 
-void fail_at(const SourceLoc& loc, const std::string& layer, const std::string& type,
-             const std::string& key, const std::string& what) {
+void fail_at(const SourceLoc& loc, const std::string& layer, const std::string& type, const std::string& key,
+             const std::string& what) {
   std::string msg = loc.str() + ": ";
   if (!layer.empty()) {
     msg += "layer '" + layer + "'";

@@ -4,10 +4,14 @@ namespace cnnrun {
 
 const char* act_name(ActKind k) {
   switch (k) {
-    case ActKind::kRelu: return "relu";
-    case ActKind::kTanh: return "tanh";
-    case ActKind::kSigmoid: return "sigmoid";
-    case ActKind::kNone: break;
+    case ActKind::kRelu:
+      return "relu";
+    case ActKind::kTanh:
+      return "tanh";
+    case ActKind::kSigmoid:
+      return "sigmoid";
+    case ActKind::kNone:
+      break;
   }
   return "none";
 }

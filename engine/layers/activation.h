@@ -17,10 +17,14 @@ struct ActivationParams {
 // The scalar definition, shared by the CPU reference and host-side checks.
 inline float activate(ActKind k, float x) {
   switch (k) {
-    case ActKind::kRelu: return x > 0.f ? x : 0.f;
-    case ActKind::kTanh: return std::tanh(x);
-    case ActKind::kSigmoid: return 1.f / (1.f + std::exp(-x));
-    case ActKind::kNone: break;
+    case ActKind::kRelu:
+      return x > 0.f ? x : 0.f;
+    case ActKind::kTanh:
+      return std::tanh(x);
+    case ActKind::kSigmoid:
+      return 1.f / (1.f + std::exp(-x));
+    case ActKind::kNone:
+      break;
   }
   return x;
 }

@@ -10,7 +10,8 @@ void BatchnormLayer::parse(ParamReader& r) {
 }
 
 std::vector<WeightSpec> BatchnormLayer::weight_specs(const std::vector<Shape>& in) const {
-  return {{"weight", {in[0].c}}, {"bias", {in[0].c}}, {"running_mean", {in[0].c}}, {"running_var", {in[0].c}}};
+  return {
+      {"weight", {in[0].c}}, {"bias", {in[0].c}}, {"running_mean", {in[0].c}}, {"running_var", {in[0].c}}};
 }
 
 void BatchnormLayer::affine(std::vector<float>& scale, std::vector<float>& shift) const {

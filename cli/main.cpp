@@ -1,0 +1,223 @@
+// cnnrun: run a network described by a YAML netdef over a data set and report times and
+// accuracy. All errors end here as one line on stderr and a non-zero exit status:
+// 1 error, 2 bad command line, 3 validation failed.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include "engine/executor.h"
+#include "engine/gpu_api.h"
+#include "engine/io/assets.h"
+#include "engine/io/dataset.h"
+#include "engine/io/npy.h"
+#include "engine/io/weights.h"
+#include "engine/network.h"
+#include "engine/report.h"
+#include "engine/validate.h"
+#include "reference/cpu_executor.h"
+
+namespace {
+
+using namespace cnnrun;
+using Clock = std::chrono::steady_clock;
+
+constexpr const char* kVersion = "0.1.0";
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Options {
+  std::string netdef;
+  int64_t batch = 0;
+  std::string engine = "auto";
+  std::string data, weights, json, dump, conv_algo;
+  std::vector<std::string> assets;
+  bool quiet = false, cycle = false, validate = false;
+  int64_t validate_images = 0;  // 0 = all images of the run (up to the data set's size)
+  int64_t block = 0;
+  int streams = 0, threads = 0;
+};
+
+// A progress bar on a terminal, for runs longer than a second.
+std::function<void(int64_t, int64_t)> progress_bar(bool quiet) {
+  if (quiet || !isatty(STDERR_FILENO)) return {};
+  auto start = std::make_shared<Clock::time_point>(Clock::now());
+  auto last = std::make_shared<double>(0.0);
+  return [start, last](int64_t done, int64_t total) {
+    double t = seconds_since(*start);
+    if (t < 1.0 || (t - *last < 0.1 && done < total)) return;
+    *last = t;
+    int width = 40, fill = total ? static_cast<int>(width * done / total) : width;
+    std::fprintf(stderr, "\r[%s%s] %lld/%lld images %.1f s",
+                 std::string(static_cast<size_t>(fill), '#').c_str(),
+                 std::string(static_cast<size_t>(width - fill), ' ').c_str(), static_cast<long long>(done),
+                 static_cast<long long>(total), t);
+    if (done >= total) std::fprintf(stderr, "\r%*s\r", width + 40, "");
+    std::fflush(stderr);
+  };
+}
+
+std::unique_ptr<Executor> make_executor(const Network& net, const std::string& engine,
+                                        std::vector<std::string>& notes) {
+  if (engine == "cpu") return make_cpu_executor(net);
+  std::string why;
+  bool gpu = gpu_available(&why);
+  if (engine == "gpu") {
+    if (!gpu) throw Error("--engine gpu: no usable GPU: " + why);
+    return make_gpu_executor(net);
+  }
+  if (gpu) return make_gpu_executor(net);
+  notes.push_back("no GPU (" + why + "): running the CPU engine");
+  return make_cpu_executor(net);
+}
+
+int run_network(const Options& o) {
+  auto t_total = Clock::now();
+  Report rep;
+  rep.version = kVersion;
+  rep.netdef = o.netdef;
+
+  auto t = Clock::now();
+  Network net = parse_netdef_file(o.netdef);
+  rep.build_net_s = seconds_since(t);
+  rep.net_name = net.name;
+  AssetResolver assets(net.source_dir, AssetResolver::default_roots(o.assets));
+
+  t = Clock::now();
+  load_weights(net, assets, o.weights);
+  rep.load_weights_s = seconds_since(t);
+  rep.weights_description =
+      o.weights.empty() ? net.weights.format + ": " + net.weights.path : "--weights " + o.weights;
+
+  t = Clock::now();
+  Dataset data = load_dataset(net, assets, o.data);
+  rep.load_data_s = seconds_since(t);
+  rep.data_description = data.description;
+
+  RunOptions ro;
+  ro.batch = o.batch ? o.batch : data.count;
+  if (ro.batch > data.count && !o.cycle)
+    throw Error("--batch " + std::to_string(ro.batch) + ": the data set has only " +
+                std::to_string(data.count) + " images; add --cycle to run them repeatedly");
+  ro.cycle = o.cycle;
+  ro.want_probs = !o.dump.empty();
+  ro.block = o.block;
+  ro.streams = o.streams;
+  ro.threads = o.threads;
+  ro.conv_algo = o.conv_algo;
+  ro.progress = progress_bar(o.quiet);
+  rep.distinct_images = std::min(ro.batch, data.count);
+
+  std::unique_ptr<Executor> ex = make_executor(net, o.engine, rep.notes);
+  rep.run = ex->run(data, ro);
+
+  int status = 0;
+  if (o.validate) {
+    auto ref = make_cpu_executor(net);
+    if (ex->name() == ref->name())
+      rep.notes.push_back("--validate with the CPU engine compares the reference with itself");
+    int64_t n = o.validate_images ? std::min(o.validate_images, rep.distinct_images) : rep.distinct_images;
+    rep.validation = validate(*ex, *ref, net, data, n);
+    rep.validated = true;
+    if (!rep.validation.pass) status = 3;
+  }
+  rep.total_s = seconds_since(t_total);
+
+  std::vector<std::string> inputs{o.netdef, o.data, o.weights};
+  if (!o.dump.empty()) {
+    int64_t per = net.layers[static_cast<size_t>(net.output)]->out_shape.size();
+    write_output_file(o.dump, npy_bytes({rep.run.images, per}, rep.run.probs.data()), inputs);
+  }
+  if (!o.json.empty()) write_output_file(o.json, report_json(rep), inputs);
+  if (o.quiet) {
+    std::printf("accuracy %.2f %% (%lld/%lld)\n",
+                rep.run.images
+                    ? 100.0 * static_cast<double>(rep.run.correct) / static_cast<double>(rep.run.images)
+                    : 0.0,
+                static_cast<long long>(rep.run.correct), static_cast<long long>(rep.run.images));
+  } else {
+    std::fputs(report_text(rep).c_str(), stdout);
+  }
+  if (status == 3)
+    std::fprintf(stderr, "cnnrun: validation failed: layer '%s' differs from the CPU reference beyond %.0e\n",
+                 rep.validation.first_failure.c_str(), rep.validation.tolerance);
+  return status;
+}
+
+int convert(const std::string& netdef, const std::string& out, const std::string& weights,
+            const std::vector<std::string>& asset_dirs) {
+  Network net = parse_netdef_file(netdef);
+  AssetResolver assets(net.source_dir, AssetResolver::default_roots(asset_dirs));
+  load_weights(net, assets, weights, /*fold=*/false);
+  auto tensors = collect_weights(net);
+  write_output_file(out, safetensors_bytes(tensors), {netdef, weights});
+  std::printf("wrote %zu tensors to %s\n", tensors.size(), out.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "cnnrun: run a convolutional network described in YAML over a data set, on the GPU or the CPU"};
+  app.set_version_flag("--version", kVersion);
+  Options o;
+  app.add_option("netdef", o.netdef, "network definition (YAML), e.g. netdefs/cifar10.yaml");
+  app.add_option("--batch", o.batch, "run the first N images of the data set (default: all)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--cycle", o.cycle, "allow --batch beyond the data set's size by running its images again");
+  app.add_option("--engine", o.engine, "cpu, gpu or auto (GPU when one is usable)")
+      ->check(CLI::IsMember({"cpu", "gpu", "auto"}));
+  app.add_option("--data", o.data, "data set to use instead of the netdef's (file or directory)");
+  app.add_option("--weights", o.weights,
+                 "weights to use instead of the netdef's (.safetensors file or ConvNetJS directory)");
+  app.add_option("--assets", o.assets,
+                 "directory where netdef paths may resolve (repeatable; also $CNNRUN_ASSETS)");
+  app.add_option("--json", o.json, "also write the report as JSON to FILE");
+  app.add_option("--dump", o.dump, "write the output layer's values for every image to FILE (.npy, float32)");
+  app.add_flag("--quiet", o.quiet, "print only the accuracy line");
+  app.add_flag("--validate", o.validate,
+               "compare every layer with the CPU reference (exit 3 if any differs)");
+  app.add_option("--validate-images", o.validate_images,
+                 "validate on the first N images only (default: all run)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--conv-algo", o.conv_algo,
+                 "GPU convolution for every conv layer: auto, im2col, implicit, cudnn")
+      ->check(CLI::IsMember({"auto", "im2col", "implicit", "cudnn"}));
+  app.add_option("--block", o.block, "images per block (default: chosen from memory)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--streams", o.streams, "GPU streams (default 3)")->check(CLI::Range(1, 64));
+  app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+
+  std::string conv_netdef, conv_out;
+  CLI::App* conv = app.add_subcommand("convert", "write a netdef's weights (any format) as safetensors");
+  conv->add_option("netdef", conv_netdef, "network definition")->required();
+  conv->add_option("out", conv_out, "output .safetensors file")->required();
+  conv->add_option("--weights", o.weights, "weights to read instead of the netdef's");
+  conv->add_option("--assets", o.assets, "asset root (repeatable)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::fprintf(stderr, "cnnrun: %s (see cnnrun --help)\n", e.what());
+    return 2;
+  }
+  try {
+    if (*conv) return convert(conv_netdef, conv_out, o.weights, o.assets);
+    if (o.netdef.empty()) {
+      std::fprintf(stderr, "cnnrun: no netdef given (see cnnrun --help)\n");
+      return 2;
+    }
+    if (o.conv_algo == "auto") o.conv_algo.clear();
+    return run_network(o);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "cnnrun: out of host memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cnnrun: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,20 @@
+// NumPy .npy writing (format 1.0, little-endian float32, C order), for --dump: the output
+// probabilities go to a file numpy.load and PyTorch read directly.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cnnrun {
+
+std::string npy_bytes(const std::vector<int64_t>& dims, const float* data);
+// Reads a float32 .npy written by npy_bytes or numpy (tests, tools); throws on anything else.
+std::vector<float> read_npy(const std::string& file, std::vector<int64_t>* dims);
+
+// Writes bytes to `path` through a temporary file and rename, so an interrupted write never
+// leaves a half file, refusing a path that is one of `inputs` (the user's own files).
+void write_output_file(const std::string& path, const std::string& bytes,
+                       const std::vector<std::string>& inputs);
+
+}  // namespace cnnrun

@@ -1,0 +1,32 @@
+// The run report: the thesis program's report grown up (load times, per-layer forward times
+// and totals per layer type, the conv algorithm per layer, throughput, accuracy, validation),
+// as text for people and as one JSON document for scripts.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/executor.h"
+#include "engine/validate.h"
+
+namespace cnnrun {
+
+struct Report {
+  std::string version;
+  std::string netdef, net_name;
+  std::string data_description, weights_description;
+  std::vector<std::string> notes;  // engine fallbacks and the like
+  double load_data_s = 0, build_net_s = 0, load_weights_s = 0, total_s = 0;
+  int64_t distinct_images = 0;  // < images when cycling
+  RunResult run;
+  bool validated = false;
+  Validation validation;
+};
+
+std::string report_text(const Report& r);
+std::string report_json(const Report& r);  // pretty-printed JSON document
+
+// Environment facts for the JSON report: host name, CPU model, cores.
+std::string cpu_model();
+
+}  // namespace cnnrun
