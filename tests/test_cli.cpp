@@ -1,0 +1,173 @@
+// End to end through the cnnrun binary: the thesis accuracy, two netdefs from one binary,
+// the report, JSON and .npy outputs, convert, and one-line errors with non-zero exits.
+#include <doctest/doctest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/io/npy.h"
+#include "tests/test_util.h"
+
+using namespace cnnrun;
+using namespace cnnrun::test;
+
+namespace {
+
+std::string cnnrun_cmd(const std::string& args) {
+  return std::string(CNNRUN_BINARY) + " " + args;
+}
+std::string src(const std::string& p) { return std::string(CNNRUN_SOURCE_DIR) + "/" + p; }
+std::string assets() { return "--assets " + shared_dir(); }
+
+struct Out {
+  int rc;
+  std::string text;
+};
+Out run(const std::string& args) {
+  Out o;
+  o.rc = run_command(cnnrun_cmd(args), &o.text);
+  return o;
+}
+size_t count_lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
+
+}  // namespace
+
+TEST_CASE("cli: the thesis network gives exactly 78.25 % on the first 1200 sample images (CPU)") {
+  REQUIRE(have_file(shared_dir() + "/data/cifar10-sample/train_2000.bin"));
+  Out o = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 1200");
+  INFO(o.text);
+  REQUIRE(o.rc == 0);
+  CHECK(o.text.find("Net accuracy: 78.25 % (939/1200)") != std::string::npos);
+  // The report gives every layer's time and the totals per type, as the thesis's did.
+  for (const char* l : {"conv1", "relu2", "pool3", "fc", "softmax", "  conv:", "  maxpool:", "Load data time",
+                        "Create network time", "Load network weights time", "Total time"})
+    CHECK_MESSAGE(o.text.find(l) != std::string::npos, l);
+}
+
+TEST_CASE("cli: --json, --dump and --quiet") {
+  std::string dir = temp_dir("cli-json");
+  Out o = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 100 --quiet --json " + dir +
+              "/r.json --dump " + dir + "/p.npy");
+  INFO(o.text);
+  REQUIRE(o.rc == 0);
+  CHECK(count_lines(o.text) == 1);
+  auto j = nlohmann::json::parse(read_file(dir + "/r.json"));
+  CHECK(j["images"] == 100);
+  CHECK(j["layers"].size() == 11);
+  CHECK(j["layers"][0]["name"] == "conv1");
+  CHECK(j["correct"].get<int>() >= 0);
+  CHECK(j["accuracy_percent"].get<double>() == doctest::Approx(j["correct"].get<double>()));
+  CHECK(j["environment"]["engine"].get<std::string>().find("cpu") == 0);
+  std::vector<int64_t> dims;
+  std::vector<float> probs = read_npy(dir + "/p.npy", &dims);
+  REQUIRE(dims == std::vector<int64_t>{100, 10});
+  for (int i = 0; i < 100; ++i) {
+    double s = 0;
+    for (int k = 0; k < 10; ++k) s += probs[static_cast<size_t>(i * 10 + k)];
+    CHECK(s == doctest::Approx(1.0).epsilon(1e-5));  // softmax rows
+  }
+}
+
+TEST_CASE("cli: --cycle runs more images than the data set holds, and says so") {
+  Out o = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 2500 --cycle");
+  INFO(o.text);
+  REQUIRE(o.rc == 0);
+  CHECK(o.text.find("Images: 2500 (2000 distinct, cycled)") != std::string::npos);
+  Out bad = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 2500");
+  CHECK(bad.rc == 1);
+  CHECK(bad.text == "cnnrun: --batch 2500: the data set has only 2000 images; add --cycle to run them repeatedly\n");
+}
+
+TEST_CASE("cli: convert to safetensors gives identical results") {
+  std::string dir = temp_dir("cli-convert");
+  Out c = run("convert " + src("netdefs/cifar10.yaml") + " " + dir + "/w.safetensors " + assets());
+  INFO(c.text);
+  REQUIRE(c.rc == 0);
+  Out a = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 300 --dump " + dir + "/a.npy");
+  Out b = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 300 --weights " + dir +
+              "/w.safetensors --dump " + dir + "/b.npy");
+  REQUIRE(a.rc == 0);
+  REQUIRE(b.rc == 0);
+  CHECK(read_file(dir + "/a.npy") == read_file(dir + "/b.npy"));  // bit-identical
+}
+
+TEST_CASE("cli: one binary runs two different netdefs") {
+  // A second network over the same data: a small residual/branching net with random-free
+  // weights written by the test as safetensors through `convert`'s reader format.
+  std::string dir = temp_dir("cli-two");
+  write_file(dir + "/tiny.yaml", R"(name: tiny
+input: {channels: 3, height: 32, width: 32}
+classes: [airplane, automobile, bird, cat, deer, dog, frog, horse, ship, truck]
+weights: {format: safetensors, path: tiny.safetensors}
+data: {format: cifar10, path: data/cifar10-sample/test_1000.bin}
+layers:
+  - {name: c, type: conv, filters: 4, kernel: 3, stride: 2, pad: 1}
+  - {name: r, type: relu}
+  - {name: gap, type: avgpool, global: true}
+  - {name: fc, type: fc, outputs: 10}
+)");
+  // fc weights: class k gets channel k%4 -> a deterministic, checkable prediction is not the
+  // point here; the point is that the same binary loads and runs a different graph and data.
+  std::map<std::string, std::vector<float>> t;
+  std::string st;
+  {
+    // Build the safetensors bytes by hand (header JSON + F32 data).
+    std::vector<std::pair<std::string, std::vector<int64_t>>> specs = {
+        {"c.bias", {4}}, {"c.weight", {4, 3, 3, 3}}, {"fc.bias", {10}}, {"fc.weight", {10, 4}}};
+    nlohmann::json h = nlohmann::json::object();
+    std::string data;
+    uint32_t seed = 1;
+    for (auto& [name, dims] : specs) {
+      size_t n = 1;
+      for (auto d : dims) n *= static_cast<size_t>(d);
+      auto v = random_floats(n, seed++);
+      h[name] = {{"dtype", "F32"}, {"shape", dims}, {"data_offsets", {data.size(), data.size() + 4 * n}}};
+      data.append(reinterpret_cast<const char*>(v.data()), 4 * n);
+    }
+    std::string hs = h.dump();
+    uint64_t len = hs.size();
+    st.append(reinterpret_cast<const char*>(&len), 8);
+    st += hs + data;
+  }
+  write_file(dir + "/tiny.safetensors", st);
+  Out o = run(dir + "/tiny.yaml " + assets() + " --engine cpu");
+  INFO(o.text);
+  REQUIRE(o.rc == 0);
+  CHECK(o.text.find("cnnrun 0.1.0: tiny") != std::string::npos);
+  CHECK(o.text.find("Images: 1000") != std::string::npos);
+  CHECK(o.text.find("gap") != std::string::npos);
+  Out c = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet");
+  CHECK(c.rc == 0);
+}
+
+TEST_CASE("cli: errors are one line on stderr with a non-zero exit") {
+  std::string dir = temp_dir("cli-err");
+  SUBCASE("no such netdef") {
+    Out o = run(dir + "/nope.yaml");
+    CHECK(o.rc == 1);
+    CHECK(o.text == "cnnrun: " + dir + "/nope.yaml: cannot open the netdef\n");
+  }
+  SUBCASE("bad netdef") {
+    write_file(dir + "/bad.yaml", "input: {channels: 3, height: 32, width: 32}\nclasses: [a]\nlayers:\n  - {type: fc, outputs: 1, bais: true}\n");
+    Out o = run(dir + "/bad.yaml");
+    CHECK(o.rc == 1);
+    CHECK(o.text == "cnnrun: " + dir + "/bad.yaml:4:30: layer 'fc1' (fc): key 'bais': unknown key; did you mean 'bias'?\n");
+  }
+  SUBCASE("bad option") {
+    Out o = run(src("netdefs/cifar10.yaml") + " --engine tpu");
+    CHECK(o.rc == 2);
+    CHECK(count_lines(o.text) == 1);
+  }
+  SUBCASE("netdef path escaping the asset roots") {
+    write_file(dir + "/evil.yaml", std::string("input: {channels: 3, height: 32, width: 32}\nclasses: [a]\n") +
+                                       "data: {format: cifar10, path: ../../../../../../etc/passwd}\n" +
+                                       "layers:\n  - {type: fc, outputs: 1, bias: false}\n");
+    Out o = run(dir + "/evil.yaml --weights " + dir + "/none.safetensors");
+    CHECK(o.rc == 1);
+    CHECK(count_lines(o.text) == 1);
+  }
+  SUBCASE("output would overwrite an input") {
+    Out o = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --json " + src("netdefs/cifar10.yaml"));
+    CHECK(o.rc == 1);
+    CHECK(o.text.find("refusing to overwrite an input file") != std::string::npos);
+  }
+}
