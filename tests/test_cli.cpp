@@ -159,11 +159,12 @@ TEST_CASE("cli: errors are one line on stderr with a non-zero exit") {
   }
   SUBCASE("netdef path escaping the asset roots") {
     write_file(dir + "/evil.yaml", std::string("input: {channels: 3, height: 32, width: 32}\nclasses: [a]\n") +
-                                       "data: {format: cifar10, path: ../../../../../../etc/passwd}\n" +
+                                       "weights: {format: safetensors, path: ../../../../../../etc/passwd}\n" +
                                        "layers:\n  - {type: fc, outputs: 1, bias: false}\n");
-    Out o = run(dir + "/evil.yaml --weights " + dir + "/none.safetensors");
+    Out o = run(dir + "/evil.yaml");
     CHECK(o.rc == 1);
     CHECK(count_lines(o.text) == 1);
+    CHECK(o.text.find("resolves outside") != std::string::npos);
   }
   SUBCASE("output would overwrite an input") {
     Out o = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --json " + src("netdefs/cifar10.yaml"));

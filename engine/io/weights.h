@@ -22,8 +22,10 @@ class AssetResolver;
 std::map<std::string, Tensor> read_convnetjs_conv(const std::string& file);
 std::map<std::string, Tensor> read_convnetjs_fc(const std::string& file, const Shape& in);
 
-// safetensors: all F32 tensors of the file by name ("conv1.weight"), dims as stored.
-std::map<std::string, Tensor> read_safetensors(const std::string& file);
+// safetensors: all F32 tensors of the file by name ("conv1.weight"), dims as stored. Any other
+// dtype is an error, except that with skip_batch_counters PyTorch's integer batchnorm counters
+// ("*.num_batches_tracked", I64) are checked for their place in the file and then left out.
+std::map<std::string, Tensor> read_safetensors(const std::string& file, bool skip_batch_counters = false);
 // Writes F32 tensors (sorted by name) as safetensors.
 void write_safetensors(const std::string& file, const std::map<std::string, Tensor>& tensors);
 // The bytes of such a file (write_safetensors writes these).
@@ -37,7 +39,10 @@ std::string safetensors_bytes(const std::map<std::string, Tensor>& tensors);
 void load_weights(Network& net, const AssetResolver& assets, const std::string& override_path,
                   bool fold = true);
 
-// All weights of the network as "<layer>.<name>" -> tensor (the safetensors naming).
+// All weights of the network as "<layer>.<name>" -> tensor (the safetensors naming), as the
+// network runs: a folded batchnorm's scale and shift are inside its producer's weight and bias,
+// so its own four tensors are left out (written too, a reload would fold them a second time). The
+// result fits the netdef with the folded batchnorms removed (and bias on for their producers).
 std::map<std::string, Tensor> collect_weights(const Network& net);
 
 }  // namespace cnnrun
