@@ -1,0 +1,214 @@
+// Fills every layer's weights from either format, checks each tensor against the layer's
+// WeightSpec, and folds batchnorm into conv/fc so executors run one fused layer instead of two.
+// A tensor in the file that no layer uses is an error too: it usually means a layer was renamed
+// on one side, which silently ignoring it would hide.
+#include "engine/io/weights.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "engine/io/assets.h"
+#include "engine/layers/batchnorm.h"
+#include "engine/layers/conv.h"
+#include "engine/layers/fc.h"
+#include "engine/network.h"
+#include "engine/yaml_util.h"
+
+namespace cnnrun {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Checks `tensors` against the layer's specs (every spec present with its dims, nothing else)
+// and moves them into the layer. `source` names the file for messages.
+void assign(Layer& l, std::map<std::string, Tensor> tensors, const std::string& source) {
+  for (const auto& spec : l.weight_specs(l.in_shapes)) {
+    auto it = tensors.find(spec.name);
+    if (it == tensors.end())
+      throw Error(source + ": layer '" + l.name + "' " + spec.name + ": missing (expected " +
+                  dims_str(spec.dims) + ")");
+    if (it->second.dims != spec.dims)
+      throw Error(source + ": layer '" + l.name + "' " + spec.name + ": expected " + dims_str(spec.dims) +
+                  ", found " + it->second.dims_str());
+    l.weights[spec.name] = std::move(it->second);
+    tensors.erase(it);
+  }
+  if (!tensors.empty())
+    throw Error(source + ": layer '" + l.name + "' (" + l.type + ") takes no tensor '" +
+                tensors.begin()->first + "'" +
+                (tensors.begin()->first == "bias" ? " (the netdef says bias: false)" : ""));
+}
+
+// The input shape an fc's ConvNetJS (y, x, d) ordering refers to: through a flatten (or another
+// identity) the fc sees C*H*W x 1 x 1, but the file was written against the C x H x W volume.
+Shape spatial_input(const Network& net, const Layer& fc) {
+  Shape s = fc.in_shapes[0];
+  int j = fc.inputs[0];
+  while (j >= 0) {
+    const Layer& p = *net.layers[static_cast<size_t>(j)];
+    if (!p.has(kCapIdentity) || p.inputs.size() != 1 || p.in_shapes[0].size() != s.size()) break;
+    s = p.in_shapes[0];
+    j = p.inputs[0];
+  }
+  return s;
+}
+
+void load_convnetjs(Network& net, const std::string& dir) {
+  const WeightsSpec& ws = net.weights;
+  AssetResolver local(dir, {});
+  std::vector<int> entry_of(net.layers.size(), -1);
+  auto loc_of = [&](size_t k) { return k < ws.file_locs.size() ? ws.file_locs[k] : ws.loc; };
+  for (size_t k = 0; k < ws.files.size(); ++k) {
+    const std::string& lname = ws.files[k].first;
+    int idx = net.find(lname);
+    if (idx < 0) {
+      std::vector<std::string> names;
+      for (const auto& l : net.layers)
+        if (l->has(kCapWeights)) names.push_back(l->name);
+      fail_at(loc_of(k), "", "", "weights.files",
+              "names layer '" + lname + "' but the network has no such layer" + suggest(lname, names));
+    }
+    const Layer& l = *net.layers[static_cast<size_t>(idx)];
+    if (!l.has(kCapWeights))
+      fail_at(loc_of(k), l.name, l.type, "weights.files", "this layer takes no weights");
+    if (l.type != "conv" && l.type != "fc")
+      fail_at(loc_of(k), l.name, l.type, "weights.files", "ConvNetJS files hold only conv and fc weights");
+    entry_of[static_cast<size_t>(idx)] = static_cast<int>(k);
+  }
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    const Layer& l = *net.layers[i];
+    if (l.has(kCapWeights) && entry_of[i] < 0)
+      fail_at(ws.loc, l.name, l.type, "weights.files",
+              "the layer needs weights but 'files' names no file for it");
+  }
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    if (entry_of[i] < 0) continue;
+    Layer& l = *net.layers[i];
+    size_t k = static_cast<size_t>(entry_of[i]);
+    std::string path = local.resolve(ws.files[k].second, loc_of(k), "ConvNetJS weights file");
+    auto t = l.type == "conv" ? read_convnetjs_conv(path) : read_convnetjs_fc(path, spatial_input(net, l));
+    assign(l, std::move(t), path);
+  }
+}
+
+void load_safetensors(Network& net, const std::string& file) {
+  std::map<std::string, Tensor> all = read_safetensors(file, true);
+  for (auto& lp : net.layers) {
+    Layer& l = *lp;
+    if (!l.has(kCapWeights)) continue;
+    std::map<std::string, Tensor> mine;
+    for (const auto& spec : l.weight_specs(l.in_shapes)) {
+      auto it = all.find(l.name + "." + spec.name);
+      if (it == all.end())
+        throw Error(file + ": layer '" + l.name + "' " + spec.name + ": no tensor '" + l.name + "." +
+                    spec.name + "' " + dims_str(spec.dims) + " in the file" +
+                    (spec.name == "bias" ? " (if the layer has none, write bias: false in the netdef)" : ""));
+      mine.emplace(spec.name, std::move(it->second));
+      all.erase(it);
+    }
+    assign(l, std::move(mine), file);
+  }
+  std::vector<std::string> extra;
+  for (const auto& kv : all)
+    if (!ends_with(kv.first, ".num_batches_tracked")) extra.push_back(kv.first);
+  if (!extra.empty()) {
+    std::string list;
+    for (size_t i = 0; i < extra.size() && i < 10; ++i) list += (i ? ", " : "") + extra[i];
+    if (extra.size() > 10) list += " and " + std::to_string(extra.size() - 10) + " more";
+    throw Error(file + ": " + std::to_string(extra.size()) +
+                " tensor(s) that no layer of the network uses: " + list +
+                " (a layer name in the netdef differs from the file's?)");
+  }
+}
+
+// Folds batchnorm b (y = x*scale + shift per channel) into its producer p: W' = W*scale per
+// output channel, bias' = bias*scale + shift. Valid only if nothing else reads p's output.
+void fold_batchnorm(Network& net) {
+  std::vector<int> readers(net.layers.size(), 0);
+  for (const auto& l : net.layers)
+    for (int j : l->inputs)
+      if (j >= 0) readers[static_cast<size_t>(j)]++;
+  for (auto& lp : net.layers) {
+    auto* bn = dynamic_cast<BatchnormLayer*>(lp.get());
+    if (!bn || !bn->has(kCapFoldable) || bn->inputs.size() != 1 || bn->inputs[0] < 0) continue;
+    int j = bn->inputs[0];
+    Layer& p = *net.layers[static_cast<size_t>(j)];
+    if (!p.has(kCapFoldTarget) || readers[static_cast<size_t>(j)] != 1 || j == net.output) continue;
+    auto* conv = dynamic_cast<ConvLayer*>(&p);
+    auto* fc = dynamic_cast<FcLayer*>(&p);
+    if (!conv && !fc) continue;
+    std::vector<float> scale, shift;
+    bn->affine(scale, shift);
+    Tensor& w = p.weights.at("weight");
+    const int64_t outc = w.dims[0];
+    if (outc != static_cast<int64_t>(scale.size())) continue;
+    if (!p.weights.count("bias")) {
+      p.weights["bias"] = Tensor({outc});
+      if (conv) conv->p.bias = true;
+      if (fc) fc->p.bias = true;
+    }
+    Tensor& b = p.weights.at("bias");
+    const int64_t per = w.numel() / outc;
+    for (int64_t f = 0; f < outc; ++f) {
+      float s = scale[static_cast<size_t>(f)];
+      for (int64_t k = 0; k < per; ++k) w.data[static_cast<size_t>(f * per + k)] *= s;
+      b.data[static_cast<size_t>(f)] = b.data[static_cast<size_t>(f)] * s + shift[static_cast<size_t>(f)];
+    }
+    bn->folded = true;
+  }
+}
+
+}  // namespace
+
+void load_weights(Network& net, const AssetResolver& assets, const std::string& override_path, bool fold) {
+  const Layer* first = nullptr;
+  for (auto& l : net.layers) {
+    if (l->folded)
+      throw Error(net.source + ": weights are already loaded (and batchnorm folded) for this network");
+    l->weights.clear();
+    if (!first && l->has(kCapWeights)) first = l.get();
+  }
+  if (!first) return;
+  const WeightsSpec& ws = net.weights;
+  if (override_path.empty()) {
+    if (ws.format.empty())
+      fail_at(
+          first->loc, first->name, first->type, "",
+          "the layer needs weights but the netdef has no 'weights' section; add one or give --weights PATH");
+    if (ws.format == "safetensors")
+      load_safetensors(net, assets.resolve(ws.path, ws.loc, "weights file"));
+    else
+      load_convnetjs(net, assets.resolve(ws.path, ws.loc, "weights directory"));
+  } else {
+    std::error_code ec;
+    if (ends_with(override_path, ".safetensors") || fs::is_regular_file(override_path, ec)) {
+      load_safetensors(net, override_path);
+    } else if (fs::is_directory(override_path, ec)) {
+      if (ws.format != "convnetjs")
+        throw Error(
+            "--weights " + override_path +
+            ": a directory is read as ConvNetJS files, but the netdef has no convnetjs 'weights.files' map");
+      load_convnetjs(net, override_path);
+    } else {
+      throw Error("--weights " + override_path + ": no such file or directory");
+    }
+  }
+  if (fold) fold_batchnorm(net);
+}
+
+std::map<std::string, Tensor> collect_weights(const Network& net) {
+  std::map<std::string, Tensor> out;
+  for (const auto& l : net.layers) {
+    if (l->folded) continue;  // already inside its producer (see weights.h)
+    for (const auto& kv : l->weights) out[l->name + "." + kv.first] = kv.second;
+  }
+  return out;
+}
+
+}  // namespace cnnrun
