@@ -1,0 +1,127 @@
+// Checked CUDA and cuBLAS calls, and RAII owners of device and pinned memory. Every call into
+// the CUDA runtime or a CUDA library goes through one of these macros, so a failure becomes a
+// cnnrun::Error naming the call and engine/gpu/<file>:<line> instead of a silent wrong answer
+// (cuDNN has its own macro inside conv2d_cudnn.cpp, the one file that sees cudnn.h).
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "engine/core/error.h"
+
+namespace cnnrun::gpu {
+
+// Throws Error("<file>:<line>: <call> failed: <what>"), the file shortened to engine/...
+[[noreturn]] void fail_call(const char* call, const char* file, int line, const std::string& what);
+
+inline void check_cuda(cudaError_t e, const char* call, const char* file, int line) {
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();  // clear a sticky launch error so the next check sees its own
+    fail_call(call, file, line, std::string(cudaGetErrorString(e)) + " (" + cudaGetErrorName(e) + ")");
+  }
+}
+
+const char* cublas_status_name(cublasStatus_t s);
+
+inline void check_cublas(cublasStatus_t s, const char* call, const char* file, int line) {
+  if (s != CUBLAS_STATUS_SUCCESS) fail_call(call, file, line, cublas_status_name(s));
+}
+
+}  // namespace cnnrun::gpu
+
+#define CUDA_CHECK(call) ::cnnrun::gpu::check_cuda((call), #call, __FILE__, __LINE__)
+#define CUBLAS_CHECK(call) ::cnnrun::gpu::check_cublas((call), #call, __FILE__, __LINE__)
+// After a kernel launch: launch-configuration errors surface here, named by the kernel.
+#define CUDA_CHECK_LAUNCH(kernel_name) \
+  ::cnnrun::gpu::check_cuda(cudaGetLastError(), "launch of " kernel_name, __FILE__, __LINE__)
+
+namespace cnnrun::gpu {
+
+// Device memory (cudaMalloc, never managed memory).
+class DevBuf {
+ public:
+  DevBuf() = default;
+  explicit DevBuf(size_t bytes) { alloc(bytes); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  DevBuf(DevBuf&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DevBuf& operator=(DevBuf&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  ~DevBuf() { reset(); }
+
+  void alloc(size_t bytes) {
+    reset();
+    if (bytes == 0) return;
+    CUDA_CHECK(cudaMalloc(&p_, bytes));
+    n_ = bytes;
+  }
+  void reset() {
+    if (p_) cudaFree(p_);  // no check: called from destructors, and a failed free leaks at worst
+    p_ = nullptr;
+    n_ = 0;
+  }
+  template <typename T = float>
+  T* as() const { return static_cast<T*>(p_); }
+  void* get() const { return p_; }
+  size_t bytes() const { return n_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Page-locked host memory (cudaHostAlloc), so asynchronous copies really are asynchronous.
+class PinnedBuf {
+ public:
+  PinnedBuf() = default;
+  PinnedBuf(const PinnedBuf&) = delete;
+  PinnedBuf& operator=(const PinnedBuf&) = delete;
+  PinnedBuf(PinnedBuf&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PinnedBuf& operator=(PinnedBuf&& o) noexcept {
+    if (this != &o) {
+      reset();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  ~PinnedBuf() { reset(); }
+  void alloc(size_t bytes) {
+    reset();
+    if (bytes == 0) return;
+    CUDA_CHECK(cudaHostAlloc(&p_, bytes, cudaHostAllocDefault));
+    n_ = bytes;
+  }
+  void reset() {
+    if (p_) cudaFreeHost(p_);
+    p_ = nullptr;
+    n_ = 0;
+  }
+  template <typename T = uint8_t>
+  T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return n_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Copies a host vector to a new device buffer (synchronously: weights, once).
+template <typename T>
+DevBuf upload(const T* data, size_t count) {
+  DevBuf b(count * sizeof(T));
+  if (count) CUDA_CHECK(cudaMemcpy(b.get(), data, count * sizeof(T), cudaMemcpyHostToDevice));
+  return b;
+}
+
+}  // namespace cnnrun::gpu

@@ -1,0 +1,47 @@
+// One cuBLASLt matmul, planned once (descriptor, layouts, the heuristic's algorithm) and run
+// many times: D = op(A) * op(B) (+ bias per row of D, then ReLU, in the epilogue), optionally
+// a strided batch. FP32 in, FP32 compute (CUBLAS_COMPUTE_32F, never _FAST_TF32), FP32 out.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace cnnrun::gpu {
+
+struct GemmSpec {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  bool row_major = false;            // all of A, B and D stored row-major (CUBLASLT_ORDER_ROW)
+  int64_t lda = 0, ldb = 0, ldd = 0;
+  int batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_d = 0;  // elements between batch members
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const float* bias = nullptr;       // length m, for the BIAS epilogues
+};
+
+class LtGemm {
+ public:
+  LtGemm() = default;
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+  ~LtGemm();
+
+  // Builds the plan; false (and nothing thrown) when cuBLASLt offers no algorithm for it.
+  bool init(cublasLtHandle_t lt, const GemmSpec& spec, size_t workspace_bytes);
+  void run(cublasLtHandle_t lt, const float* a, const float* b, float* d, void* workspace,
+           size_t workspace_bytes, cudaStream_t stream) const;
+  const GemmSpec& spec() const { return spec_; }
+
+ private:
+  void destroy();
+  GemmSpec spec_;
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, ld_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+  size_t algo_ws_ = 0;
+  bool ok_ = false;
+};
+
+}  // namespace cnnrun::gpu

@@ -1,0 +1,208 @@
+// The small kernels: memory-bound elementwise and windowed passes, one thread per output value
+// in a grid-stride loop (the grid is capped, so any block size launches). They are a few percent
+// of the CIFAR network's time; the convolutions are where the work is. Arithmetic that the CPU
+// reference does as a separate multiply and add uses __fmul_rn/__fadd_rn, so nvcc cannot contract
+// it into an FMA and the results match bit for bit where the formula is the same.
+#include <cfloat>
+
+#include "engine/gpu/check.h"
+#include "engine/gpu/kernels.h"
+
+namespace cnnrun::gpu {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t count) {
+  int64_t blocks = (count + kThreads - 1) / kThreads;
+  if (blocks > 65536) blocks = 65536;  // grid-stride loops cover the rest
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
+}
+
+__device__ __forceinline__ float act_apply(int act, float x) {
+  switch (act) {
+    case static_cast<int>(ActKind::kRelu): return x > 0.f ? x : 0.f;
+    case static_cast<int>(ActKind::kTanh): return tanhf(x);
+    case static_cast<int>(ActKind::kSigmoid): return 1.f / (1.f + expf(-x));
+    default: return x;
+  }
+}
+
+__global__ void preprocess_kernel(const uint8_t* __restrict__ in, float* __restrict__ out, int64_t count,
+                                  int channels, int64_t plane, const float* __restrict__ scale,
+                                  const float* __restrict__ shift) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    int c = static_cast<int>((i / plane) % channels);
+    out[i] = __fadd_rn(__fmul_rn(static_cast<float>(in[i]), scale[c]), shift[c]);
+  }
+}
+
+__global__ void activation_kernel(const float* in, float* out, int64_t count, int act) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = act_apply(act, in[i]);
+}
+
+__global__ void bias_act_kernel(float* y, const float* __restrict__ bias, int64_t count, int channels,
+                                int64_t plane, int act) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    int c = static_cast<int>((i / plane) % channels);
+    y[i] = act_apply(act, __fadd_rn(y[i], bias[c]));
+  }
+}
+
+__global__ void affine_kernel(const float* in, float* out, int64_t count, int channels, int64_t plane,
+                              const float* __restrict__ scale, const float* __restrict__ shift) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    int c = static_cast<int>((i / plane) % channels);
+    out[i] = __fadd_rn(__fmul_rn(in[i], scale[c]), shift[c]);
+  }
+}
+
+struct PoolArgs {
+  int c, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
+  int is_max, count_pad;
+};
+
+__global__ void pool_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t count, PoolArgs a) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    int ox = static_cast<int>(i % a.ow);
+    int oy = static_cast<int>((i / a.ow) % a.oh);
+    int64_t nc = i / (int64_t(a.ow) * a.oh);  // image * channels + channel
+    const float* src = in + nc * a.h * a.w;
+    int y0 = oy * a.sh - a.ph, x0 = ox * a.sw - a.pw;
+    int ys = max(y0, 0), ye = min(y0 + a.kh, a.h), xs = max(x0, 0), xe = min(x0 + a.kw, a.w);
+    float r;
+    if (a.is_max) {
+      r = -INFINITY;  // padding never wins
+      for (int y = ys; y < ye; ++y)
+        for (int x = xs; x < xe; ++x) r = fmaxf(r, src[y * a.w + x]);
+    } else {
+      float s = 0.f;
+      for (int y = ys; y < ye; ++y)
+        for (int x = xs; x < xe; ++x) s = __fadd_rn(s, src[y * a.w + x]);
+      int cnt = a.count_pad ? a.kh * a.kw : (ye - ys) * (xe - xs);
+      r = __fdiv_rn(s, static_cast<float>(cnt));
+    }
+    out[i] = r;
+  }
+}
+
+constexpr int kMaxAddInputs = 8;
+struct AddArgs {
+  const float* in[kMaxAddInputs];
+  int num;
+  int accumulate;  // out already holds the sum of earlier inputs
+};
+
+__global__ void add_kernel(float* out, int64_t count, AddArgs a) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+    float s = a.accumulate ? out[i] : a.in[0][i];
+    for (int k = a.accumulate ? 0 : 1; k < a.num; ++k) s = __fadd_rn(s, a.in[k][i]);
+    out[i] = s;
+  }
+}
+
+__global__ void softmax_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t positions,
+                               int channels, int64_t plane) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < positions; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t n = i / plane, p = i % plane;
+    const float* x = in + n * channels * plane + p;
+    float* y = out + n * channels * plane + p;
+    float m = -INFINITY;
+    for (int c = 0; c < channels; ++c) m = fmaxf(m, x[c * plane]);
+    float s = 0.f;
+    for (int c = 0; c < channels; ++c) {
+      float e = expf(x[c * plane] - m);
+      y[c * plane] = e;
+      s += e;
+    }
+    for (int c = 0; c < channels; ++c) y[c * plane] = y[c * plane] / s;
+  }
+}
+
+__global__ void argmax_kernel(const float* __restrict__ in, int64_t n, int size, int32_t* __restrict__ pred,
+                              const uint8_t* __restrict__ labels, int64_t first, int64_t label_count,
+                              unsigned long long* correct) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float* x = in + i * size;
+    int best = 0;
+    float bv = x[0];
+    for (int k = 1; k < size; ++k)
+      if (x[k] > bv) bv = x[k], best = k;
+    pred[i] = best;
+    if (labels && best == labels[(first + i) % label_count]) atomicAdd(correct, 1ull);
+  }
+}
+
+}  // namespace
+
+void launch_preprocess(const uint8_t* in, float* out, int64_t n, int channels, int64_t plane, const float* scale,
+                       const float* shift, cudaStream_t s) {
+  int64_t count = n * channels * plane;
+  preprocess_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, channels, plane, scale, shift);
+  CUDA_CHECK_LAUNCH("preprocess_kernel");
+}
+
+void launch_activation(const float* in, float* out, int64_t count, ActKind act, cudaStream_t s) {
+  activation_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, static_cast<int>(act));
+  CUDA_CHECK_LAUNCH("activation_kernel");
+}
+
+void launch_bias_act(float* y, const float* bias, int64_t n, int channels, int64_t plane, ActKind act,
+                     cudaStream_t s) {
+  int64_t count = n * channels * plane;
+  bias_act_kernel<<<grid_for(count), kThreads, 0, s>>>(y, bias, count, channels, plane, static_cast<int>(act));
+  CUDA_CHECK_LAUNCH("bias_act_kernel");
+}
+
+void launch_channel_affine(const float* in, float* out, int64_t n, int channels, int64_t plane,
+                           const float* scale, const float* shift, cudaStream_t s) {
+  int64_t count = n * channels * plane;
+  affine_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, channels, plane, scale, shift);
+  CUDA_CHECK_LAUNCH("affine_kernel");
+}
+
+void launch_pool(const float* in, float* out, int64_t n, const PoolGeom& g, const PoolParams& p, cudaStream_t s) {
+  PoolArgs a{g.c,
+             g.h,
+             g.w,
+             g.out_h,
+             g.out_w,
+             static_cast<int>(p.size_h),
+             static_cast<int>(p.size_w),
+             static_cast<int>(p.stride_h),
+             static_cast<int>(p.stride_w),
+             static_cast<int>(p.pad_h),
+             static_cast<int>(p.pad_w),
+             p.mode == PoolMode::kMax ? 1 : 0,
+             p.count_pad ? 1 : 0};
+  int64_t count = n * g.c * int64_t(g.out_h) * g.out_w;
+  pool_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, a);
+  CUDA_CHECK_LAUNCH("pool_kernel");
+}
+
+void launch_add(const float* const* in, int num_inputs, float* out, int64_t count, cudaStream_t s) {
+  for (int done = 0; done < num_inputs;) {
+    AddArgs a{};
+    a.accumulate = done > 0;
+    a.num = 0;
+    while (done < num_inputs && a.num < kMaxAddInputs) a.in[a.num++] = in[done++];
+    add_kernel<<<grid_for(count), kThreads, 0, s>>>(out, count, a);
+    CUDA_CHECK_LAUNCH("add_kernel");
+  }
+}
+
+void launch_softmax(const float* in, float* out, int64_t n, int channels, int64_t plane, cudaStream_t s) {
+  int64_t positions = n * plane;
+  softmax_kernel<<<grid_for(positions), kThreads, 0, s>>>(in, out, positions, channels, plane);
+  CUDA_CHECK_LAUNCH("softmax_kernel");
+}
+
+void launch_argmax(const float* in, int64_t n, int size, int32_t* pred, const uint8_t* labels, int64_t first,
+                   int64_t label_count, unsigned long long* correct, cudaStream_t s) {
+  argmax_kernel<<<grid_for(n), kThreads, 0, s>>>(in, n, size, pred, labels, first, label_count, correct);
+  CUDA_CHECK_LAUNCH("argmax_kernel");
+}
+
+}  // namespace cnnrun::gpu
