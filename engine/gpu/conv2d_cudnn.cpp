@@ -1,0 +1,170 @@
+// cuDNN 9's legacy convolution API, the one file that includes cudnn.h. The math type is
+// CUDNN_FMA_MATH: CUDNN_DEFAULT_MATH lets cuDNN use TF32 tensor cores on Hopper, which would
+// break the engine's FP32 exactness. cudnnConvolutionBiasActivationForward fuses bias and ReLU
+// only with IMPLICIT_PRECOMP_GEMM; any other algorithm cuDNN's search prefers runs as a plain
+// convolution followed by our bias+activation kernel.
+#include "engine/gpu/conv2d_cudnn.h"
+
+#include <cudnn.h>
+
+#include "engine/gpu/check.h"
+#include "engine/gpu/kernels.h"
+
+#define CUDNN_CHECK(call) ::cnnrun::gpu::check_cudnn((call), #call, __FILE__, __LINE__)
+
+namespace cnnrun::gpu {
+
+namespace {
+
+void check_cudnn(cudnnStatus_t s, const char* call, const char* file, int line) {
+  if (s != CUDNN_STATUS_SUCCESS) fail_call(call, file, line, cudnnGetErrorString(s));
+}
+
+cudnnHandle_t H(const CudnnHandle& h) { return static_cast<cudnnHandle_t>(h.get()); }
+
+const char* algo_str(cudnnConvolutionFwdAlgo_t a) {
+  switch (a) {
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "IMPLICIT_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "IMPLICIT_PRECOMP_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "DIRECT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "FFT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "FFT_TILING";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "WINOGRAD";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
+    default: return "UNKNOWN";
+  }
+}
+
+}  // namespace
+
+CudnnHandle::CudnnHandle() {
+  cudnnHandle_t h = nullptr;
+  CUDNN_CHECK(cudnnCreate(&h));
+  h_ = h;
+}
+CudnnHandle::~CudnnHandle() {
+  if (h_) cudnnDestroy(static_cast<cudnnHandle_t>(h_));
+}
+
+std::string cudnn_version_string() {
+  size_t v = cudnnGetVersion();
+  auto fmt = [](size_t x) {
+    return std::to_string(x / 10000) + "." + std::to_string(x / 100 % 100) + "." + std::to_string(x % 100);
+  };
+  return "cuDNN " + fmt(v) + " (built with " + fmt(CUDNN_VERSION) + ")";
+}
+
+struct CudnnConv::Impl {
+  ConvParams p;
+  ActKind act = ActKind::kNone;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnActivationDescriptor_t actd = nullptr;
+  int64_t n_set = -1;  // batch size the x/y descriptors hold
+  bool found = false;
+  cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  bool fused = false;
+
+  void set_n(int64_t n) {
+    if (n == n_set) return;
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(n),
+                                           static_cast<int>(p.in_c), static_cast<int>(p.in_h),
+                                           static_cast<int>(p.in_w)));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(n),
+                                           static_cast<int>(p.filters), static_cast<int>(p.out_h),
+                                           static_cast<int>(p.out_w)));
+    n_set = n;
+  }
+};
+
+CudnnConv::CudnnConv(const ConvParams& p, ActKind act) : impl_(std::make_unique<Impl>()) {
+  if (act != ActKind::kNone && act != ActKind::kRelu)
+    throw Error("cudnn convolution: only a ReLU can be fused into cudnnConvolutionBiasActivationForward");
+  Impl& m = *impl_;
+  m.p = p;
+  m.act = act;
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&m.x));
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&m.y));
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&m.b));
+  CUDNN_CHECK(cudnnCreateFilterDescriptor(&m.w));
+  CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&m.conv));
+  CUDNN_CHECK(cudnnCreateActivationDescriptor(&m.actd));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(m.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(p.filters),
+                                         static_cast<int>(p.in_c), static_cast<int>(p.kernel_h),
+                                         static_cast<int>(p.kernel_w)));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(m.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, static_cast<int>(p.filters), 1, 1));
+  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(m.conv, static_cast<int>(p.pad_h), static_cast<int>(p.pad_w),
+                                              static_cast<int>(p.stride_h), static_cast<int>(p.stride_w), 1, 1,
+                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, CUDNN_FMA_MATH));
+  CUDNN_CHECK(cudnnSetActivationDescriptor(
+      m.actd, act == ActKind::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+}
+
+CudnnConv::~CudnnConv() {
+  Impl& m = *impl_;
+  if (m.actd) cudnnDestroyActivationDescriptor(m.actd);
+  if (m.conv) cudnnDestroyConvolutionDescriptor(m.conv);
+  if (m.w) cudnnDestroyFilterDescriptor(m.w);
+  if (m.b) cudnnDestroyTensorDescriptor(m.b);
+  if (m.y) cudnnDestroyTensorDescriptor(m.y);
+  if (m.x) cudnnDestroyTensorDescriptor(m.x);
+}
+
+bool CudnnConv::found() const { return impl_->found; }
+
+void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w, float* y,
+                     void* ws, size_t ws_bytes) {
+  Impl& m = *impl_;
+  m.set_n(n);
+  CUDNN_CHECK(cudnnSetStream(H(h), s));
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int returned = 0;
+  CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(H(h), m.x, x, m.w, w, m.conv, m.y, y,
+                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ws, ws_bytes));
+  int pick = -1;
+  for (int i = 0; i < returned && pick < 0; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_bytes && perf[i].mathType == CUDNN_FMA_MATH)
+      pick = i;
+  if (pick < 0)
+    throw Error("cudnn convolution: cudnnFindConvolutionForwardAlgorithmEx found no FP32 (FMA math) algorithm for " +
+                std::to_string(m.p.in_c) + "x" + std::to_string(m.p.in_h) + "x" + std::to_string(m.p.in_w) +
+                " -> " + std::to_string(m.p.filters) + " filters " + std::to_string(m.p.kernel_h) + "x" +
+                std::to_string(m.p.kernel_w));
+  m.algo = perf[pick].algo;
+  m.fused = m.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  m.found = true;
+}
+
+void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w,
+                        const float* bias, float* y, void* ws, size_t ws_bytes) {
+  Impl& m = *impl_;
+  if (!m.found) throw Error("cudnn convolution: forward before find");
+  m.set_n(n);
+  CUDNN_CHECK(cudnnSetStream(H(h), s));
+  size_t need = 0;
+  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(H(h), m.x, m.w, m.conv, m.y, m.algo, &need));
+  if (need > ws_bytes)
+    throw Error("cudnn convolution: " + std::string(algo_str(m.algo)) + " needs " + std::to_string(need) +
+                " bytes of workspace for " + std::to_string(n) + " images, " + std::to_string(ws_bytes) + " reserved");
+  const float one = 1.f, zero = 0.f;
+  if (m.fused) {
+    // z = y with alpha2 = 0: the fused call requires a z tensor, and may alias it with y.
+    CUDNN_CHECK(cudnnConvolutionBiasActivationForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes,
+                                                      &zero, m.y, y, m.b, bias, m.actd, m.y, y));
+  } else {
+    CUDNN_CHECK(cudnnConvolutionForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes, &zero, m.y, y));
+    launch_bias_act(y, bias, n, static_cast<int>(m.p.filters), m.p.out_h * m.p.out_w, m.act, s);
+  }
+}
+
+std::string CudnnConv::algo_name() const {
+  const Impl& m = *impl_;
+  if (!m.found) return "cudnn";
+  return std::string("cudnn:") + algo_str(m.algo) +
+         (m.fused ? (m.act == ActKind::kRelu ? "(fused bias+relu)" : "(fused bias)") : "+bias kernel");
+}
+
+}  // namespace cnnrun::gpu

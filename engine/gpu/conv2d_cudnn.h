@@ -1,0 +1,54 @@
+// The `cudnn` convolution, behind a plain header: cudnn.h is seen by conv2d_cudnn.cpp alone.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/layers/activation.h"
+#include "engine/layers/conv.h"
+
+namespace cnnrun::gpu {
+
+// One cuDNN handle (one per stream: a handle's stream is state).
+class CudnnHandle {
+ public:
+  CudnnHandle();
+  ~CudnnHandle();
+  CudnnHandle(const CudnnHandle&) = delete;
+  CudnnHandle& operator=(const CudnnHandle&) = delete;
+  void* get() const { return h_; }
+
+ private:
+  void* h_ = nullptr;
+};
+
+std::string cudnn_version_string();  // "cuDNN 9.14.0 (built with 9.19.0)"
+
+class CudnnConv {
+ public:
+  // act: kNone or kRelu (what cudnnConvolutionBiasActivationForward can fuse).
+  CudnnConv(const ConvParams& p, ActKind act);
+  ~CudnnConv();
+  CudnnConv(const CudnnConv&) = delete;
+  CudnnConv& operator=(const CudnnConv&) = delete;
+
+  // cuDNN's own search (cudnnFindConvolutionForwardAlgorithmEx) on real buffers for n images,
+  // once per layer shape; only FMA-math (no TF32) results within ws_bytes of workspace count.
+  void find(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w, float* y, void* ws,
+            size_t ws_bytes);
+  bool found() const;
+  // y = act(conv(x) + bias): fused in one cuDNN call for IMPLICIT_PRECOMP_GEMM, otherwise
+  // cudnnConvolutionForward and one bias+activation kernel.
+  void forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w, const float* bias,
+               float* y, void* ws, size_t ws_bytes);
+  std::string algo_name() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cnnrun::gpu
