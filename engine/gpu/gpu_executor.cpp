@@ -1,0 +1,888 @@
+// The GPU executor: plans the network once (which layers fuse, which buffers alias), uploads
+// the weights, then streams blocks of images through it.
+//
+// Pipeline. The batch is cut into blocks sized from cudaMemGetInfo; block b runs on stream
+// b % S with that stream's own buffers (a "slot"): raw uint8 pixels are copied from pinned
+// host memory (the data set's own pixel buffer, registered with cudaHostRegister, or a pinned
+// staging buffer if registering fails), normalised on the GPU, run through every layer, and
+// only the predictions (and the output layer's values when asked) come back. Before a slot
+// takes its next block the host waits for the slot's previous one, so at most S blocks are in
+// flight: copies of one block overlap the compute of the others, and the host reads each
+// block's events while the GPU works on the rest.
+//
+// Timing. CUDA events are recorded between the stages of every block on its own stream, all
+// read relative to one start event, so each stage is an interval on one GPU timeline. A
+// layer's time is the sum of its intervals over all blocks; the copy time not hidden behind
+// compute is the part of the copy intervals' union that no compute interval covers.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include "engine/gpu/check.h"
+#include "engine/gpu/conv2d_cudnn.h"
+#include "engine/gpu/conv2d_im2col.h"
+#include "engine/gpu/conv2d_implicit.h"
+#include "engine/gpu/gemm.h"
+#include "engine/gpu/kernels.h"
+#include "engine/gpu_api.h"
+#include "engine/layers/activation.h"
+#include "engine/layers/batchnorm.h"
+#include "engine/layers/conv.h"
+#include "engine/layers/fc.h"
+#include "engine/layers/merge.h"
+#include "engine/layers/pool.h"
+#include "engine/layers/simple.h"
+
+namespace cnnrun {
+
+namespace gpu {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+constexpr int kDefaultStreams = 3;
+constexpr int64_t kDefaultBlock = 4096;        // images; large enough to fill the GPU per layer
+constexpr size_t kLtWorkspace = 32u << 20;     // cuBLASLt's recommended workspace on Hopper
+constexpr size_t kColBudget = 256u << 20;      // im2col column buffer per stream (at most)
+constexpr size_t kCudnnWorkspace = 256u << 20;  // cuDNN workspace per stream (at most)
+constexpr int kTuneRepeats = 3;
+
+enum class Op { kConv, kFc, kAct, kPool, kIdentity, kAffine, kAdd, kConcat, kSoftmax, kFused };
+
+const char* const kAlgos[] = {"implicit", "im2col", "cudnn"};
+
+struct ConvState {
+  ConvParams p;
+  std::string chosen;  // for this run: implicit | im2col | cudnn
+  std::string tuned;   // auto's pick, kept across runs
+  std::string tune_note;
+  DevBuf w, wt, bias;
+  std::unique_ptr<Im2colConv> im2col;
+  std::unique_ptr<CudnnConv> cudnn;
+};
+
+struct Step {
+  Op op = Op::kIdentity;
+  int layer = 0;
+  int out = 0;               // buffer index
+  std::vector<int> ins;      // buffer indices
+  Shape in_shape, out_shape;
+  ActKind act = ActKind::kNone;  // kAct: the activation; kConv/kFc: fused into the epilogue
+  int fused_consumer = -1;   // kConv/kFc: the activation layer computed in this epilogue
+  int fused_producer = -1;   // kFused: the layer whose epilogue computes this one
+  DevBuf w, b, scale, shift;
+  std::unique_ptr<ConvState> conv;
+  std::map<int64_t, std::unique_ptr<LtGemm>> fc_plans;  // by images
+};
+
+// One stream and everything a block needs on it.
+struct Slot {
+  cudaStream_t stream = nullptr;
+  int64_t block = 0;
+  DevBuf in_u8, pred;
+  std::vector<DevBuf> bufs;
+  DevBuf col, lt_ws, cudnn_ws;
+  PinnedBuf pred_host, probs_host, staging;
+  std::unique_ptr<CudnnHandle> cudnn;
+  std::vector<cudaEvent_t> ev;
+  int64_t first = -1, n = 0;  // block in flight (first < 0: none)
+
+  Slot() = default;
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+  ~Slot() {
+    for (cudaEvent_t e : ev) cudaEventDestroy(e);
+    if (stream) cudaStreamDestroy(stream);
+  }
+};
+
+// Merged union of intervals.
+std::vector<std::pair<double, double>> merge(std::vector<std::pair<double, double>> v) {
+  std::sort(v.begin(), v.end());
+  std::vector<std::pair<double, double>> out;
+  for (auto& iv : v) {
+    if (iv.second <= iv.first) continue;
+    if (!out.empty() && iv.first <= out.back().second)
+      out.back().second = std::max(out.back().second, iv.second);
+    else
+      out.push_back(iv);
+  }
+  return out;
+}
+double length(const std::vector<std::pair<double, double>>& v) {
+  double s = 0;
+  for (auto& iv : v) s += iv.second - iv.first;
+  return s;
+}
+double overlap(const std::vector<std::pair<double, double>>& a, const std::vector<std::pair<double, double>>& b) {
+  double s = 0;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    double lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
+    if (hi > lo) s += hi - lo;
+    if (a[i].second < b[j].second) ++i;
+    else ++j;
+  }
+  return s;
+}
+
+std::string fmt_ms(double s) {
+  std::ostringstream o;
+  o.precision(3);
+  o << std::fixed << s * 1e3 << " ms";
+  return o.str();
+}
+
+class GpuExecutor : public Executor {
+ public:
+  explicit GpuExecutor(const Network& net) : net_(net) {
+    CUDA_CHECK(cudaSetDevice(0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop_, 0));
+    CUBLAS_CHECK(cublasLtCreate(&lt_));
+    plan();
+  }
+  ~GpuExecutor() override {
+    slots_.clear();
+    steps_.clear();
+    if (lt_) cublasLtDestroy(lt_);
+  }
+
+  std::string name() const override { return "gpu"; }
+
+  std::string fused_into(int index) const override {
+    if (index < 0 || index >= static_cast<int>(steps_.size())) return "";
+    const Step& s = steps_[static_cast<size_t>(index)];
+    return s.fused_consumer >= 0 ? net_.layers[static_cast<size_t>(s.fused_consumer)]->name : "";
+  }
+
+  RunResult run(const Dataset& data, const RunOptions& opt) override;
+  std::vector<Tensor> forward_layers(const Dataset& data, int64_t first, int64_t n) override;
+
+ private:
+  const Network& net_;
+  cudaDeviceProp prop_{};
+  cublasLtHandle_t lt_ = nullptr;
+  std::vector<Step> steps_;
+  std::vector<int64_t> buf_floats_;  // per image, by buffer index; buffer 0 = the network input
+  bool uploaded_ = false;
+  DevBuf pre_scale_, pre_shift_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  int slot_streams_ = 0;
+  int64_t slot_block_ = 0;
+  bool slot_col_ = false, slot_cudnn_ = false;  // the slots have im2col / cuDNN workspaces
+  bool any_auto_ = false;
+
+  void plan();
+  void upload_weights();
+  void check_ready(const Dataset& data) const;
+  void resolve_algos(const std::string& forced, int64_t block);
+  void ensure_slots(int streams, int64_t block, int64_t images, std::vector<std::string>* notes);
+  bool may_use(const char* algo) const;
+
+  void copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged);
+  void run_layers(Slot& s, int64_t n, bool events, int ev_base);
+  void run_step(Step& st, Slot& s, int64_t n);
+  void run_conv(Step& st, Slot& s, int64_t n, const std::string& algo);
+  void tune(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes);
+  void warm(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes);
+  std::string step_algo(const Step& st) const;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Planning: fusion and buffers (no GPU work).
+
+void GpuExecutor::plan() {
+  const size_t L = net_.layers.size();
+  std::vector<std::vector<int>> consumers(L);
+  for (size_t i = 0; i < L; ++i)
+    for (int j : net_.layers[i]->inputs)
+      if (j >= 0) consumers[static_cast<size_t>(j)].push_back(static_cast<int>(i));
+
+  buf_floats_.assign(1, net_.input.size());
+  std::vector<int> out_buf(L, 0);
+  auto buf_of = [&](int layer) { return layer < 0 ? 0 : out_buf[static_cast<size_t>(layer)]; };
+  auto new_buf = [&](const Shape& s) {
+    buf_floats_.push_back(s.size());
+    return static_cast<int>(buf_floats_.size() - 1);
+  };
+
+  steps_.resize(L);
+  for (size_t i = 0; i < L; ++i) {
+    const Layer& l = *net_.layers[i];
+    Step& st = steps_[i];
+    st.layer = static_cast<int>(i);
+    st.in_shape = l.in_shapes[0];
+    st.out_shape = l.out_shape;
+    for (int j : l.inputs) st.ins.push_back(buf_of(j));
+
+    if (st.op == Op::kFused) {  // set when its producer was planned
+      out_buf[i] = st.ins[0];
+      st.out = st.ins[0];
+      continue;
+    }
+    bool identity = l.has(kCapIdentity) || (l.has(kCapFoldable) && l.folded);
+    if (identity) {
+      st.op = Op::kIdentity;
+      out_buf[i] = st.ins[0];
+      st.out = st.ins[0];
+      continue;
+    }
+    if (auto* c = dynamic_cast<const ConvLayer*>(&l)) {
+      st.op = Op::kConv;
+      st.conv = std::make_unique<ConvState>();
+      st.conv->p = c->p;
+    } else if (dynamic_cast<const FcLayer*>(&l)) {
+      st.op = Op::kFc;
+    } else if (auto* a = dynamic_cast<const ActivationLayer*>(&l)) {
+      st.op = Op::kAct;
+      st.act = a->p.kind;
+    } else if (dynamic_cast<const PoolLayer*>(&l)) {
+      st.op = Op::kPool;
+    } else if (dynamic_cast<const BatchnormLayer*>(&l)) {
+      st.op = Op::kAffine;
+    } else if (dynamic_cast<const AddLayer*>(&l)) {
+      st.op = Op::kAdd;
+    } else if (dynamic_cast<const ConcatLayer*>(&l)) {
+      st.op = Op::kConcat;
+    } else if (dynamic_cast<const SoftmaxLayer*>(&l)) {
+      st.op = Op::kSoftmax;
+    } else {
+      throw Error(l.loc.str() + ": layer '" + l.name + "': type '" + l.type + "' has no GPU implementation");
+    }
+    // A ReLU that is the only reader of a conv/fc output runs in that layer's epilogue: all three
+    // convolution algorithms and the fc GEMM can apply it, so which layers are materialised
+    // never depends on the algorithm chosen. (tanh/sigmoid run as their own pass.)
+    if ((st.op == Op::kConv || st.op == Op::kFc) && consumers[i].size() == 1 && static_cast<int>(i) != net_.output) {
+      int j = consumers[i][0];
+      auto* a = dynamic_cast<const ActivationLayer*>(net_.layers[static_cast<size_t>(j)].get());
+      if (a && a->p.kind == ActKind::kRelu) {
+        st.act = ActKind::kRelu;
+        st.fused_consumer = j;
+        steps_[static_cast<size_t>(j)].op = Op::kFused;
+        steps_[static_cast<size_t>(j)].fused_producer = static_cast<int>(i);
+      }
+    }
+    st.out = new_buf(l.out_shape);
+    out_buf[i] = st.out;
+  }
+}
+
+void GpuExecutor::check_ready(const Dataset& data) const {
+  if (data.shape != net_.input)
+    throw Error("data set images are " + data.shape.str() + " but network '" + net_.name + "' takes " +
+                net_.input.str());
+  if (data.count < 1) throw Error("data set has no images");
+  if (static_cast<int64_t>(data.pixels.size()) < data.count * data.shape.size())
+    throw Error("data set has " + std::to_string(data.pixels.size()) + " pixel bytes for " +
+                std::to_string(data.count) + " images of " + data.shape.str());
+  for (const auto& l : net_.layers) {
+    if (!l->has(kCapWeights) || l->folded) continue;
+    for (const WeightSpec& ws : l->weight_specs(l->in_shapes)) {
+      auto it = l->weights.find(ws.name);
+      if (it == l->weights.end()) throw Error("layer '" + l->name + "': weight '" + ws.name + "' was not loaded");
+      if (it->second.dims != ws.dims)
+        throw Error("layer '" + l->name + "': weight '" + ws.name + "' is " + it->second.dims_str() + ", expected " +
+                    dims_str(ws.dims));
+    }
+  }
+}
+
+// Weights go up once, on first use (tests and the CLI load them after parsing the netdef).
+void GpuExecutor::upload_weights() {
+  if (uploaded_) return;
+  pre_scale_ = upload(net_.pre.scale.data(), net_.pre.scale.size());
+  pre_shift_ = upload(net_.pre.shift.data(), net_.pre.shift.size());
+  for (Step& st : steps_) {
+    const Layer& l = *net_.layers[static_cast<size_t>(st.layer)];
+    if (st.op == Op::kConv) {
+      ConvState& c = *st.conv;
+      const Tensor& w = l.weight("weight");
+      c.w = upload(w.ptr(), w.data.size());
+      std::vector<float> wt = implicit_weights(c.p, w.ptr());
+      c.wt = upload(wt.data(), wt.size());
+      std::vector<float> bias(static_cast<size_t>(c.p.filters), 0.f);
+      if (c.p.bias) bias = l.weight("bias").data;
+      c.bias = upload(bias.data(), bias.size());
+      c.im2col = std::make_unique<Im2colConv>(c.p, st.act, c.bias.as<float>());
+      c.cudnn = std::make_unique<CudnnConv>(c.p, st.act);
+    } else if (st.op == Op::kFc) {
+      const auto& fp = dynamic_cast<const FcLayer&>(l).p;
+      const Tensor& w = l.weight("weight");
+      st.w = upload(w.ptr(), w.data.size());
+      std::vector<float> bias(static_cast<size_t>(fp.outputs), 0.f);
+      if (fp.bias) bias = l.weight("bias").data;
+      st.b = upload(bias.data(), bias.size());
+    } else if (st.op == Op::kAffine) {
+      std::vector<float> scale, shift;
+      dynamic_cast<const BatchnormLayer&>(l).affine(scale, shift);
+      st.scale = upload(scale.data(), scale.size());
+      st.shift = upload(shift.data(), shift.size());
+    }
+  }
+  uploaded_ = true;
+}
+
+// The algorithm each conv runs: RunOptions::conv_algo overrides all, then the netdef's pin,
+// then auto (tuned on the first block).
+void GpuExecutor::resolve_algos(const std::string& forced, int64_t block) {
+  if (!forced.empty() && forced != "auto" && forced != "im2col" && forced != "implicit" && forced != "cudnn")
+    throw Error("--conv-algo: expected auto, im2col, implicit or cudnn, found '" + forced + "'");
+  any_auto_ = false;
+  for (Step& st : steps_) {
+    if (st.op != Op::kConv) continue;
+    const Layer& l = *net_.layers[static_cast<size_t>(st.layer)];
+    ConvState& c = *st.conv;
+    std::string a = !forced.empty() && forced != "auto" ? forced : l.algo;
+    if (a == "implicit") {
+      ImplicitConfig cfg = implicit_config(c.p, block);
+      if (!cfg.ok)
+        throw Error(l.loc.str() + ": layer '" + l.name + "': the implicit convolution cannot run it: " + cfg.why);
+    }
+    if (a.empty()) {
+      a = c.tuned;
+      if (a.empty()) any_auto_ = true;
+    }
+    c.chosen = a;
+  }
+}
+
+bool GpuExecutor::may_use(const char* algo) const {
+  for (const Step& st : steps_)
+    if (st.op == Op::kConv && (st.conv->chosen.empty() || st.conv->chosen == algo)) return true;
+  return false;
+}
+
+// Streams and blocks that fit the GPU's free memory.
+void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, std::vector<std::string>* notes) {
+  const int64_t want_blocks = (images + block - 1) / block;
+  streams = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(streams, want_blocks)));
+  const bool use_im2col = may_use("im2col"), use_cudnn = may_use("cudnn");
+  if (!slots_.empty() && slot_streams_ == streams && slot_block_ == block && (slot_col_ || !use_im2col) &&
+      (slot_cudnn_ || !use_cudnn))
+    return;
+  slots_.clear();  // give the memory back before measuring what is free
+
+  size_t max_col = 0;
+  for (const Step& st : steps_)
+    if (st.op == Op::kConv) max_col = std::max(max_col, st.conv->im2col->col_bytes_per_image());
+
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  // Room for the libraries' own allocations (cuDNN/cuBLAS handles, kernels' modules).
+  const size_t reserve = std::min<size_t>(free_b, (512u << 20) + free_b / 20);
+  const size_t usable = free_b - reserve;
+  size_t col = use_im2col ? std::max(max_col, std::min(kColBudget, usable / 16)) : 0;
+  size_t cudnn_ws = use_cudnn ? std::min(kCudnnWorkspace, usable / 16) : 0;
+  const size_t fixed = kLtWorkspace + col + cudnn_ws;
+
+  size_t per_image = static_cast<size_t>(net_.input.size()) + sizeof(int32_t);
+  for (size_t b = 0; b < buf_floats_.size(); ++b) per_image += static_cast<size_t>(buf_floats_[b]) * sizeof(float);
+
+  int64_t fit = 0;
+  for (;;) {
+    size_t all_fixed = fixed * static_cast<size_t>(streams);
+    fit = usable > all_fixed ? static_cast<int64_t>((usable - all_fixed) / (per_image * static_cast<size_t>(streams))) : 0;
+    if (fit >= 1 || streams == 1) break;
+    streams = 1;
+  }
+  if (fit < 1)
+    throw Error("GPU memory: one image needs " + std::to_string(per_image) + " bytes of buffers plus " +
+                std::to_string(fixed) + " bytes of workspace, but only " + std::to_string(free_b) +
+                " bytes of the " + prop_.name + "'s " + std::to_string(total_b) + " are free");
+  if (block > fit) {
+    if (notes)
+      notes->push_back("gpu: block of " + std::to_string(block) + " images cut to " + std::to_string(fit) +
+                       " to fit free GPU memory");
+    block = fit;
+  }
+
+  for (int i = 0; i < streams; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->block = block;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
+    s->in_u8.alloc(static_cast<size_t>(block * net_.input.size()));
+    s->pred.alloc(static_cast<size_t>(block) * sizeof(int32_t));
+    s->bufs.resize(buf_floats_.size());
+    for (size_t b = 0; b < buf_floats_.size(); ++b)
+      s->bufs[b].alloc(static_cast<size_t>(block * buf_floats_[b]) * sizeof(float));
+    s->lt_ws.alloc(kLtWorkspace);
+    s->col.alloc(col);
+    s->cudnn_ws.alloc(cudnn_ws);
+    s->pred_host.alloc(static_cast<size_t>(block) * sizeof(int32_t));
+    slots_.push_back(std::move(s));
+  }
+  slot_streams_ = streams;
+  slot_block_ = block;
+  slot_col_ = use_im2col;
+  slot_cudnn_ = use_cudnn;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running layers.
+
+void GpuExecutor::run_conv(Step& st, Slot& s, int64_t n, const std::string& algo) {
+  ConvState& c = *st.conv;
+  const float* x = s.bufs[static_cast<size_t>(st.ins[0])].as<float>();
+  float* y = s.bufs[static_cast<size_t>(st.out)].as<float>();
+  if (algo == "implicit") {
+    ImplicitConfig cfg = implicit_config(c.p, n);
+    launch_conv_implicit(cfg, c.p, x, c.wt.as<float>(), c.bias.as<float>(), y, n, st.act, s.stream);
+  } else if (algo == "im2col") {
+    c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(), s.lt_ws.bytes(),
+                      s.stream);
+  } else if (algo == "cudnn") {
+    if (!s.cudnn) s.cudnn = std::make_unique<CudnnHandle>();
+    if (!c.cudnn->found())
+      c.cudnn->find(*s.cudnn, s.stream, n, x, c.w.as<float>(), y, s.cudnn_ws.get(), s.cudnn_ws.bytes());
+    c.cudnn->forward(*s.cudnn, s.stream, n, x, c.w.as<float>(), c.bias.as<float>(), y, s.cudnn_ws.get(),
+                     s.cudnn_ws.bytes());
+  } else {
+    throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name + "': no convolution algorithm chosen");
+  }
+}
+
+void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
+  auto buf = [&](int b) { return s.bufs[static_cast<size_t>(b)].as<float>(); };
+  const Layer& l = *net_.layers[static_cast<size_t>(st.layer)];
+  switch (st.op) {
+    case Op::kIdentity:
+    case Op::kFused: return;
+    case Op::kConv: return run_conv(st, s, n, st.conv->chosen);
+    case Op::kFc: {
+      const auto& p = dynamic_cast<const FcLayer&>(l).p;
+      auto& plan = st.fc_plans[n];
+      if (!plan) {
+        plan = std::make_unique<LtGemm>();
+        GemmSpec g;  // column-major: out (O x n) = W^T-stored (I x O)^T * x (I x n)
+        g.m = p.outputs, g.n = n, g.k = p.inputs;
+        g.trans_a = true;
+        g.lda = p.inputs, g.ldb = p.inputs, g.ldd = p.outputs;
+        g.epilogue = st.act == ActKind::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+        g.bias = st.b.as<float>();
+        if (!plan->init(lt_, g, s.lt_ws.bytes()))
+          throw Error("layer '" + l.name + "': cuBLASLt has no FP32 algorithm for its " + std::to_string(p.outputs) +
+                      "x" + std::to_string(p.inputs) + " GEMM");
+      }
+      plan->run(lt_, st.w.as<float>(), buf(st.ins[0]), buf(st.out), s.lt_ws.get(), s.lt_ws.bytes(), s.stream);
+      return;
+    }
+    case Op::kAct:
+      return launch_activation(buf(st.ins[0]), buf(st.out), n * st.out_shape.size(), st.act, s.stream);
+    case Op::kPool: {
+      const Shape& i = st.in_shape;
+      PoolGeom g{static_cast<int>(i.c), static_cast<int>(i.h), static_cast<int>(i.w),
+                 static_cast<int>(st.out_shape.h), static_cast<int>(st.out_shape.w)};
+      return launch_pool(buf(st.ins[0]), buf(st.out), n, g, dynamic_cast<const PoolLayer&>(l).p, s.stream);
+    }
+    case Op::kAffine:
+      return launch_channel_affine(buf(st.ins[0]), buf(st.out), n, static_cast<int>(st.out_shape.c),
+                                   st.out_shape.h * st.out_shape.w, st.scale.as<float>(), st.shift.as<float>(),
+                                   s.stream);
+    case Op::kAdd: {
+      std::vector<const float*> in;
+      for (int b : st.ins) in.push_back(buf(b));
+      return launch_add(in.data(), static_cast<int>(in.size()), buf(st.out), n * st.out_shape.size(), s.stream);
+    }
+    case Op::kConcat: {
+      const size_t dpitch = static_cast<size_t>(st.out_shape.size()) * sizeof(float);
+      size_t off = 0;
+      for (size_t k = 0; k < st.ins.size(); ++k) {
+        const size_t w = static_cast<size_t>(l.in_shapes[k].size()) * sizeof(float);
+        CUDA_CHECK(cudaMemcpy2DAsync(reinterpret_cast<char*>(buf(st.out)) + off, dpitch, buf(st.ins[k]), w, w,
+                                     static_cast<size_t>(n), cudaMemcpyDeviceToDevice, s.stream));
+        off += w;
+      }
+      return;
+    }
+    case Op::kSoftmax:
+      return launch_softmax(buf(st.ins[0]), buf(st.out), n, static_cast<int>(st.out_shape.c),
+                            st.out_shape.h * st.out_shape.w, s.stream);
+  }
+}
+
+// Events ev[ev_base + i] after step i when `events`.
+void GpuExecutor::run_layers(Slot& s, int64_t n, bool events, int ev_base) {
+  launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
+                    net_.input.h * net_.input.w, pre_scale_.as<float>(), pre_shift_.as<float>(), s.stream);
+  if (events) CUDA_CHECK(cudaEventRecord(s.ev[static_cast<size_t>(ev_base - 1)], s.stream));
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    run_step(steps_[i], s, n);
+    if (events) CUDA_CHECK(cudaEventRecord(s.ev[static_cast<size_t>(ev_base) + i], s.stream));
+  }
+}
+
+// Raw pixels of images first..first+n-1 (modulo the count) into the slot's uint8 buffer.
+void GpuExecutor::copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged) {
+  const size_t img = static_cast<size_t>(data.shape.size());
+  int64_t done = 0;
+  while (done < n) {
+    int64_t idx = (first + done) % data.count;
+    int64_t run = std::min(n - done, data.count - idx);
+    uint8_t* dst = s.in_u8.as<uint8_t>() + static_cast<size_t>(done) * img;
+    const uint8_t* src = data.image(idx);
+    if (staged) {
+      uint8_t* st = s.staging.as<uint8_t>() + static_cast<size_t>(done) * img;
+      std::memcpy(st, src, static_cast<size_t>(run) * img);
+      src = st;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(run) * img, cudaMemcpyHostToDevice, s.stream));
+    done += run;
+  }
+}
+
+// Auto: on the first block, time each algorithm that can run every auto conv and keep the
+// fastest (layers in order, each on the real output of the layers before it).
+void GpuExecutor::tune(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes) {
+  copy_in(s, data, 0, n, false);
+  launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
+                    net_.input.h * net_.input.w, pre_scale_.as<float>(), pre_shift_.as<float>(), s.stream);
+  cudaEvent_t e0, e1;
+  CUDA_CHECK(cudaEventCreate(&e0));
+  CUDA_CHECK(cudaEventCreate(&e1));
+  try {
+    for (Step& st : steps_) {
+      if (st.op == Op::kConv && st.conv->chosen.empty()) {
+        ConvState& c = *st.conv;
+        const std::string& lname = net_.layers[static_cast<size_t>(st.layer)]->name;
+        std::string best, line = "gpu: auto " + lname + " (" + std::to_string(n) + " images):";
+        float best_ms = 0;
+        for (const char* a : kAlgos) {
+          if (std::string(a) == "implicit" && !implicit_config(c.p, n).ok) {
+            line += std::string(" ") + a + " n/a;";
+            continue;
+          }
+          try {
+            run_conv(st, s, n, a);  // warm-up (and cuDNN's own search)
+            float ms_min = 1e30f;
+            for (int r = 0; r < kTuneRepeats; ++r) {
+              CUDA_CHECK(cudaEventRecord(e0, s.stream));
+              run_conv(st, s, n, a);
+              CUDA_CHECK(cudaEventRecord(e1, s.stream));
+              CUDA_CHECK(cudaEventSynchronize(e1));
+              float ms = 0;
+              CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+              ms_min = std::min(ms_min, ms);
+            }
+            std::ostringstream o;
+            o.precision(3);
+            o << std::fixed << " " << a << " " << ms_min << " ms;";
+            line += o.str();
+            if (best.empty() || ms_min < best_ms) best = a, best_ms = ms_min;
+          } catch (const Error& e) {
+            // An algorithm the libraries refuse for this shape is not a candidate; real CUDA
+            // failures surface again when the chosen algorithm runs.
+            line += std::string(" ") + a + " failed (" + e.what() + ");";
+          }
+        }
+        if (best.empty()) throw Error("layer '" + lname + "': no convolution algorithm can run it:" + line);
+        c.tuned = c.chosen = best;
+        c.tune_note = line + " -> " + best;
+        if (notes) notes->push_back(c.tune_note);
+      }
+      run_step(st, s, n);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  } catch (...) {
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    throw;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  any_auto_ = false;
+}
+
+void GpuExecutor::warm(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes) {
+  if (any_auto_) return tune(s, data, n, notes);
+  copy_in(s, data, 0, n, false);
+  run_layers(s, n, false, 0);
+  CUDA_CHECK(cudaStreamSynchronize(s.stream));
+}
+
+std::string GpuExecutor::step_algo(const Step& st) const {
+  switch (st.op) {
+    case Op::kConv: {
+      const ConvState& c = *st.conv;
+      std::string relu = st.act == ActKind::kRelu ? "+relu" : "";
+      if (c.chosen == "implicit") return "implicit(bias" + relu + " epilogue)";
+      if (c.chosen == "im2col") return c.im2col->algo_name();
+      return c.cudnn->algo_name();
+    }
+    case Op::kFc: return std::string("cublasLt(epilogue bias") + (st.act == ActKind::kRelu ? "+relu)" : ")");
+    case Op::kFused: return "fused into " + net_.layers[static_cast<size_t>(st.fused_producer)]->name;
+    case Op::kIdentity: return "identity";
+    default: return "";
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
+  check_ready(data);
+  const int64_t batch = opt.batch == 0 ? data.count : opt.batch;
+  if (batch < 0) throw Error("batch must be positive, found " + std::to_string(opt.batch));
+  if (batch > data.count && !opt.cycle)
+    throw Error("batch of " + std::to_string(batch) + " images exceeds the data set's " +
+                std::to_string(data.count) + " images (" + data.description + "); cycle through the data to run more");
+  if (static_cast<int64_t>(data.labels.size()) < data.count)
+    throw Error("data set has " + std::to_string(data.labels.size()) + " labels for " + std::to_string(data.count) +
+                " images");
+  if (opt.streams < 0) throw Error("streams must be positive, found " + std::to_string(opt.streams));
+  if (opt.block < 0) throw Error("block must be positive, found " + std::to_string(opt.block));
+
+  RunResult r;
+  auto setup_t0 = Clock::now();
+  upload_weights();
+  int64_t block = opt.block;
+  if (block == 0) {  // near kDefaultBlock, cut into equal blocks
+    int64_t nb = (batch + kDefaultBlock - 1) / kDefaultBlock;
+    block = (batch + nb - 1) / nb;
+  }
+  block = std::min(block, batch);
+  resolve_algos(opt.conv_algo, block);
+  ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, &r.notes);
+  block = slot_block_;
+  const int S = slot_streams_;
+  const int64_t nblocks = (batch + block - 1) / block;
+  const Layer& out_layer = *net_.layers[static_cast<size_t>(net_.output)];
+  const int64_t out_size = out_layer.out_shape.size();
+  const int out_buf = steps_[static_cast<size_t>(net_.output)].out;
+
+  // Host memory the copies read: the data set's own pixels, page-locked in place.
+  const bool whole = opt.cycle || batch >= data.count;
+  const size_t reg_bytes = static_cast<size_t>((whole ? data.count : batch) * data.shape.size());
+  void* reg_ptr = const_cast<uint8_t*>(data.pixels.data());
+  bool registered = false, staged = false;
+  cudaError_t re = cudaHostRegister(reg_ptr, reg_bytes, cudaHostRegisterDefault);
+  if (re == cudaSuccess) {
+    registered = true;
+  } else {
+    (void)cudaGetLastError();
+    staged = re != cudaErrorHostMemoryAlreadyRegistered;
+  }
+  struct Unregister {
+    void* p;
+    bool on;
+    ~Unregister() {
+      if (!on) return;
+      cudaDeviceSynchronize();  // after an error, copies may still be reading it
+      cudaHostUnregister(p);
+    }
+  } unregister{reg_ptr, registered};
+
+  for (auto& sp : slots_) {
+    Slot& s = *sp;
+    if (staged && s.staging.bytes() < s.in_u8.bytes()) s.staging.alloc(s.in_u8.bytes());
+    if (opt.want_probs) s.probs_host.alloc(static_cast<size_t>(block * out_size) * sizeof(float));
+    // events: [0] before H2D, [1] after H2D, [2] after preprocess, [3..3+L) after each layer,
+    // [3+L] after argmax, [4+L] after D2H
+    const size_t need = steps_.size() + 5;
+    while (s.ev.size() < need) {
+      cudaEvent_t e;
+      CUDA_CHECK(cudaEventCreate(&e));
+      s.ev.push_back(e);
+    }
+    s.first = -1;
+  }
+
+  DevBuf labels = upload(data.labels.data(), static_cast<size_t>(data.count));
+  DevBuf correct(sizeof(unsigned long long));
+  CUDA_CHECK(cudaMemset(correct.get(), 0, sizeof(unsigned long long)));
+
+  // The first block once through every layer before the clock starts: auto's search when a conv
+  // needs it, otherwise a warm-up (CUDA loads kernels lazily, cuBLASLt/cuDNN plan on first use).
+  warm(*slots_[0], data, block, &r.notes);
+  if (may_use("cudnn"))
+    for (auto& sp : slots_)
+      if (!sp->cudnn) sp->cudnn = std::make_unique<CudnnHandle>();
+  for (const Step& st : steps_)
+    if (st.op == Op::kConv && !st.conv->tune_note.empty() && st.conv->chosen == st.conv->tuned &&
+        std::find(r.notes.begin(), r.notes.end(), st.conv->tune_note) == r.notes.end())
+      r.notes.push_back(st.conv->tune_note + " (tuned earlier)");
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const double setup_s = seconds_since(setup_t0);
+
+  r.images = batch;
+  r.predictions.assign(static_cast<size_t>(batch), 0);
+  if (opt.want_probs) r.probs.assign(static_cast<size_t>(batch * out_size), 0.f);
+  const size_t L = steps_.size();
+  std::vector<double> layer_s(L, 0.0);
+  double pre_s = 0, argmax_s = 0, h2d_s = 0, d2h_s = 0;
+  std::vector<std::pair<double, double>> compute_iv, copy_iv;
+  int64_t done = 0;
+
+  cudaEvent_t start;
+  CUDA_CHECK(cudaEventCreate(&start));
+  struct EvGuard {
+    cudaEvent_t e;
+    ~EvGuard() { cudaEventDestroy(e); }
+  } start_guard{start};
+
+  auto harvest = [&](Slot& s) {
+    if (s.first < 0) return;
+    CUDA_CHECK(cudaEventSynchronize(s.ev[L + 4]));
+    std::vector<double> t(L + 5);
+    for (size_t i = 0; i < L + 5; ++i) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, start, s.ev[i]));
+      t[i] = ms * 1e-3;
+    }
+    h2d_s += t[1] - t[0];
+    pre_s += t[2] - t[1];
+    for (size_t i = 0; i < L; ++i) layer_s[i] += t[3 + i] - t[2 + i];
+    argmax_s += t[L + 3] - t[L + 2];
+    d2h_s += t[L + 4] - t[L + 3];
+    compute_iv.push_back({t[1], t[L + 3]});
+    copy_iv.push_back({t[0], t[1]});
+    copy_iv.push_back({t[L + 3], t[L + 4]});
+    std::memcpy(r.predictions.data() + s.first, s.pred_host.as<int32_t>(), static_cast<size_t>(s.n) * sizeof(int32_t));
+    if (opt.want_probs)
+      std::memcpy(r.probs.data() + s.first * out_size, s.probs_host.as<float>(),
+                  static_cast<size_t>(s.n * out_size) * sizeof(float));
+    done += s.n;
+    s.first = -1;
+    if (opt.progress) opt.progress(done, batch);
+  };
+
+  auto t0 = Clock::now();
+  CUDA_CHECK(cudaEventRecord(start, slots_[0]->stream));
+  for (int i = 1; i < S; ++i) CUDA_CHECK(cudaStreamWaitEvent(slots_[static_cast<size_t>(i)]->stream, start, 0));
+  for (int64_t b = 0; b < nblocks; ++b) {
+    Slot& s = *slots_[static_cast<size_t>(b % S)];
+    harvest(s);  // the slot's previous block: its buffers and events are free again
+    const int64_t first = b * block, n = std::min(block, batch - first);
+    CUDA_CHECK(cudaEventRecord(s.ev[0], s.stream));
+    copy_in(s, data, first, n, staged);
+    CUDA_CHECK(cudaEventRecord(s.ev[1], s.stream));
+    run_layers(s, n, true, 3);
+    launch_argmax(s.bufs[static_cast<size_t>(out_buf)].as<float>(), n, static_cast<int>(out_size), s.pred.as<int32_t>(),
+                  labels.as<uint8_t>(), first, data.count, correct.as<unsigned long long>(), s.stream);
+    CUDA_CHECK(cudaEventRecord(s.ev[L + 3], s.stream));
+    CUDA_CHECK(cudaMemcpyAsync(s.pred_host.as<int32_t>(), s.pred.as<int32_t>(), static_cast<size_t>(n) * sizeof(int32_t),
+                               cudaMemcpyDeviceToHost, s.stream));
+    if (opt.want_probs)
+      CUDA_CHECK(cudaMemcpyAsync(s.probs_host.as<float>(), s.bufs[static_cast<size_t>(out_buf)].as<float>(),
+                                 static_cast<size_t>(n * out_size) * sizeof(float), cudaMemcpyDeviceToHost, s.stream));
+    CUDA_CHECK(cudaEventRecord(s.ev[L + 4], s.stream));
+    s.first = first;
+    s.n = n;
+  }
+  for (int64_t b = nblocks; b < nblocks + S; ++b) harvest(*slots_[static_cast<size_t>(b % S)]);
+  r.forward_seconds = seconds_since(t0);
+
+  unsigned long long good = 0;
+  CUDA_CHECK(cudaMemcpy(&good, correct.get(), sizeof(good), cudaMemcpyDeviceToHost));
+  r.correct = static_cast<int64_t>(good);
+
+  auto cm = merge(compute_iv), cp = merge(copy_iv);
+  r.transfer_seconds = length(cp) - overlap(cp, cm);
+
+  r.engine = "gpu (" + std::string(prop_.name) + ", sm_" + std::to_string(prop_.major) + std::to_string(prop_.minor) +
+             ", " + std::to_string(S) + (S == 1 ? " stream" : " streams") + ", blocks of " + std::to_string(block) +
+             " images)";
+  for (size_t i = 0; i < L; ++i) {
+    const Layer& l = *net_.layers[i];
+    LayerTime lt;
+    lt.name = l.name;
+    lt.type = l.type;
+    lt.algo = step_algo(steps_[i]);
+    lt.seconds = layer_s[i];
+    r.layers.push_back(lt);
+  }
+  double sum_layers = 0;
+  for (double x : layer_s) sum_layers += x;
+  r.notes.push_back("gpu: " + std::to_string(nblocks) + " blocks on " + std::to_string(S) + " streams; " +
+                    cudnn_version_string() + "; pixels from " +
+                    (registered ? "the data set's buffer, page-locked in place (cudaHostRegister)"
+                                : staged ? "a pinned staging buffer (cudaHostRegister failed)"
+                                         : "already page-locked memory"));
+  r.notes.push_back("gpu: setup (weights, workspaces, algorithm search, page-locking) " + fmt_ms(setup_s) +
+                    ", not in the forward time");
+  r.notes.push_back("gpu: preprocess " + fmt_ms(pre_s) + ", argmax+accuracy " + fmt_ms(argmax_s) + ", H2D " +
+                    fmt_ms(h2d_s) + ", D2H " + fmt_ms(d2h_s) + " (event intervals summed over blocks)");
+  r.notes.push_back("gpu: per-layer times sum to " + fmt_ms(sum_layers) + "; GPU busy with compute " +
+                    fmt_ms(length(cm)) + " of the " + fmt_ms(r.forward_seconds) +
+                    " wall (with several streams, layers of different blocks overlap, so the sum can exceed the busy time)");
+  return r;
+}
+
+std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t first, int64_t n) {
+  check_ready(data);
+  if (first < 0 || n < 0 || first > data.count || n > data.count - first)
+    throw Error("images " + std::to_string(first) + ".." + std::to_string(first + n - 1) +
+                " are outside the data set's " + std::to_string(data.count) + " images");
+  upload_weights();
+  std::vector<Tensor> outs(steps_.size());
+  for (size_t i = 0; i < steps_.size(); ++i)
+    if (steps_[i].fused_consumer < 0) {
+      const Shape& s = steps_[i].out_shape;
+      outs[i] = Tensor({n, s.c, s.h, s.w});
+    }
+  if (n == 0) return outs;
+  int64_t block = std::min(n, kDefaultBlock);
+  resolve_algos("", block);
+  ensure_slots(1, block, n, nullptr);
+  block = slot_block_;
+  Slot& s = *slots_[0];
+  if (any_auto_) tune(s, data, std::min(block, n), nullptr);  // else no warm-up: nothing is timed
+  for (int64_t done = 0; done < n; done += block) {
+    const int64_t m = std::min(block, n - done);
+    copy_in(s, data, first + done, m, false);
+    run_layers(s, m, false, 0);
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      if (steps_[i].fused_consumer >= 0) continue;
+      const size_t size = static_cast<size_t>(steps_[i].out_shape.size());
+      CUDA_CHECK(cudaMemcpyAsync(outs[i].ptr() + static_cast<size_t>(done) * size,
+                                 s.bufs[static_cast<size_t>(steps_[i].out)].get(),
+                                 static_cast<size_t>(m) * size * sizeof(float), cudaMemcpyDeviceToHost, s.stream));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s.stream));
+  }
+  return outs;
+}
+
+}  // namespace
+
+}  // namespace gpu
+
+bool gpu_available(std::string* why) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why) *why = std::string("no CUDA device: ") + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ")";
+    return false;
+  }
+  if (count == 0) {
+    if (why) *why = "no CUDA device: the driver reports none";
+    return false;
+  }
+  cudaDeviceProp p{};
+  e = cudaGetDeviceProperties(&p, 0);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (why) *why = std::string("no CUDA device: ") + cudaGetErrorString(e);
+    return false;
+  }
+  if (p.major < 9) {
+    if (why)
+      *why = std::string("CUDA device 0 (") + p.name + ") has compute capability " + std::to_string(p.major) + "." +
+             std::to_string(p.minor) + "; this build's kernels are for sm_90 (Hopper) and newer";
+    return false;
+  }
+  if (why) *why = "";
+  return true;
+}
+
+std::unique_ptr<Executor> make_gpu_executor(const Network& net) {
+  std::string why;
+  if (!gpu_available(&why)) throw Error("--engine gpu: " + why);
+  return std::make_unique<gpu::GpuExecutor>(net);
+}
+
+}  // namespace cnnrun
