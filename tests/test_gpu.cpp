@@ -1,0 +1,404 @@
+// The GPU executor against the CPU reference: every convolution algorithm and every layer type
+// on random shapes (strides 1 and 2, pads 0-2, kernels 1/3/5 and non-square, channel counts
+// that are not multiples of 4 or 32, batch 1 and odd batches), run() with blocks that do not
+// divide the batch, several streams and cycling, the real CIFAR-10 network on the sample, and
+// the out-of-memory error. GPU cases are named "gpu: ..." and skip visibly without a GPU.
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <sstream>
+
+#include "engine/gpu_api.h"
+#include "engine/io/assets.h"
+#include "engine/io/dataset.h"
+#include "engine/io/weights.h"
+#include "engine/network.h"
+#include "reference/cpu_executor.h"
+#include "tests/test_util.h"
+
+using namespace cnnrun;
+
+namespace {
+
+bool gpu_present() {
+  static const bool present = [] {
+    std::string why;
+    bool ok = gpu_available(&why);
+    if (!ok) std::fprintf(stderr, "GPU tests skipped: %s\n", why.c_str());
+    return ok;
+  }();
+  return present;
+}
+
+constexpr double kAtol = 1e-4, kRtol = 1e-3;
+
+// Random weights in each layer's PyTorch shapes, scaled by fan-in so activations stay O(1).
+void random_weights(Network& net, uint32_t seed) {
+  for (auto& l : net.layers) {
+    if (!l->has(kCapWeights)) continue;
+    for (const WeightSpec& ws : l->weight_specs(l->in_shapes)) {
+      Tensor t(ws.dims);
+      float lo = -0.5f, hi = 0.5f;
+      if (ws.name == "weight" && ws.dims.size() > 1) {
+        int64_t fan_in = 1;
+        for (size_t d = 1; d < ws.dims.size(); ++d) fan_in *= ws.dims[d];
+        hi = 1.5f / std::sqrt(static_cast<float>(fan_in));
+        lo = -hi;
+      } else if (ws.name == "weight" || ws.name == "running_var") {
+        lo = 0.5f, hi = 1.5f;
+      }
+      t.data = test::random_floats(static_cast<size_t>(t.numel()), seed++, lo, hi);
+      l->weights[ws.name] = std::move(t);
+    }
+  }
+}
+
+Dataset gpu_random_data(const Shape& s, int64_t count, int classes, uint32_t seed) {
+  Dataset d;
+  d.count = count;
+  d.shape = s;
+  d.description = "random";
+  std::mt19937 g(seed);
+  d.pixels.resize(static_cast<size_t>(count * s.size()));
+  for (auto& p : d.pixels) p = static_cast<uint8_t>(g() & 255);
+  d.labels.resize(static_cast<size_t>(count));
+  for (auto& l : d.labels) l = static_cast<uint8_t>(g() % static_cast<unsigned>(classes));
+  return d;
+}
+
+std::string classes(int n) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) s += (i ? ", c" : "c") + std::to_string(i);
+  return s + "]";
+}
+
+struct MaxErr {
+  double abs = 0;
+  std::string where;
+  void note(double e, const std::string& w) {
+    if (e > abs) abs = e, where = w;
+  }
+};
+
+// forward_layers on both executors; every materialised layer within tolerance, every empty one
+// reported as fused into its consumer.
+void compare_layers(const Network& net, Executor& gpu, Executor& cpu, const Dataset& data, int64_t first, int64_t n,
+                    const std::string& what, MaxErr& err) {
+  std::vector<Tensor> g = gpu.forward_layers(data, first, n);
+  std::vector<Tensor> c = cpu.forward_layers(data, first, n);
+  REQUIRE(g.size() == net.layers.size());
+  REQUIRE(c.size() == net.layers.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    const std::string lname = net.layers[i]->name;
+    INFO(what << ", layer " << lname << " (" << net.layers[i]->type << "), images " << first << ".." << first + n - 1);
+    if (g[i].dims.empty()) {
+      CHECK(!gpu.fused_into(static_cast<int>(i)).empty());
+      continue;
+    }
+    CHECK(gpu.fused_into(static_cast<int>(i)).empty());
+    REQUIRE(g[i].dims == c[i].dims);
+    test::Compare cmp = test::compare(g[i].ptr(), c[i].ptr(), g[i].data.size(), kAtol, kRtol);
+    INFO("max abs error " << cmp.max_abs << " at " << cmp.worst << ": gpu " << g[i].data[cmp.worst] << " cpu "
+                          << c[i].data[cmp.worst]);
+    CHECK(cmp.ok);
+    err.note(cmp.max_abs, what + " " + lname);
+  }
+}
+
+struct ConvCase {
+  int c, f, kh, kw, sh, sw, ph, pw, h, w, n;
+};
+
+// Shapes chosen to hit every path of the three algorithms: the CIFAR layers, filters past one
+// implicit tile (33, 40), outputs larger than one implicit tile (34x34), stride 2, 1x1, tiny.
+const ConvCase kConvCases[] = {
+    {3, 16, 5, 5, 1, 1, 2, 2, 32, 32, 3},  {16, 20, 5, 5, 1, 1, 2, 2, 16, 16, 5}, {20, 20, 5, 5, 1, 1, 2, 2, 8, 8, 7},
+    {5, 17, 3, 3, 2, 2, 1, 1, 13, 11, 1},  {17, 5, 1, 1, 1, 1, 0, 0, 9, 7, 3},    {20, 33, 3, 3, 1, 1, 1, 1, 10, 12, 5},
+    {3, 8, 5, 5, 2, 2, 2, 2, 15, 17, 9},   {5, 20, 1, 1, 2, 2, 0, 0, 11, 9, 1},   {17, 3, 3, 3, 1, 1, 0, 0, 6, 7, 11},
+    {3, 40, 5, 5, 1, 1, 2, 2, 34, 34, 2},  {1, 4, 3, 3, 1, 1, 1, 1, 5, 5, 1},     {20, 12, 5, 5, 2, 2, 1, 1, 9, 10, 3},
+    {5, 7, 3, 5, 1, 2, 1, 2, 12, 14, 5},   {17, 24, 3, 3, 2, 1, 2, 0, 8, 9, 3},
+};
+
+std::string conv_netdef(const ConvCase& k) {
+  std::ostringstream o;
+  o << "name: convtest\ninput: {channels: " << k.c << ", height: " << k.h << ", width: " << k.w << "}\n"
+    << "classes: " << classes(10) << "\nlayers:\n"
+    << "  - {name: conv1, type: conv, filters: " << k.f << ", kernel: [" << k.kh << ", " << k.kw << "], stride: ["
+    << k.sh << ", " << k.sw << "], pad: [" << k.ph << ", " << k.pw << "]}\n"
+    << "  - {name: relu1, type: relu}\n"
+    << "  - {name: conv2, type: conv, filters: 6, kernel: 3, pad: 1, bias: false}\n"
+    << "  - {name: act2, type: tanh}\n"
+    << "  - {name: gap, type: avgpool, global: true}\n"
+    << "  - {name: fc, type: fc, outputs: 10}\n"
+    << "  - {name: softmax, type: softmax}\n";
+  return o.str();
+}
+
+void conv_algo_against_reference(const std::string& algo) {
+  MaxErr err;
+  uint32_t seed = 100;
+  for (const ConvCase& k : kConvCases) {
+    Network net = parse_netdef_string(conv_netdef(k), "convtest");
+    for (auto& l : net.layers)
+      if (l->type == "conv") l->algo = algo;
+    random_weights(net, seed);
+    Dataset data = gpu_random_data(net.input, k.n + 3, 10, seed++);
+    auto gpu = make_gpu_executor(net);
+    auto cpu = make_cpu_executor(net);
+    std::ostringstream what;
+    what << algo << " C" << k.c << " F" << k.f << " k" << k.kh << "x" << k.kw << " s" << k.sh << "x" << k.sw << " p"
+         << k.ph << "x" << k.pw << " in " << k.h << "x" << k.w << " n" << k.n;
+    compare_layers(net, *gpu, *cpu, data, 2, k.n, what.str(), err);
+    CHECK(gpu->fused_into(0) == "relu1");  // conv1's ReLU runs in its epilogue
+    CHECK(gpu->fused_into(2).empty());     // tanh is never fused
+  }
+  MESSAGE("conv " << algo << ": max abs error " << err.abs << " (" << err.where << ")");
+}
+
+}  // namespace
+
+TEST_CASE("gpu_available says why it is false, and make_gpu_executor throws that") {
+  std::string why = "unset";
+  bool ok = gpu_available(&why);
+  if (ok) {
+    CHECK(why.empty());
+  } else {
+    CHECK(!why.empty());
+    CHECK(why != "unset");
+    Network net = parse_netdef_string("input: {channels: 1, height: 2, width: 2}\nclasses: [a, b]\n"
+                                      "layers:\n  - {name: f, type: fc, outputs: 2}\n");
+    CHECK_THROWS_WITH_AS(make_gpu_executor(net), doctest::Contains(why.c_str()), Error);
+  }
+}
+
+TEST_CASE("gpu: conv im2col vs reference" * doctest::skip(!gpu_present())) { conv_algo_against_reference("im2col"); }
+TEST_CASE("gpu: conv implicit vs reference" * doctest::skip(!gpu_present())) { conv_algo_against_reference("implicit"); }
+TEST_CASE("gpu: conv cudnn vs reference" * doctest::skip(!gpu_present())) { conv_algo_against_reference("cudnn"); }
+TEST_CASE("gpu: conv auto vs reference" * doctest::skip(!gpu_present())) { conv_algo_against_reference(""); }
+
+TEST_CASE("gpu: every layer type vs reference" * doctest::skip(!gpu_present())) {
+  // Branches (add of three, concat), unfolded batchnorm, sigmoid, padded max and average pools
+  // (with and without count_pad), dropout, flatten, softmax over channels at every position,
+  // fc with a fused ReLU and fc without bias.
+  const char* text = R"(
+name: layers
+input: {channels: 5, height: 11, width: 9}
+preprocess: {mean: [0.4, 0.5, 0.6, 0.5, 0.5], std: [0.2, 0.25, 0.3, 0.5, 1.0]}
+classes: [a, b, c, d, e, f, g]
+layers:
+  - {name: c1, type: conv, filters: 17, kernel: 3, pad: 1}
+  - {name: bn1, type: batchnorm, inputs: c1}
+  - {name: s1, type: sigmoid}
+  - {name: c2, type: conv, filters: 17, kernel: 1, inputs: s1}
+  - {name: c3, type: conv, filters: 17, kernel: 3, pad: 1, inputs: s1}
+  - {name: sum, type: add, inputs: [s1, c2, c3]}
+  - {name: r2, type: relu}
+  - {name: mp, type: maxpool, size: 3, stride: 2, pad: 1}
+  - {name: ap, type: avgpool, size: 3, stride: 2, pad: 1, inputs: sum}
+  - {name: apx, type: avgpool, size: 3, stride: 2, pad: 1, count_pad: false, inputs: sum}
+  - {name: cat, type: concat, inputs: [mp, ap, apx]}
+  - {name: sm, type: softmax}
+  - {name: c4, type: conv, filters: 3, kernel: 3, stride: 2}
+  - {name: t4, type: tanh}
+  - {name: drop, type: dropout, rate: 0.3}
+  - {name: flat, type: flatten}
+  - {name: fc1, type: fc, outputs: 20}
+  - {name: r3, type: relu}
+  - {name: fc2, type: fc, outputs: 7, bias: false}
+)";
+  MaxErr err;
+  for (const char* algo : {"implicit", "im2col", "cudnn"}) {
+    Network net = parse_netdef_string(text, "layers");
+    for (auto& l : net.layers)
+      if (l->type == "conv") l->algo = algo;
+    random_weights(net, 7);
+    Dataset data = gpu_random_data(net.input, 9, 7, 3);
+    auto gpu = make_gpu_executor(net);
+    auto cpu = make_cpu_executor(net);
+    compare_layers(net, *gpu, *cpu, data, 0, 9, algo, err);
+    compare_layers(net, *gpu, *cpu, data, 4, 1, algo, err);
+    CHECK(gpu->fused_into(net.find("fc1")) == "r3");
+    CHECK(gpu->fused_into(net.find("c3")).empty());  // read by the add, not by a relu
+    CHECK(gpu->fused_into(net.find("c1")).empty());  // followed by a batchnorm
+  }
+  MESSAGE("layer types: max abs error " << err.abs << " (" << err.where << ")");
+}
+
+namespace {
+
+const char* kSmallNet = R"(
+name: small
+input: {channels: 3, height: 12, width: 12}
+classes: [a, b, c, d, e, f, g, h, i, j]
+layers:
+  - {name: conv1, type: conv, filters: 16, kernel: 5, pad: 2}
+  - {name: relu1, type: relu}
+  - {name: pool1, type: maxpool, size: 2}
+  - {name: conv2, type: conv, filters: 20, kernel: 3, pad: 1}
+  - {name: relu2, type: relu}
+  - {name: pool2, type: maxpool, size: 2}
+  - {name: fc, type: fc, outputs: 10}
+  - {name: softmax, type: softmax}
+)";
+
+// The CPU's top-two margin for each image: predictions only have to agree where it is clear.
+std::vector<float> margins(const RunResult& r, int classes) {
+  std::vector<float> m(static_cast<size_t>(r.images));
+  for (int64_t i = 0; i < r.images; ++i) {
+    std::vector<float> v(r.probs.begin() + i * classes, r.probs.begin() + (i + 1) * classes);
+    std::partial_sort(v.begin(), v.begin() + 2, v.end(), std::greater<float>());
+    m[static_cast<size_t>(i)] = v[0] - v[1];
+  }
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" * doctest::skip(!gpu_present())) {
+  Network net = parse_netdef_string(kSmallNet, "small");
+  random_weights(net, 11);
+  const int64_t count = 37;
+  Dataset data = gpu_random_data(net.input, count, 10, 5);
+  auto cpu = make_cpu_executor(net);
+  RunOptions co;
+  co.batch = count;
+  co.want_probs = true;
+  RunResult ref = cpu->run(data, co);
+  std::vector<float> margin = margins(ref, 10);
+
+  struct Variant {
+    int64_t batch, block;
+    int streams;
+    bool cycle;
+    std::string algo;
+  };
+  const Variant variants[] = {
+      {37, 5, 2, false, "implicit"}, {37, 0, 0, false, ""},    {1, 0, 0, false, "im2col"}, {37, 8, 3, false, "cudnn"},
+      {100, 16, 3, true, "implicit"}, {101, 7, 4, true, "im2col"}, {37, 37, 1, false, "cudnn"}, {23, 6, 2, false, ""},
+  };
+  auto gpu = make_gpu_executor(net);
+  for (const Variant& v : variants) {
+    INFO("batch " << v.batch << " block " << v.block << " streams " << v.streams << " cycle " << v.cycle << " algo '"
+                  << v.algo << "'");
+    RunOptions o;
+    o.batch = v.batch;
+    o.block = v.block;
+    o.streams = v.streams;
+    o.cycle = v.cycle;
+    o.conv_algo = v.algo;
+    o.want_probs = true;
+    int64_t last_progress = 0;
+    o.progress = [&](int64_t done, int64_t total) {
+      CHECK(total == v.batch);
+      CHECK(done > last_progress);
+      last_progress = done;
+    };
+    RunResult r = gpu->run(data, o);
+    CHECK(last_progress == v.batch);
+    REQUIRE(r.images == v.batch);
+    REQUIRE(r.predictions.size() == static_cast<size_t>(v.batch));
+    REQUIRE(r.probs.size() == static_cast<size_t>(v.batch * 10));
+    int64_t good = 0, unclear = 0;
+    for (int64_t i = 0; i < v.batch; ++i) {
+      const size_t j = static_cast<size_t>(i % count);
+      if (r.predictions[static_cast<size_t>(i)] == data.labels[j]) ++good;
+      test::Compare cmp = test::compare(r.probs.data() + i * 10, ref.probs.data() + j * 10, 10, kAtol, kRtol);
+      CHECK_MESSAGE(cmp.ok, "image " << i << " max abs error " << cmp.max_abs);
+      if (margin[j] > 1e-4f)
+        CHECK(r.predictions[static_cast<size_t>(i)] == ref.predictions[j]);
+      else
+        ++unclear;
+    }
+    CHECK(r.correct == good);  // the GPU's accuracy count agrees with its own predictions
+    if (!v.cycle && v.batch == count && unclear == 0) CHECK(r.correct == ref.correct);
+    // The report: every layer, the algorithm that ran, the fused ReLUs, sane times.
+    REQUIRE(r.layers.size() == net.layers.size());
+    CHECK(r.layers[1].algo == "fused into conv1");
+    CHECK(r.layers[1].seconds == 0.0);
+    if (!v.algo.empty()) CHECK(r.layers[0].algo.find(v.algo) != std::string::npos);
+    CHECK(!r.layers[0].algo.empty());
+    CHECK(r.layers[0].seconds > 0.0);
+    CHECK(r.forward_seconds > 0.0);
+    CHECK(r.transfer_seconds >= 0.0);
+    CHECK(r.transfer_seconds <= r.forward_seconds);
+    CHECK(r.engine.find("gpu (") == 0);
+  }
+
+  RunOptions bad;
+  bad.batch = count + 1;
+  CHECK_THROWS_WITH_AS(gpu->run(data, bad), doctest::Contains("cycle"), Error);
+  bad.batch = count;
+  bad.conv_algo = "winograd";
+  CHECK_THROWS_WITH_AS(gpu->run(data, bad), doctest::Contains("winograd"), Error);
+}
+
+TEST_CASE("gpu: an image that cannot fit in GPU memory is a clear error" * doctest::skip(!gpu_present())) {
+  // Three 1024-filter 1x1 convolutions of a 4096x4096 image: over 200 GB of activations for
+  // a single image, more than any GPU has.
+  const char* text = R"(
+input: {channels: 1, height: 4096, width: 4096}
+classes: [a, b, c, d, e, f, g, h, i, j]
+layers:
+  - {name: c1, type: conv, filters: 1024, kernel: 1}
+  - {name: c2, type: conv, filters: 1024, kernel: 1}
+  - {name: c3, type: conv, filters: 1024, kernel: 1}
+  - {name: gap, type: avgpool, global: true}
+  - {name: fc, type: fc, outputs: 10}
+)";
+  Network net = parse_netdef_string(text, "huge");
+  random_weights(net, 1);
+  Dataset data = gpu_random_data(net.input, 1, 10, 1);
+  auto gpu = make_gpu_executor(net);
+  RunOptions o;
+  o.batch = 1;
+  CHECK_THROWS_WITH_AS(gpu->run(data, o), doctest::Contains("GPU memory: one image needs"), Error);
+}
+
+TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 images cycled" *
+          doctest::skip(!gpu_present())) {
+  const std::string shared = test::shared_dir();
+  if (!test::have_file(shared + "/data/cifar10-sample/train_2000.bin") ||
+      !test::have_file(shared + "/models/convnetjs-cifar10/layer1_conv.txt")) {
+    MESSAGE("CIFAR-10 sample not found under " << shared << "; skipping");
+    return;
+  }
+  Network net = parse_netdef_file(std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml");
+  AssetResolver assets(net.source_dir, {shared});
+  load_weights(net, assets, "");
+  Dataset data = load_dataset(net, assets, "");
+  REQUIRE(data.count == 2000);
+
+  auto cpu = make_cpu_executor(net);
+  RunOptions co;
+  co.batch = 2000;
+  RunResult ref = cpu->run(data, co);
+  int64_t ref_1200 = 0;
+  for (int64_t i = 0; i < 1200; ++i) ref_1200 += ref.predictions[static_cast<size_t>(i)] == data.labels[static_cast<size_t>(i)];
+  CHECK(ref_1200 == 939);  // 78.25 %, the thesis figure
+
+  auto gpu = make_gpu_executor(net);
+  MaxErr err;
+  compare_layers(net, *gpu, *cpu, data, 0, 64, "cifar10", err);
+  MESSAGE("cifar10 layers: max abs error " << err.abs << " (" << err.where << ")");
+
+  for (const char* algo : {"im2col", "implicit", "cudnn", ""}) {
+    INFO("algo '" << algo << "'");
+    RunOptions o;
+    o.batch = 50000;
+    o.cycle = true;
+    o.conv_algo = algo;
+    RunResult r = gpu->run(data, o);
+    int64_t differ = 0;
+    for (int64_t i = 0; i < 50000; ++i)
+      differ += r.predictions[static_cast<size_t>(i)] != ref.predictions[static_cast<size_t>(i % 2000)];
+    CHECK(differ == 0);
+    CHECK(r.correct == 25 * ref.correct);
+    std::ostringstream o2;
+    o2 << "cifar10 50000 images, conv " << (*algo ? algo : "auto") << ": forward " << r.forward_seconds * 1e3
+       << " ms, copies not hidden " << r.transfer_seconds * 1e3 << " ms, accuracy "
+       << 100.0 * static_cast<double>(r.correct) / 50000.0 << " %; layers:";
+    for (const LayerTime& t : r.layers) o2 << " " << t.name << "=" << t.seconds * 1e3 << "ms[" << t.algo << "]";
+    for (const std::string& n : r.notes) o2 << "\n    " << n;
+    MESSAGE(o2.str());
+  }
+}
