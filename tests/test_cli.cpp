@@ -150,7 +150,7 @@ TEST_CASE("cli: errors are one line on stderr with a non-zero exit") {
     write_file(dir + "/bad.yaml", "input: {channels: 3, height: 32, width: 32}\nclasses: [a]\nlayers:\n  - {type: fc, outputs: 1, bais: true}\n");
     Out o = run(dir + "/bad.yaml");
     CHECK(o.rc == 1);
-    CHECK(o.text == "cnnrun: " + dir + "/bad.yaml:4:30: layer 'fc1' (fc): key 'bais': unknown key; did you mean 'bias'?\n");
+    CHECK(o.text == "cnnrun: " + dir + "/bad.yaml:4:28: layer 'fc1' (fc): key 'bais': unknown key; did you mean 'bias'?\n");
   }
   SUBCASE("bad option") {
     Out o = run(src("netdefs/cifar10.yaml") + " --engine tpu");
