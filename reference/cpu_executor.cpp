@@ -1,0 +1,275 @@
+// The CPU reference executor. Images are cut into fixed blocks (image k*block .. k*block+block-1),
+// and worker threads take the next unclaimed block and run it through every layer with their
+// own buffers. Block boundaries do not depend on the number of threads, so every image's result
+// is bit-identical for any thread count. Eigen runs single-threaded inside each worker (the
+// build does not enable its OpenMP): parallelism over images needs no synchronisation and keeps
+// each thread's working set in its own cache.
+#include "reference/cpu_executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "reference/cpu_layers.h"
+
+namespace cnnrun {
+
+namespace ref {
+
+const std::map<std::string, ForwardFn>& cpu_forward_registry() {
+  static const std::map<std::string, ForwardFn> reg = {
+      {"conv", forward_conv},
+      {"relu", forward_activation},
+      {"tanh", forward_activation},
+      {"sigmoid", forward_activation},
+      {"maxpool", forward_pool},
+      {"avgpool", forward_pool},
+      {"fc", forward_fc},
+      {"flatten", forward_copy},
+      {"softmax", forward_softmax},
+      {"dropout", forward_copy},
+      {"batchnorm", forward_batchnorm},
+      {"add", forward_add},
+      {"concat", forward_concat},
+  };
+  return reg;
+}
+
+}  // namespace ref
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Images per block: large enough that the fc GEMM and the per-block bookkeeping amortise, small
+// enough that a thread's activations for one block stay in a few MB.
+constexpr int64_t kDefaultBlock = 64;
+
+// One worker's state: a buffer per layer sized for a full block, the preprocessed input, and
+// the time spent in each layer.
+struct BlockRunner {
+  const Network& net;
+  const std::vector<ref::ForwardFn>& fns;
+  std::vector<float> input;
+  std::vector<std::vector<float>> bufs;
+  std::vector<const float*> outs;
+  std::vector<double> seconds;
+  ref::Workspace ws;
+
+  BlockRunner(const Network& n, const std::vector<ref::ForwardFn>& f, int64_t block) : net(n), fns(f) {
+    input.resize(static_cast<size_t>(block * net.input.size()));
+    bufs.resize(net.layers.size());
+    outs.resize(net.layers.size());
+    seconds.assign(net.layers.size(), 0.0);
+    for (size_t i = 0; i < net.layers.size(); ++i)
+      if (!ref::runs_as_identity(*net.layers[i]))
+        bufs[i].resize(static_cast<size_t>(block * net.layers[i]->out_shape.size()));
+  }
+
+  // Preprocesses images first..first+n-1 (modulo the data set's count) and runs every layer.
+  void run(const Dataset& data, int64_t first, int64_t n) {
+    const int64_t in_size = net.input.size();
+    for (int64_t i = 0; i < n; ++i)
+      preprocess_images(net, data.image((first + i) % data.count), 1, input.data() + i * in_size);
+    std::vector<const float*> ins;
+    for (size_t li = 0; li < net.layers.size(); ++li) {
+      const Layer& l = *net.layers[li];
+      ins.clear();
+      for (int j : l.inputs) ins.push_back(j < 0 ? input.data() : outs[static_cast<size_t>(j)]);
+      if (ref::runs_as_identity(l)) {
+        outs[li] = ins[0];
+        continue;
+      }
+      auto t0 = Clock::now();
+      fns[li](l, ins, n, bufs[li].data(), ws);
+      seconds[li] += seconds_since(t0);
+      outs[li] = bufs[li].data();
+    }
+  }
+};
+
+class CpuExecutor : public Executor {
+ public:
+  explicit CpuExecutor(const Network& net) : net_(net) {
+    const auto& reg = ref::cpu_forward_registry();
+    for (const auto& l : net_.layers) {
+      auto it = reg.find(l->type);
+      if (it == reg.end())
+        throw Error(l->loc.str() + ": layer '" + l->name + "': type '" + l->type +
+                    "' has no CPU reference implementation");
+      fns_.push_back(it->second);
+    }
+  }
+
+  std::string name() const override { return "cpu"; }
+
+  RunResult run(const Dataset& data, const RunOptions& opt) override {
+    check_ready(data);
+    const int64_t batch = opt.batch == 0 ? data.count : opt.batch;
+    if (batch < 0) throw Error("batch must be positive, found " + std::to_string(opt.batch));
+    if (batch > data.count && !opt.cycle)
+      throw Error("batch of " + std::to_string(batch) + " images exceeds the data set's " +
+                  std::to_string(data.count) + " images (" + data.description +
+                  "); cycle through the data to run more");
+    if (static_cast<int64_t>(data.labels.size()) < data.count)
+      throw Error("data set has " + std::to_string(data.labels.size()) + " labels for " +
+                  std::to_string(data.count) + " images");
+
+    const int64_t block = opt.block > 0 ? opt.block : kDefaultBlock;
+    const int threads = thread_count(opt.threads, batch, block);
+    const Layer& out_layer = *net_.layers[static_cast<size_t>(net_.output)];
+    const int64_t out_size = out_layer.out_shape.size();
+
+    RunResult r;
+    r.images = batch;
+    r.predictions.assign(static_cast<size_t>(batch), 0);
+    if (opt.want_probs) r.probs.assign(static_cast<size_t>(batch * out_size), 0.f);
+    std::atomic<int64_t> correct{0};
+
+    auto t0 = Clock::now();
+    std::vector<double> seconds = for_blocks(
+        data, 0, batch, block, threads, opt.progress, [&](BlockRunner& br, int64_t first, int64_t n) {
+          const float* y = br.outs[static_cast<size_t>(net_.output)];
+          int64_t good = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const float* v = y + i * out_size;
+            // argmax, the first maximum winning ties.
+            int64_t best = 0;
+            for (int64_t k = 1; k < out_size; ++k)
+              if (v[k] > v[best]) best = k;
+            const int64_t img = first + i;
+            r.predictions[static_cast<size_t>(img)] = static_cast<int32_t>(best);
+            if (best == data.labels[static_cast<size_t>(img % data.count)]) ++good;
+            if (opt.want_probs) std::copy(v, v + out_size, r.probs.begin() + img * out_size);
+          }
+          correct += good;
+        });
+    r.forward_seconds = seconds_since(t0);
+    r.correct = correct.load();
+
+    r.engine = std::string("cpu (eigen ") + std::to_string(EIGEN_WORLD_VERSION) + "." +
+               std::to_string(EIGEN_MAJOR_VERSION) + ", " + std::to_string(threads) +
+               (threads == 1 ? " thread)" : " threads)");
+    r.notes.push_back("cpu: " + std::to_string(block) +
+                      " images per block, Eigen SIMD: " + Eigen::SimdInstructionSetsInUse());
+    for (size_t i = 0; i < net_.layers.size(); ++i) {
+      const Layer& l = *net_.layers[i];
+      LayerTime t;
+      t.name = l.name;
+      t.type = l.type;
+      if (ref::runs_as_identity(l))
+        t.algo = "identity";
+      else if (l.type == "conv")
+        t.algo = "im2col+gemm";
+      else if (l.type == "fc")
+        t.algo = "gemm";
+      t.seconds = seconds[i];
+      r.layers.push_back(t);
+    }
+    return r;
+  }
+
+  std::vector<Tensor> forward_layers(const Dataset& data, int64_t first, int64_t n) override {
+    check_ready(data);
+    if (first < 0 || n < 0 || first > data.count || n > data.count - first)
+      throw Error("images " + std::to_string(first) + ".." + std::to_string(first + n - 1) +
+                  " are outside the data set's " + std::to_string(data.count) + " images");
+    std::vector<Tensor> outs;
+    for (const auto& l : net_.layers)
+      outs.emplace_back(std::vector<int64_t>{n, l->out_shape.c, l->out_shape.h, l->out_shape.w});
+    const int threads = thread_count(0, n, kDefaultBlock);
+    for_blocks(
+        data, first, n, kDefaultBlock, threads, nullptr, [&](BlockRunner& br, int64_t start, int64_t m) {
+          for (size_t i = 0; i < outs.size(); ++i) {
+            const int64_t size = net_.layers[i]->out_shape.size();
+            std::copy(br.outs[i], br.outs[i] + m * size, outs[i].data.begin() + (start - first) * size);
+          }
+        });
+    return outs;
+  }
+
+ private:
+  const Network& net_;
+  std::vector<ref::ForwardFn> fns_;
+
+  void check_ready(const Dataset& data) const {
+    if (data.shape != net_.input)
+      throw Error("data set images are " + data.shape.str() + " but network '" + net_.name + "' takes " +
+                  net_.input.str());
+    if (data.count < 1) throw Error("data set has no images");
+    for (const auto& l : net_.layers) {
+      if (!l->has(kCapWeights) || l->folded) continue;
+      for (const WeightSpec& ws : l->weight_specs(l->in_shapes)) {
+        auto it = l->weights.find(ws.name);
+        if (it == l->weights.end())
+          throw Error("layer '" + l->name + "': weight '" + ws.name + "' was not loaded");
+        if (it->second.dims != ws.dims)
+          throw Error("layer '" + l->name + "': weight '" + ws.name + "' is " + it->second.dims_str() +
+                      ", expected " + dims_str(ws.dims));
+      }
+    }
+  }
+
+  static int thread_count(int asked, int64_t images, int64_t block) {
+    int t = asked > 0 ? asked : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    const int64_t blocks = (images + block - 1) / block;
+    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(t, blocks)));
+  }
+
+  // Runs images first..first+count-1 in blocks of `block` (block k starts at first + k*block)
+  // on `threads` workers; `done(runner, start, n)` sees each block's outputs before the worker
+  // moves on. Returns the per-layer seconds summed over all blocks.
+  template <class Done>
+  std::vector<double> for_blocks(const Dataset& data, int64_t first, int64_t count, int64_t block,
+                                 int threads, const std::function<void(int64_t, int64_t)>& progress,
+                                 Done done) {
+    const int64_t blocks = (count + block - 1) / block;
+    std::atomic<int64_t> next{0};
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;
+    std::mutex mu;  // guards error, progress and the time sums
+    int64_t finished = 0;
+    std::vector<double> seconds(net_.layers.size(), 0.0);
+
+    auto worker = [&] {
+      try {
+        BlockRunner br(net_, fns_, std::min(block, count));
+        for (int64_t b; !failed && (b = next++) < blocks;) {
+          const int64_t start = first + b * block, n = std::min(block, first + count - start);
+          br.run(data, start, n);
+          done(br, start, n);
+          if (progress) {
+            std::lock_guard<std::mutex> lock(mu);
+            finished += n;
+            progress(finished, count);
+          }
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        for (size_t i = 0; i < seconds.size(); ++i) seconds[i] += br.seconds[i];
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!error) error = std::current_exception();
+        failed = true;
+      }
+    };
+    std::vector<std::thread> pool;
+    for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+    worker();
+    for (auto& th : pool) th.join();
+    if (error) std::rethrow_exception(error);
+    return seconds;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Executor> make_cpu_executor(const Network& net) { return std::make_unique<CpuExecutor>(net); }
+
+}  // namespace cnnrun

@@ -1,0 +1,204 @@
+// The CPU executor's bookkeeping around the layers: counting, predictions, probabilities,
+// cycling through a data set, blocks and threads, progress and the errors it must raise.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/network.h"
+#include "reference/cpu_executor.h"
+#include "tests/test_util.h"
+
+namespace cnnrun::test {
+namespace {
+
+// A small CIFAR-10-like network (conv, relu, pool, dropout, fc, softmax) with random weights.
+Network small_net() {
+  Network net = parse_netdef_string(
+      "input: {channels: 3, height: 12, width: 10}\n"
+      "classes: [a, b, c, d, e]\n"
+      "layers:\n"
+      "  - {name: conv1, type: conv, filters: 6, kernel: 5, pad: 2}\n"
+      "  - {name: relu1, type: relu}\n"
+      "  - {name: pool1, type: maxpool, size: 2}\n"
+      "  - {name: conv2, type: conv, filters: 8, kernel: 3, stride: 2, pad: 1}\n"
+      "  - {name: relu2, type: tanh}\n"
+      "  - {name: drop, type: dropout, rate: 0.3}\n"
+      "  - {name: fc, type: fc, outputs: 5}\n"
+      "  - {name: prob, type: softmax}\n",
+      "small");
+  uint32_t seed = 1;
+  for (auto& l : net.layers)
+    for (const auto& ws : l->weight_specs(l->in_shapes)) {
+      Tensor t(ws.dims);
+      t.data = random_floats(static_cast<size_t>(t.numel()), seed++, -0.3f, 0.3f);
+      l->weights[ws.name] = t;
+    }
+  return net;
+}
+
+Dataset random_data(const Network& net, int64_t count, uint32_t seed) {
+  Dataset d;
+  d.count = count;
+  d.shape = net.input;
+  d.description = "random";
+  for (float v : random_floats(static_cast<size_t>(count * d.shape.size()), seed, 0.f, 255.99f))
+    d.pixels.push_back(static_cast<uint8_t>(v));
+  d.labels.assign(static_cast<size_t>(count), 0);
+  return d;
+}
+
+int32_t argmax(const float* v, int64_t n) {
+  int32_t best = 0;
+  for (int32_t k = 1; k < n; ++k)
+    if (v[k] > v[best]) best = k;
+  return best;
+}
+
+}  // namespace
+
+TEST_CASE("cpu run: predictions are the argmax of forward_layers' output, correct counts labels") {
+  Network net = small_net();
+  Dataset data = random_data(net, 50, 7);
+  auto ex = make_cpu_executor(net);
+  std::vector<Tensor> outs = ex->forward_layers(data, 0, data.count);
+  const Tensor& y = outs[static_cast<size_t>(net.output)];
+  REQUIRE(y.dims == std::vector<int64_t>{50, 5, 1, 1});
+  // Labels right for every third image and wrong for the others.
+  std::vector<int32_t> want(50);
+  int64_t want_correct = 0;
+  for (int64_t i = 0; i < 50; ++i) {
+    want[static_cast<size_t>(i)] = argmax(y.ptr() + i * 5, 5);
+    const bool right = i % 3 == 0;
+    data.labels[static_cast<size_t>(i)] =
+        static_cast<uint8_t>(right ? want[static_cast<size_t>(i)] : (want[static_cast<size_t>(i)] + 1) % 5);
+    want_correct += right;
+  }
+  RunOptions opt;
+  opt.batch = 50;
+  opt.want_probs = true;
+  opt.block = 16;
+  RunResult r = ex->run(data, opt);
+  CHECK(r.images == 50);
+  CHECK(r.correct == want_correct);
+  CHECK(r.predictions == want);
+  REQUIRE(r.probs.size() == 250);
+  Compare c = compare(r.probs.data(), y.ptr(), 250, 1e-6, 1e-5);
+  CHECK(c.ok);
+  // The predictions are not all one class (else the argmax check above would prove little).
+  CHECK(std::count(want.begin(), want.end(), want[0]) < 50);
+
+  REQUIRE(r.layers.size() == net.layers.size());
+  for (size_t i = 0; i < net.layers.size(); ++i) {
+    CHECK(r.layers[i].name == net.layers[i]->name);
+    CHECK(r.layers[i].type == net.layers[i]->type);
+    CHECK(r.layers[i].seconds >= 0);
+  }
+  CHECK(r.layers[0].algo == "im2col+gemm");
+  CHECK(r.layers[5].algo == "identity");
+  CHECK(r.engine.rfind("cpu (eigen 3.", 0) == 0);
+  CHECK(r.forward_seconds > 0);
+}
+
+TEST_CASE("cpu run: cycling repeats the data set; without cycle a larger batch is an error") {
+  Network net = small_net();
+  Dataset data = random_data(net, 13, 9);
+  for (int64_t i = 0; i < 13; ++i) data.labels[static_cast<size_t>(i)] = static_cast<uint8_t>(i % 5);
+  auto ex = make_cpu_executor(net);
+  RunOptions opt;
+  opt.batch = 13;
+  RunResult once = ex->run(data, opt);
+
+  opt.batch = 13 * 2 + 6;
+  opt.cycle = true;
+  opt.block = 5;
+  RunResult r = ex->run(data, opt);
+  REQUIRE(r.predictions.size() == 32);
+  for (size_t i = 0; i < 32; ++i) CHECK(r.predictions[i] == once.predictions[i % 13]);
+  int64_t first6 = 0;
+  for (size_t i = 0; i < 6; ++i) first6 += once.predictions[i] == data.labels[i];
+  CHECK(r.correct == 2 * once.correct + first6);
+
+  opt.cycle = false;
+  CHECK_THROWS_WITH_AS(ex->run(data, opt), doctest::Contains("exceeds the data set's 13 images"), Error);
+}
+
+TEST_CASE("cpu run: one thread and two threads give identical outputs") {
+  Network net = small_net();
+  Dataset data = random_data(net, 100, 3);
+  auto ex = make_cpu_executor(net);
+  RunOptions opt;
+  opt.batch = 100;
+  opt.want_probs = true;
+  opt.block = 8;
+  opt.threads = 1;
+  RunResult a = ex->run(data, opt);
+  opt.threads = 2;
+  RunResult b = ex->run(data, opt);
+  CHECK(a.engine.find("1 thread)") != std::string::npos);
+  CHECK(b.engine.find("2 threads)") != std::string::npos);
+  REQUIRE(a.probs.size() == b.probs.size());
+  CHECK(std::memcmp(a.probs.data(), b.probs.data(), a.probs.size() * sizeof(float)) == 0);
+  CHECK(a.predictions == b.predictions);
+  CHECK(a.correct == b.correct);
+}
+
+TEST_CASE("cpu run: a block size that does not divide the batch") {
+  Network net = small_net();
+  Dataset data = random_data(net, 50, 4);
+  auto ex = make_cpu_executor(net);
+  RunOptions opt;
+  opt.batch = 50;
+  opt.want_probs = true;
+  opt.block = 10;
+  RunResult a = ex->run(data, opt);
+  std::vector<std::pair<int64_t, int64_t>> calls;
+  opt.block = 7;
+  opt.progress = [&](int64_t done, int64_t total) { calls.emplace_back(done, total); };
+  RunResult b = ex->run(data, opt);
+  CHECK(b.images == 50);
+  CHECK(b.predictions == a.predictions);
+  Compare c = compare(b.probs.data(), a.probs.data(), a.probs.size(), 1e-6, 1e-5);
+  CHECK(c.ok);
+  // One call per block (8 blocks of 7, the last of 1), increasing, ending at the total.
+  REQUIRE(calls.size() == 8);
+  for (size_t i = 1; i < calls.size(); ++i) CHECK(calls[i].first > calls[i - 1].first);
+  CHECK(calls.back() == std::make_pair<int64_t, int64_t>(50, 50));
+}
+
+TEST_CASE("cpu forward_layers: a range inside the data set, every layer's output") {
+  Network net = small_net();
+  Dataset data = random_data(net, 20, 5);
+  auto ex = make_cpu_executor(net);
+  std::vector<Tensor> all = ex->forward_layers(data, 0, 20);
+  std::vector<Tensor> part = ex->forward_layers(data, 5, 11);
+  REQUIRE(part.size() == net.layers.size());
+  for (size_t i = 0; i < part.size(); ++i) {
+    const Shape s = net.layers[i]->out_shape;
+    CAPTURE(net.layers[i]->name);
+    REQUIRE(part[i].dims == std::vector<int64_t>{11, s.c, s.h, s.w});
+    Compare c =
+        compare(part[i].ptr(), all[i].ptr() + 5 * s.size(), static_cast<size_t>(11 * s.size()), 1e-6, 1e-5);
+    CHECK(c.ok);
+  }
+  // dropout is identity: its output equals its input's.
+  CHECK(all[5].data == all[4].data);
+  CHECK_THROWS_WITH_AS(ex->forward_layers(data, 15, 6), doctest::Contains("outside the data set's 20 images"),
+                       Error);
+}
+
+TEST_CASE("cpu executor: wrong image shape and missing weights are errors") {
+  Network net = small_net();
+  Dataset data = random_data(net, 4, 5);
+  data.shape = Shape{1, 12, 10};
+  auto ex = make_cpu_executor(net);
+  RunOptions opt;
+  opt.batch = 4;
+  CHECK_THROWS_WITH_AS(ex->run(data, opt), doctest::Contains("takes 3x12x10"), Error);
+  data.shape = net.input;
+  net.layers[3]->weights.erase("bias");
+  CHECK_THROWS_WITH_AS(ex->run(data, opt), doctest::Contains("layer 'conv2': weight 'bias' was not loaded"),
+                       Error);
+}
+
+}  // namespace cnnrun::test
