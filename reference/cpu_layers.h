@@ -5,11 +5,12 @@
 // are the definition the GPU executor is checked against, so they are written to be read.
 #pragma once
 
-// GCC 12 reports false -Wmaybe-uninitialized inside its own AVX-512 intrinsics when Eigen's
+// GCC 12 reports false -W(maybe-)uninitialized inside its own AVX-512 intrinsics when Eigen's
 // packet code is inlined (GCC PR 105593). The diagnostic state that counts is the one where the
 // intrinsics header is first read, so Eigen is included here, first, with that warning off.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <Eigen/Core>
 #pragma GCC diagnostic pop
 
