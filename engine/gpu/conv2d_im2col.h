@@ -1,5 +1,5 @@
 // The `im2col` convolution: an explicit column matrix per image, then one strided-batched
-// cuBLASLt GEMM per chunk of images with the bias (and a following ReLU) in its epilogue.
+// cuBLASLt GEMM per chunk of images with the bias (and a following ReLU) in the GEMM.
 #pragma once
 
 #include <cublasLt.h>
@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/gpu/check.h"
 #include "engine/gpu/gemm.h"
 #include "engine/layers/activation.h"
 #include "engine/layers/conv.h"
@@ -17,29 +18,32 @@ namespace cnnrun::gpu {
 
 class Im2colConv {
  public:
-  // act: kNone or kRelu (what the cuBLASLt epilogue can apply); bias: device, `filters` values.
-  Im2colConv(const ConvParams& p, ActKind act, const float* bias);
+  // act: kNone or kRelu (what the cuBLASLt epilogue can apply); weight and bias on the host
+  // (bias: `filters` values), dev_bias the same bias on the device.
+  Im2colConv(const ConvParams& p, ActKind act, const float* weight, const float* bias, const float* dev_bias);
 
   // Column-matrix bytes of one image; the caller's column buffer holds at least one.
   size_t col_bytes_per_image() const;
-  // y = act(conv(x) + bias) for n images; col is a scratch buffer of col_bytes, ws cuBLASLt's.
+  // y = act(conv(x) + bias) for n images; w the [F, C*KH*KW] weights on the device, col a
+  // scratch buffer of col_bytes, ws cuBLASLt's.
   void forward(cublasLtHandle_t lt, const float* x, const float* w, float* y, int64_t n, float* col,
                size_t col_bytes, void* ws, size_t ws_bytes, cudaStream_t s);
   std::string algo_name() const;
 
  private:
-  // By images per GEMM call; `epilogue` false when cuBLASLt refused the row-major epilogue form
-  // and the bias/activation run as a separate kernel.
+  // By images per GEMM call. `bias_epilogue` false when cuBLASLt refused the row-major form
+  // with the bias epilogue: then the column-major form with the bias as an extra K row.
   struct Plan {
     LtGemm gemm;
-    bool epilogue = false;
+    bool bias_epilogue = false;
   };
   Plan& plan(cublasLtHandle_t lt, int64_t images, size_t ws_bytes);
   ConvParams p_;
   ActKind act_;
   const float* bias_;
+  DevBuf w_ext_;  // [F][K+1]: the weights with the bias as the last column
   std::map<int64_t, std::unique_ptr<Plan>> plans_;
-  bool last_epilogue_ = true;
+  bool last_bias_epilogue_ = true;
 };
 
 }  // namespace cnnrun::gpu

@@ -43,12 +43,14 @@ namespace gpu {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 constexpr int kDefaultStreams = 3;
-constexpr int64_t kDefaultBlock = 4096;        // images; large enough to fill the GPU per layer
-constexpr size_t kLtWorkspace = 32u << 20;     // cuBLASLt's recommended workspace on Hopper
-constexpr size_t kColBudget = 256u << 20;      // im2col column buffer per stream (at most)
+constexpr int64_t kDefaultBlock = 4096;         // images; large enough to fill the GPU per layer
+constexpr size_t kLtWorkspace = 32u << 20;      // cuBLASLt's recommended workspace on Hopper
+constexpr size_t kColBudget = 256u << 20;       // im2col column buffer per stream (at most)
 constexpr size_t kCudnnWorkspace = 256u << 20;  // cuDNN workspace per stream (at most)
 constexpr int kTuneRepeats = 3;
 
@@ -58,8 +60,9 @@ const char* const kAlgos[] = {"implicit", "im2col", "cudnn"};
 
 struct ConvState {
   ConvParams p;
-  std::string chosen;  // for this run: implicit | im2col | cudnn
-  std::string tuned;   // auto's pick, kept across runs
+  std::string chosen;   // for this run: implicit | im2col | cudnn
+  std::string tuned;    // auto's pick, kept across runs with the same block size
+  int64_t tuned_n = 0;  // the block size it was timed on
   std::string tune_note;
   DevBuf w, wt, bias;
   std::unique_ptr<Im2colConv> im2col;
@@ -69,12 +72,12 @@ struct ConvState {
 struct Step {
   Op op = Op::kIdentity;
   int layer = 0;
-  int out = 0;               // buffer index
-  std::vector<int> ins;      // buffer indices
+  int out = 0;           // buffer index
+  std::vector<int> ins;  // buffer indices
   Shape in_shape, out_shape;
   ActKind act = ActKind::kNone;  // kAct: the activation; kConv/kFc: fused into the epilogue
-  int fused_consumer = -1;   // kConv/kFc: the activation layer computed in this epilogue
-  int fused_producer = -1;   // kFused: the layer whose epilogue computes this one
+  int fused_consumer = -1;       // kConv/kFc: the activation layer computed in this epilogue
+  int fused_producer = -1;       // kFused: the layer whose epilogue computes this one
   DevBuf w, b, scale, shift;
   std::unique_ptr<ConvState> conv;
   std::map<int64_t, std::unique_ptr<LtGemm>> fc_plans;  // by images
@@ -119,14 +122,17 @@ double length(const std::vector<std::pair<double, double>>& v) {
   for (auto& iv : v) s += iv.second - iv.first;
   return s;
 }
-double overlap(const std::vector<std::pair<double, double>>& a, const std::vector<std::pair<double, double>>& b) {
+double overlap(const std::vector<std::pair<double, double>>& a,
+               const std::vector<std::pair<double, double>>& b) {
   double s = 0;
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
     double lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
     if (hi > lo) s += hi - lo;
-    if (a[i].second < b[j].second) ++i;
-    else ++j;
+    if (a[i].second < b[j].second)
+      ++i;
+    else
+      ++j;
   }
   return s;
 }
@@ -180,7 +186,7 @@ class GpuExecutor : public Executor {
   void plan();
   void upload_weights();
   void check_ready(const Dataset& data) const;
-  void resolve_algos(const std::string& forced, int64_t block);
+  void resolve_algos(const std::string& forced, int64_t block, bool any_tuning);
   void ensure_slots(int streams, int64_t block, int64_t images, std::vector<std::string>* notes);
   bool may_use(const char* algo) const;
 
@@ -257,7 +263,8 @@ void GpuExecutor::plan() {
     // A ReLU that is the only reader of a conv/fc output runs in that layer's epilogue: all three
     // convolution algorithms and the fc GEMM can apply it, so which layers are materialised
     // never depends on the algorithm chosen. (tanh/sigmoid run as their own pass.)
-    if ((st.op == Op::kConv || st.op == Op::kFc) && consumers[i].size() == 1 && static_cast<int>(i) != net_.output) {
+    if ((st.op == Op::kConv || st.op == Op::kFc) && consumers[i].size() == 1 &&
+        static_cast<int>(i) != net_.output) {
       int j = consumers[i][0];
       auto* a = dynamic_cast<const ActivationLayer*>(net_.layers[static_cast<size_t>(j)].get());
       if (a && a->p.kind == ActKind::kRelu) {
@@ -284,10 +291,11 @@ void GpuExecutor::check_ready(const Dataset& data) const {
     if (!l->has(kCapWeights) || l->folded) continue;
     for (const WeightSpec& ws : l->weight_specs(l->in_shapes)) {
       auto it = l->weights.find(ws.name);
-      if (it == l->weights.end()) throw Error("layer '" + l->name + "': weight '" + ws.name + "' was not loaded");
+      if (it == l->weights.end())
+        throw Error("layer '" + l->name + "': weight '" + ws.name + "' was not loaded");
       if (it->second.dims != ws.dims)
-        throw Error("layer '" + l->name + "': weight '" + ws.name + "' is " + it->second.dims_str() + ", expected " +
-                    dims_str(ws.dims));
+        throw Error("layer '" + l->name + "': weight '" + ws.name + "' is " + it->second.dims_str() +
+                    ", expected " + dims_str(ws.dims));
     }
   }
 }
@@ -308,7 +316,7 @@ void GpuExecutor::upload_weights() {
       std::vector<float> bias(static_cast<size_t>(c.p.filters), 0.f);
       if (c.p.bias) bias = l.weight("bias").data;
       c.bias = upload(bias.data(), bias.size());
-      c.im2col = std::make_unique<Im2colConv>(c.p, st.act, c.bias.as<float>());
+      c.im2col = std::make_unique<Im2colConv>(c.p, st.act, w.ptr(), bias.data(), c.bias.as<float>());
       c.cudnn = std::make_unique<CudnnConv>(c.p, st.act);
     } else if (st.op == Op::kFc) {
       const auto& fp = dynamic_cast<const FcLayer&>(l).p;
@@ -328,8 +336,9 @@ void GpuExecutor::upload_weights() {
 }
 
 // The algorithm each conv runs: RunOptions::conv_algo overrides all, then the netdef's pin,
-// then auto (tuned on the first block).
-void GpuExecutor::resolve_algos(const std::string& forced, int64_t block) {
+// then auto: tuned on the first block of a run, kept for later runs with the same block size
+// (forward_layers takes any earlier pick, `any_tuning`: it only checks values).
+void GpuExecutor::resolve_algos(const std::string& forced, int64_t block, bool any_tuning) {
   if (!forced.empty() && forced != "auto" && forced != "im2col" && forced != "implicit" && forced != "cudnn")
     throw Error("--conv-algo: expected auto, im2col, implicit or cudnn, found '" + forced + "'");
   any_auto_ = false;
@@ -341,10 +350,11 @@ void GpuExecutor::resolve_algos(const std::string& forced, int64_t block) {
     if (a == "implicit") {
       ImplicitConfig cfg = implicit_config(c.p, block);
       if (!cfg.ok)
-        throw Error(l.loc.str() + ": layer '" + l.name + "': the implicit convolution cannot run it: " + cfg.why);
+        throw Error(l.loc.str() + ": layer '" + l.name +
+                    "': the implicit convolution cannot run it: " + cfg.why);
     }
     if (a.empty()) {
-      a = c.tuned;
+      if (c.tuned_n == block || (any_tuning && !c.tuned.empty())) a = c.tuned;
       if (a.empty()) any_auto_ = true;
     }
     c.chosen = a;
@@ -381,12 +391,15 @@ void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, std::
   const size_t fixed = kLtWorkspace + col + cudnn_ws;
 
   size_t per_image = static_cast<size_t>(net_.input.size()) + sizeof(int32_t);
-  for (size_t b = 0; b < buf_floats_.size(); ++b) per_image += static_cast<size_t>(buf_floats_[b]) * sizeof(float);
+  for (size_t b = 0; b < buf_floats_.size(); ++b)
+    per_image += static_cast<size_t>(buf_floats_[b]) * sizeof(float);
 
   int64_t fit = 0;
   for (;;) {
     size_t all_fixed = fixed * static_cast<size_t>(streams);
-    fit = usable > all_fixed ? static_cast<int64_t>((usable - all_fixed) / (per_image * static_cast<size_t>(streams))) : 0;
+    fit = usable > all_fixed
+              ? static_cast<int64_t>((usable - all_fixed) / (per_image * static_cast<size_t>(streams)))
+              : 0;
     if (fit >= 1 || streams == 1) break;
     streams = 1;
   }
@@ -433,8 +446,8 @@ void GpuExecutor::run_conv(Step& st, Slot& s, int64_t n, const std::string& algo
     ImplicitConfig cfg = implicit_config(c.p, n);
     launch_conv_implicit(cfg, c.p, x, c.wt.as<float>(), c.bias.as<float>(), y, n, st.act, s.stream);
   } else if (algo == "im2col") {
-    c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(), s.lt_ws.bytes(),
-                      s.stream);
+    c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(),
+                      s.lt_ws.bytes(), s.stream);
   } else if (algo == "cudnn") {
     if (!s.cudnn) s.cudnn = std::make_unique<CudnnHandle>();
     if (!c.cudnn->found())
@@ -442,7 +455,8 @@ void GpuExecutor::run_conv(Step& st, Slot& s, int64_t n, const std::string& algo
     c.cudnn->forward(*s.cudnn, s.stream, n, x, c.w.as<float>(), c.bias.as<float>(), y, s.cudnn_ws.get(),
                      s.cudnn_ws.bytes());
   } else {
-    throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name + "': no convolution algorithm chosen");
+    throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name +
+                "': no convolution algorithm chosen");
   }
 }
 
@@ -451,8 +465,10 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
   const Layer& l = *net_.layers[static_cast<size_t>(st.layer)];
   switch (st.op) {
     case Op::kIdentity:
-    case Op::kFused: return;
-    case Op::kConv: return run_conv(st, s, n, st.conv->chosen);
+    case Op::kFused:
+      return;
+    case Op::kConv:
+      return run_conv(st, s, n, st.conv->chosen);
     case Op::kFc: {
       const auto& p = dynamic_cast<const FcLayer&>(l).p;
       auto& plan = st.fc_plans[n];
@@ -465,8 +481,8 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
         g.epilogue = st.act == ActKind::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
         g.bias = st.b.as<float>();
         if (!plan->init(lt_, g, s.lt_ws.bytes()))
-          throw Error("layer '" + l.name + "': cuBLASLt has no FP32 algorithm for its " + std::to_string(p.outputs) +
-                      "x" + std::to_string(p.inputs) + " GEMM");
+          throw Error("layer '" + l.name + "': cuBLASLt has no FP32 algorithm for its " +
+                      std::to_string(p.outputs) + "x" + std::to_string(p.inputs) + " GEMM");
       }
       plan->run(lt_, st.w.as<float>(), buf(st.ins[0]), buf(st.out), s.lt_ws.get(), s.lt_ws.bytes(), s.stream);
       return;
@@ -481,12 +497,13 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
     }
     case Op::kAffine:
       return launch_channel_affine(buf(st.ins[0]), buf(st.out), n, static_cast<int>(st.out_shape.c),
-                                   st.out_shape.h * st.out_shape.w, st.scale.as<float>(), st.shift.as<float>(),
-                                   s.stream);
+                                   st.out_shape.h * st.out_shape.w, st.scale.as<float>(),
+                                   st.shift.as<float>(), s.stream);
     case Op::kAdd: {
       std::vector<const float*> in;
       for (int b : st.ins) in.push_back(buf(b));
-      return launch_add(in.data(), static_cast<int>(in.size()), buf(st.out), n * st.out_shape.size(), s.stream);
+      return launch_add(in.data(), static_cast<int>(in.size()), buf(st.out), n * st.out_shape.size(),
+                        s.stream);
     }
     case Op::kConcat: {
       const size_t dpitch = static_cast<size_t>(st.out_shape.size()) * sizeof(float);
@@ -581,6 +598,7 @@ void GpuExecutor::tune(Slot& s, const Dataset& data, int64_t n, std::vector<std:
         }
         if (best.empty()) throw Error("layer '" + lname + "': no convolution algorithm can run it:" + line);
         c.tuned = c.chosen = best;
+        c.tuned_n = n;
         c.tune_note = line + " -> " + best;
         if (notes) notes->push_back(c.tune_note);
       }
@@ -613,10 +631,14 @@ std::string GpuExecutor::step_algo(const Step& st) const {
       if (c.chosen == "im2col") return c.im2col->algo_name();
       return c.cudnn->algo_name();
     }
-    case Op::kFc: return std::string("cublasLt(epilogue bias") + (st.act == ActKind::kRelu ? "+relu)" : ")");
-    case Op::kFused: return "fused into " + net_.layers[static_cast<size_t>(st.fused_producer)]->name;
-    case Op::kIdentity: return "identity";
-    default: return "";
+    case Op::kFc:
+      return std::string("cublasLt(epilogue bias") + (st.act == ActKind::kRelu ? "+relu)" : ")");
+    case Op::kFused:
+      return "fused into " + net_.layers[static_cast<size_t>(st.fused_producer)]->name;
+    case Op::kIdentity:
+      return "identity";
+    default:
+      return "";
   }
 }
 
@@ -628,10 +650,11 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   if (batch < 0) throw Error("batch must be positive, found " + std::to_string(opt.batch));
   if (batch > data.count && !opt.cycle)
     throw Error("batch of " + std::to_string(batch) + " images exceeds the data set's " +
-                std::to_string(data.count) + " images (" + data.description + "); cycle through the data to run more");
+                std::to_string(data.count) + " images (" + data.description +
+                "); cycle through the data to run more");
   if (static_cast<int64_t>(data.labels.size()) < data.count)
-    throw Error("data set has " + std::to_string(data.labels.size()) + " labels for " + std::to_string(data.count) +
-                " images");
+    throw Error("data set has " + std::to_string(data.labels.size()) + " labels for " +
+                std::to_string(data.count) + " images");
   if (opt.streams < 0) throw Error("streams must be positive, found " + std::to_string(opt.streams));
   if (opt.block < 0) throw Error("block must be positive, found " + std::to_string(opt.block));
 
@@ -644,7 +667,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     block = (batch + nb - 1) / nb;
   }
   block = std::min(block, batch);
-  resolve_algos(opt.conv_algo, block);
+  resolve_algos(opt.conv_algo, block, false);
   ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, &r.notes);
   block = slot_block_;
   const int S = slot_streams_;
@@ -734,13 +757,15 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     }
     h2d_s += t[1] - t[0];
     pre_s += t[2] - t[1];
-    for (size_t i = 0; i < L; ++i) layer_s[i] += t[3 + i] - t[2 + i];
+    for (size_t i = 0; i < L; ++i)  // steps that launch nothing show the events' own gap
+      if (steps_[i].op != Op::kFused && steps_[i].op != Op::kIdentity) layer_s[i] += t[3 + i] - t[2 + i];
     argmax_s += t[L + 3] - t[L + 2];
     d2h_s += t[L + 4] - t[L + 3];
     compute_iv.push_back({t[1], t[L + 3]});
     copy_iv.push_back({t[0], t[1]});
     copy_iv.push_back({t[L + 3], t[L + 4]});
-    std::memcpy(r.predictions.data() + s.first, s.pred_host.as<int32_t>(), static_cast<size_t>(s.n) * sizeof(int32_t));
+    std::memcpy(r.predictions.data() + s.first, s.pred_host.as<int32_t>(),
+                static_cast<size_t>(s.n) * sizeof(int32_t));
     if (opt.want_probs)
       std::memcpy(r.probs.data() + s.first * out_size, s.probs_host.as<float>(),
                   static_cast<size_t>(s.n * out_size) * sizeof(float));
@@ -751,7 +776,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
 
   auto t0 = Clock::now();
   CUDA_CHECK(cudaEventRecord(start, slots_[0]->stream));
-  for (int i = 1; i < S; ++i) CUDA_CHECK(cudaStreamWaitEvent(slots_[static_cast<size_t>(i)]->stream, start, 0));
+  for (int i = 1; i < S; ++i)
+    CUDA_CHECK(cudaStreamWaitEvent(slots_[static_cast<size_t>(i)]->stream, start, 0));
   for (int64_t b = 0; b < nblocks; ++b) {
     Slot& s = *slots_[static_cast<size_t>(b % S)];
     harvest(s);  // the slot's previous block: its buffers and events are free again
@@ -760,14 +786,16 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     copy_in(s, data, first, n, staged);
     CUDA_CHECK(cudaEventRecord(s.ev[1], s.stream));
     run_layers(s, n, true, 3);
-    launch_argmax(s.bufs[static_cast<size_t>(out_buf)].as<float>(), n, static_cast<int>(out_size), s.pred.as<int32_t>(),
-                  labels.as<uint8_t>(), first, data.count, correct.as<unsigned long long>(), s.stream);
+    launch_argmax(s.bufs[static_cast<size_t>(out_buf)].as<float>(), n, static_cast<int>(out_size),
+                  s.pred.as<int32_t>(), labels.as<uint8_t>(), first, data.count,
+                  correct.as<unsigned long long>(), s.stream);
     CUDA_CHECK(cudaEventRecord(s.ev[L + 3], s.stream));
-    CUDA_CHECK(cudaMemcpyAsync(s.pred_host.as<int32_t>(), s.pred.as<int32_t>(), static_cast<size_t>(n) * sizeof(int32_t),
-                               cudaMemcpyDeviceToHost, s.stream));
+    CUDA_CHECK(cudaMemcpyAsync(s.pred_host.as<int32_t>(), s.pred.as<int32_t>(),
+                               static_cast<size_t>(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream));
     if (opt.want_probs)
       CUDA_CHECK(cudaMemcpyAsync(s.probs_host.as<float>(), s.bufs[static_cast<size_t>(out_buf)].as<float>(),
-                                 static_cast<size_t>(n * out_size) * sizeof(float), cudaMemcpyDeviceToHost, s.stream));
+                                 static_cast<size_t>(n * out_size) * sizeof(float), cudaMemcpyDeviceToHost,
+                                 s.stream));
     CUDA_CHECK(cudaEventRecord(s.ev[L + 4], s.stream));
     s.first = first;
     s.n = n;
@@ -782,9 +810,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   auto cm = merge(compute_iv), cp = merge(copy_iv);
   r.transfer_seconds = length(cp) - overlap(cp, cm);
 
-  r.engine = "gpu (" + std::string(prop_.name) + ", sm_" + std::to_string(prop_.major) + std::to_string(prop_.minor) +
-             ", " + std::to_string(S) + (S == 1 ? " stream" : " streams") + ", blocks of " + std::to_string(block) +
-             " images)";
+  r.engine = "gpu (" + std::string(prop_.name) + ", sm_" + std::to_string(prop_.major) +
+             std::to_string(prop_.minor) + ", " + std::to_string(S) + (S == 1 ? " stream" : " streams") +
+             ", blocks of " + std::to_string(block) + " images)";
   for (size_t i = 0; i < L; ++i) {
     const Layer& l = *net_.layers[i];
     LayerTime lt;
@@ -799,15 +827,16 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   r.notes.push_back("gpu: " + std::to_string(nblocks) + " blocks on " + std::to_string(S) + " streams; " +
                     cudnn_version_string() + "; pixels from " +
                     (registered ? "the data set's buffer, page-locked in place (cudaHostRegister)"
-                                : staged ? "a pinned staging buffer (cudaHostRegister failed)"
-                                         : "already page-locked memory"));
+                     : staged   ? "a pinned staging buffer (cudaHostRegister failed)"
+                                : "already page-locked memory"));
   r.notes.push_back("gpu: setup (weights, workspaces, algorithm search, page-locking) " + fmt_ms(setup_s) +
                     ", not in the forward time");
   r.notes.push_back("gpu: preprocess " + fmt_ms(pre_s) + ", argmax+accuracy " + fmt_ms(argmax_s) + ", H2D " +
                     fmt_ms(h2d_s) + ", D2H " + fmt_ms(d2h_s) + " (event intervals summed over blocks)");
   r.notes.push_back("gpu: per-layer times sum to " + fmt_ms(sum_layers) + "; GPU busy with compute " +
                     fmt_ms(length(cm)) + " of the " + fmt_ms(r.forward_seconds) +
-                    " wall (with several streams, layers of different blocks overlap, so the sum can exceed the busy time)");
+                    " wall (with several streams, layers of different blocks overlap, so the sum can exceed "
+                    "the busy time)");
   return r;
 }
 
@@ -825,7 +854,7 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
     }
   if (n == 0) return outs;
   int64_t block = std::min(n, kDefaultBlock);
-  resolve_algos("", block);
+  resolve_algos("", block, true);
   ensure_slots(1, block, n, nullptr);
   block = slot_block_;
   Slot& s = *slots_[0];
@@ -837,9 +866,9 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
     for (size_t i = 0; i < steps_.size(); ++i) {
       if (steps_[i].fused_consumer >= 0) continue;
       const size_t size = static_cast<size_t>(steps_[i].out_shape.size());
-      CUDA_CHECK(cudaMemcpyAsync(outs[i].ptr() + static_cast<size_t>(done) * size,
-                                 s.bufs[static_cast<size_t>(steps_[i].out)].get(),
-                                 static_cast<size_t>(m) * size * sizeof(float), cudaMemcpyDeviceToHost, s.stream));
+      CUDA_CHECK(cudaMemcpyAsync(
+          outs[i].ptr() + static_cast<size_t>(done) * size, s.bufs[static_cast<size_t>(steps_[i].out)].get(),
+          static_cast<size_t>(m) * size * sizeof(float), cudaMemcpyDeviceToHost, s.stream));
     }
     CUDA_CHECK(cudaStreamSynchronize(s.stream));
   }
@@ -855,7 +884,8 @@ bool gpu_available(std::string* why) {
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
-    if (why) *why = std::string("no CUDA device: ") + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ")";
+    if (why)
+      *why = std::string("no CUDA device: ") + cudaGetErrorString(e) + " (" + cudaGetErrorName(e) + ")";
     return false;
   }
   if (count == 0) {
@@ -871,8 +901,8 @@ bool gpu_available(std::string* why) {
   }
   if (p.major < 9) {
     if (why)
-      *why = std::string("CUDA device 0 (") + p.name + ") has compute capability " + std::to_string(p.major) + "." +
-             std::to_string(p.minor) + "; this build's kernels are for sm_90 (Hopper) and newer";
+      *why = std::string("CUDA device 0 (") + p.name + ") has compute capability " + std::to_string(p.major) +
+             "." + std::to_string(p.minor) + "; this build's kernels are for sm_90 (Hopper) and newer";
     return false;
   }
   if (why) *why = "";
