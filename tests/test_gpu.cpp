@@ -82,15 +82,16 @@ struct MaxErr {
 
 // forward_layers on both executors; every materialised layer within tolerance, every empty one
 // reported as fused into its consumer.
-void compare_layers(const Network& net, Executor& gpu, Executor& cpu, const Dataset& data, int64_t first, int64_t n,
-                    const std::string& what, MaxErr& err) {
+void compare_layers(const Network& net, Executor& gpu, Executor& cpu, const Dataset& data, int64_t first,
+                    int64_t n, const std::string& what, MaxErr& err) {
   std::vector<Tensor> g = gpu.forward_layers(data, first, n);
   std::vector<Tensor> c = cpu.forward_layers(data, first, n);
   REQUIRE(g.size() == net.layers.size());
   REQUIRE(c.size() == net.layers.size());
   for (size_t i = 0; i < g.size(); ++i) {
     const std::string lname = net.layers[i]->name;
-    INFO(what << ", layer " << lname << " (" << net.layers[i]->type << "), images " << first << ".." << first + n - 1);
+    INFO(what << ", layer " << lname << " (" << net.layers[i]->type << "), images " << first << ".."
+              << first + n - 1);
     if (g[i].dims.empty()) {
       CHECK(!gpu.fused_into(static_cast<int>(i)).empty());
       continue;
@@ -112,19 +113,21 @@ struct ConvCase {
 // Shapes chosen to hit every path of the three algorithms: the CIFAR layers, filters past one
 // implicit tile (33, 40), outputs larger than one implicit tile (34x34), stride 2, 1x1, tiny.
 const ConvCase kConvCases[] = {
-    {3, 16, 5, 5, 1, 1, 2, 2, 32, 32, 3},  {16, 20, 5, 5, 1, 1, 2, 2, 16, 16, 5}, {20, 20, 5, 5, 1, 1, 2, 2, 8, 8, 7},
-    {5, 17, 3, 3, 2, 2, 1, 1, 13, 11, 1},  {17, 5, 1, 1, 1, 1, 0, 0, 9, 7, 3},    {20, 33, 3, 3, 1, 1, 1, 1, 10, 12, 5},
-    {3, 8, 5, 5, 2, 2, 2, 2, 15, 17, 9},   {5, 20, 1, 1, 2, 2, 0, 0, 11, 9, 1},   {17, 3, 3, 3, 1, 1, 0, 0, 6, 7, 11},
-    {3, 40, 5, 5, 1, 1, 2, 2, 34, 34, 2},  {1, 4, 3, 3, 1, 1, 1, 1, 5, 5, 1},     {20, 12, 5, 5, 2, 2, 1, 1, 9, 10, 3},
-    {5, 7, 3, 5, 1, 2, 1, 2, 12, 14, 5},   {17, 24, 3, 3, 2, 1, 2, 0, 8, 9, 3},
+    {3, 16, 5, 5, 1, 1, 2, 2, 32, 32, 3}, {16, 20, 5, 5, 1, 1, 2, 2, 16, 16, 5},
+    {20, 20, 5, 5, 1, 1, 2, 2, 8, 8, 7},  {5, 17, 3, 3, 2, 2, 1, 1, 13, 11, 1},
+    {17, 5, 1, 1, 1, 1, 0, 0, 9, 7, 3},   {20, 33, 3, 3, 1, 1, 1, 1, 10, 12, 5},
+    {3, 8, 5, 5, 2, 2, 2, 2, 15, 17, 9},  {5, 20, 1, 1, 2, 2, 0, 0, 11, 9, 1},
+    {17, 3, 3, 3, 1, 1, 0, 0, 6, 7, 11},  {3, 40, 5, 5, 1, 1, 2, 2, 34, 34, 2},
+    {1, 4, 3, 3, 1, 1, 1, 1, 5, 5, 1},    {20, 12, 5, 5, 2, 2, 1, 1, 9, 10, 3},
+    {5, 7, 3, 5, 1, 2, 1, 2, 12, 14, 5},  {17, 24, 3, 3, 2, 1, 2, 0, 8, 9, 3},
 };
 
 std::string conv_netdef(const ConvCase& k) {
   std::ostringstream o;
   o << "name: convtest\ninput: {channels: " << k.c << ", height: " << k.h << ", width: " << k.w << "}\n"
     << "classes: " << classes(10) << "\nlayers:\n"
-    << "  - {name: conv1, type: conv, filters: " << k.f << ", kernel: [" << k.kh << ", " << k.kw << "], stride: ["
-    << k.sh << ", " << k.sw << "], pad: [" << k.ph << ", " << k.pw << "]}\n"
+    << "  - {name: conv1, type: conv, filters: " << k.f << ", kernel: [" << k.kh << ", " << k.kw
+    << "], stride: [" << k.sh << ", " << k.sw << "], pad: [" << k.ph << ", " << k.pw << "]}\n"
     << "  - {name: relu1, type: relu}\n"
     << "  - {name: conv2, type: conv, filters: 6, kernel: 3, pad: 1, bias: false}\n"
     << "  - {name: act2, type: tanh}\n"
@@ -146,8 +149,8 @@ void conv_algo_against_reference(const std::string& algo) {
     auto gpu = make_gpu_executor(net);
     auto cpu = make_cpu_executor(net);
     std::ostringstream what;
-    what << algo << " C" << k.c << " F" << k.f << " k" << k.kh << "x" << k.kw << " s" << k.sh << "x" << k.sw << " p"
-         << k.ph << "x" << k.pw << " in " << k.h << "x" << k.w << " n" << k.n;
+    what << algo << " C" << k.c << " F" << k.f << " k" << k.kh << "x" << k.kw << " s" << k.sh << "x" << k.sw
+         << " p" << k.ph << "x" << k.pw << " in " << k.h << "x" << k.w << " n" << k.n;
     compare_layers(net, *gpu, *cpu, data, 2, k.n, what.str(), err);
     CHECK(gpu->fused_into(0) == "relu1");  // conv1's ReLU runs in its epilogue
     CHECK(gpu->fused_into(2).empty());     // tanh is never fused
@@ -165,15 +168,22 @@ TEST_CASE("gpu_available says why it is false, and make_gpu_executor throws that
   } else {
     CHECK(!why.empty());
     CHECK(why != "unset");
-    Network net = parse_netdef_string("input: {channels: 1, height: 2, width: 2}\nclasses: [a, b]\n"
-                                      "layers:\n  - {name: f, type: fc, outputs: 2}\n");
+    Network net = parse_netdef_string(
+        "input: {channels: 1, height: 2, width: 2}\nclasses: [a, b]\n"
+        "layers:\n  - {name: f, type: fc, outputs: 2}\n");
     CHECK_THROWS_WITH_AS(make_gpu_executor(net), doctest::Contains(why.c_str()), Error);
   }
 }
 
-TEST_CASE("gpu: conv im2col vs reference" * doctest::skip(!gpu_present())) { conv_algo_against_reference("im2col"); }
-TEST_CASE("gpu: conv implicit vs reference" * doctest::skip(!gpu_present())) { conv_algo_against_reference("implicit"); }
-TEST_CASE("gpu: conv cudnn vs reference" * doctest::skip(!gpu_present())) { conv_algo_against_reference("cudnn"); }
+TEST_CASE("gpu: conv im2col vs reference" * doctest::skip(!gpu_present())) {
+  conv_algo_against_reference("im2col");
+}
+TEST_CASE("gpu: conv implicit vs reference" * doctest::skip(!gpu_present())) {
+  conv_algo_against_reference("implicit");
+}
+TEST_CASE("gpu: conv cudnn vs reference" * doctest::skip(!gpu_present())) {
+  conv_algo_against_reference("cudnn");
+}
 TEST_CASE("gpu: conv auto vs reference" * doctest::skip(!gpu_present())) { conv_algo_against_reference(""); }
 
 TEST_CASE("gpu: every layer type vs reference" * doctest::skip(!gpu_present())) {
@@ -254,7 +264,8 @@ std::vector<float> margins(const RunResult& r, int classes) {
 
 }  // namespace
 
-TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" * doctest::skip(!gpu_present())) {
+TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" *
+          doctest::skip(!gpu_present())) {
   Network net = parse_netdef_string(kSmallNet, "small");
   random_weights(net, 11);
   const int64_t count = 37;
@@ -273,13 +284,14 @@ TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" * 
     std::string algo;
   };
   const Variant variants[] = {
-      {37, 5, 2, false, "implicit"}, {37, 0, 0, false, ""},    {1, 0, 0, false, "im2col"}, {37, 8, 3, false, "cudnn"},
-      {100, 16, 3, true, "implicit"}, {101, 7, 4, true, "im2col"}, {37, 37, 1, false, "cudnn"}, {23, 6, 2, false, ""},
+      {37, 5, 2, false, "implicit"}, {37, 0, 0, false, ""},          {1, 0, 0, false, "im2col"},
+      {37, 8, 3, false, "cudnn"},    {100, 16, 3, true, "implicit"}, {101, 7, 4, true, "im2col"},
+      {37, 37, 1, false, "cudnn"},   {23, 6, 2, false, ""},
   };
   auto gpu = make_gpu_executor(net);
   for (const Variant& v : variants) {
-    INFO("batch " << v.batch << " block " << v.block << " streams " << v.streams << " cycle " << v.cycle << " algo '"
-                  << v.algo << "'");
+    INFO("batch " << v.batch << " block " << v.block << " streams " << v.streams << " cycle " << v.cycle
+                  << " algo '" << v.algo << "'");
     RunOptions o;
     o.batch = v.batch;
     o.block = v.block;
@@ -362,7 +374,10 @@ TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 image
     MESSAGE("CIFAR-10 sample not found under " << shared << "; skipping");
     return;
   }
-  Network net = parse_netdef_file(std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml");
+  // The source tree as built, or the current directory (a checkout copied to a GPU machine).
+  std::string netdef = std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml";
+  if (!test::have_file(netdef)) netdef = "netdefs/cifar10.yaml";
+  Network net = parse_netdef_file(netdef);
   AssetResolver assets(net.source_dir, {shared});
   load_weights(net, assets, "");
   Dataset data = load_dataset(net, assets, "");
@@ -373,7 +388,8 @@ TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 image
   co.batch = 2000;
   RunResult ref = cpu->run(data, co);
   int64_t ref_1200 = 0;
-  for (int64_t i = 0; i < 1200; ++i) ref_1200 += ref.predictions[static_cast<size_t>(i)] == data.labels[static_cast<size_t>(i)];
+  for (int64_t i = 0; i < 1200; ++i)
+    ref_1200 += ref.predictions[static_cast<size_t>(i)] == data.labels[static_cast<size_t>(i)];
   CHECK(ref_1200 == 939);  // 78.25 %, the thesis figure
 
   auto gpu = make_gpu_executor(net);
@@ -397,7 +413,8 @@ TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 image
     o2 << "cifar10 50000 images, conv " << (*algo ? algo : "auto") << ": forward " << r.forward_seconds * 1e3
        << " ms, copies not hidden " << r.transfer_seconds * 1e3 << " ms, accuracy "
        << 100.0 * static_cast<double>(r.correct) / 50000.0 << " %; layers:";
-    for (const LayerTime& t : r.layers) o2 << " " << t.name << "=" << t.seconds * 1e3 << "ms[" << t.algo << "]";
+    for (const LayerTime& t : r.layers)
+      o2 << " " << t.name << "=" << t.seconds * 1e3 << "ms[" << t.algo << "]";
     for (const std::string& n : r.notes) o2 << "\n    " << n;
     MESSAGE(o2.str());
   }
