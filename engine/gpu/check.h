@@ -71,7 +71,9 @@ class DevBuf {
     n_ = 0;
   }
   template <typename T = float>
-  T* as() const { return static_cast<T*>(p_); }
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
   void* get() const { return p_; }
   size_t bytes() const { return n_; }
 
@@ -108,7 +110,9 @@ class PinnedBuf {
     n_ = 0;
   }
   template <typename T = uint8_t>
-  T* as() const { return static_cast<T*>(p_); }
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
   size_t bytes() const { return n_; }
 
  private:

@@ -24,15 +24,24 @@ cudnnHandle_t H(const CudnnHandle& h) { return static_cast<cudnnHandle_t>(h.get(
 
 const char* algo_str(cudnnConvolutionFwdAlgo_t a) {
   switch (a) {
-    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM: return "IMPLICIT_GEMM";
-    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM: return "IMPLICIT_PRECOMP_GEMM";
-    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM: return "GEMM";
-    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT: return "DIRECT";
-    case CUDNN_CONVOLUTION_FWD_ALGO_FFT: return "FFT";
-    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING: return "FFT_TILING";
-    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD: return "WINOGRAD";
-    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED: return "WINOGRAD_NONFUSED";
-    default: return "UNKNOWN";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM:
+      return "IMPLICIT_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM:
+      return "IMPLICIT_PRECOMP_GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_GEMM:
+      return "GEMM";
+    case CUDNN_CONVOLUTION_FWD_ALGO_DIRECT:
+      return "DIRECT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT:
+      return "FFT";
+    case CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING:
+      return "FFT_TILING";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD:
+      return "WINOGRAD";
+    case CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED:
+      return "WINOGRAD_NONFUSED";
+    default:
+      return "UNKNOWN";
   }
 }
 
@@ -91,16 +100,18 @@ CudnnConv::CudnnConv(const ConvParams& p, ActKind act) : impl_(std::make_unique<
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&m.w));
   CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&m.conv));
   CUDNN_CHECK(cudnnCreateActivationDescriptor(&m.actd));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(m.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(p.filters),
-                                         static_cast<int>(p.in_c), static_cast<int>(p.kernel_h),
-                                         static_cast<int>(p.kernel_w)));
-  CUDNN_CHECK(cudnnSetTensor4dDescriptor(m.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, static_cast<int>(p.filters), 1, 1));
+  CUDNN_CHECK(cudnnSetFilter4dDescriptor(m.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
+                                         static_cast<int>(p.filters), static_cast<int>(p.in_c),
+                                         static_cast<int>(p.kernel_h), static_cast<int>(p.kernel_w)));
+  CUDNN_CHECK(cudnnSetTensor4dDescriptor(m.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
+                                         static_cast<int>(p.filters), 1, 1));
   CUDNN_CHECK(cudnnSetConvolution2dDescriptor(m.conv, static_cast<int>(p.pad_h), static_cast<int>(p.pad_w),
-                                              static_cast<int>(p.stride_h), static_cast<int>(p.stride_w), 1, 1,
-                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+                                              static_cast<int>(p.stride_h), static_cast<int>(p.stride_w), 1,
+                                              1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, CUDNN_FMA_MATH));
   CUDNN_CHECK(cudnnSetActivationDescriptor(
-      m.actd, act == ActKind::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY, CUDNN_NOT_PROPAGATE_NAN, 0.0));
+      m.actd, act == ActKind::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+      CUDNN_NOT_PROPAGATE_NAN, 0.0));
 }
 
 CudnnConv::~CudnnConv() {
@@ -115,24 +126,26 @@ CudnnConv::~CudnnConv() {
 
 bool CudnnConv::found() const { return impl_->found; }
 
-void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w, float* y,
-                     void* ws, size_t ws_bytes) {
+void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w,
+                     float* y, void* ws, size_t ws_bytes) {
   Impl& m = *impl_;
   m.set_n(n);
   CUDNN_CHECK(cudnnSetStream(H(h), s));
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int returned = 0;
-  CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(H(h), m.x, x, m.w, w, m.conv, m.y, y,
-                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ws, ws_bytes));
+  CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
+      H(h), m.x, x, m.w, w, m.conv, m.y, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ws, ws_bytes));
   int pick = -1;
   for (int i = 0; i < returned && pick < 0; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_bytes && perf[i].mathType == CUDNN_FMA_MATH)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_bytes &&
+        perf[i].mathType == CUDNN_FMA_MATH)
       pick = i;
   if (pick < 0)
-    throw Error("cudnn convolution: cudnnFindConvolutionForwardAlgorithmEx found no FP32 (FMA math) algorithm for " +
-                std::to_string(m.p.in_c) + "x" + std::to_string(m.p.in_h) + "x" + std::to_string(m.p.in_w) +
-                " -> " + std::to_string(m.p.filters) + " filters " + std::to_string(m.p.kernel_h) + "x" +
-                std::to_string(m.p.kernel_w));
+    throw Error(
+        "cudnn convolution: cudnnFindConvolutionForwardAlgorithmEx found no FP32 (FMA math) algorithm for " +
+        std::to_string(m.p.in_c) + "x" + std::to_string(m.p.in_h) + "x" + std::to_string(m.p.in_w) + " -> " +
+        std::to_string(m.p.filters) + " filters " + std::to_string(m.p.kernel_h) + "x" +
+        std::to_string(m.p.kernel_w));
   m.algo = perf[pick].algo;
   m.fused = m.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
   m.found = true;
@@ -148,14 +161,16 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const f
   CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(H(h), m.x, m.w, m.conv, m.y, m.algo, &need));
   if (need > ws_bytes)
     throw Error("cudnn convolution: " + std::string(algo_str(m.algo)) + " needs " + std::to_string(need) +
-                " bytes of workspace for " + std::to_string(n) + " images, " + std::to_string(ws_bytes) + " reserved");
+                " bytes of workspace for " + std::to_string(n) + " images, " + std::to_string(ws_bytes) +
+                " reserved");
   const float one = 1.f, zero = 0.f;
   if (m.fused) {
     // z = y with alpha2 = 0: the fused call requires a z tensor, and may alias it with y.
-    CUDNN_CHECK(cudnnConvolutionBiasActivationForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes,
-                                                      &zero, m.y, y, m.b, bias, m.actd, m.y, y));
+    CUDNN_CHECK(cudnnConvolutionBiasActivationForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws,
+                                                      ws_bytes, &zero, m.y, y, m.b, bias, m.actd, m.y, y));
   } else {
-    CUDNN_CHECK(cudnnConvolutionForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes, &zero, m.y, y));
+    CUDNN_CHECK(
+        cudnnConvolutionForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes, &zero, m.y, y));
     launch_bias_act(y, bias, n, static_cast<int>(m.p.filters), m.p.out_h * m.p.out_w, m.act, s);
   }
 }

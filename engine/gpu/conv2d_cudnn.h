@@ -37,13 +37,13 @@ class CudnnConv {
 
   // cuDNN's own search (cudnnFindConvolutionForwardAlgorithmEx) on real buffers for n images,
   // once per layer shape; only FMA-math (no TF32) results within ws_bytes of workspace count.
-  void find(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w, float* y, void* ws,
-            size_t ws_bytes);
+  void find(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w, float* y,
+            void* ws, size_t ws_bytes);
   bool found() const;
   // y = act(conv(x) + bias): fused in one cuDNN call for IMPLICIT_PRECOMP_GEMM, otherwise
   // cudnnConvolutionForward and one bias+activation kernel.
-  void forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w, const float* bias,
-               float* y, void* ws, size_t ws_bytes);
+  void forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w,
+               const float* bias, float* y, void* ws, size_t ws_bytes);
   std::string algo_name() const;
 
  private:

@@ -13,12 +13,12 @@ namespace cnnrun::gpu {
 struct GemmSpec {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
-  bool row_major = false;            // all of A, B and D stored row-major (CUBLASLT_ORDER_ROW)
+  bool row_major = false;  // all of A, B and D stored row-major (CUBLASLT_ORDER_ROW)
   int64_t lda = 0, ldb = 0, ldd = 0;
   int batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_d = 0;  // elements between batch members
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  const float* bias = nullptr;       // length m, for the BIAS epilogues
+  const float* bias = nullptr;  // length m, for the BIAS epilogues
 };
 
 class LtGemm {

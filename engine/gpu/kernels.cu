@@ -22,30 +22,37 @@ unsigned grid_for(int64_t count) {
 
 __device__ __forceinline__ float act_apply(int act, float x) {
   switch (act) {
-    case static_cast<int>(ActKind::kRelu): return x > 0.f ? x : 0.f;
-    case static_cast<int>(ActKind::kTanh): return tanhf(x);
-    case static_cast<int>(ActKind::kSigmoid): return 1.f / (1.f + expf(-x));
-    default: return x;
+    case static_cast<int>(ActKind::kRelu):
+      return x > 0.f ? x : 0.f;
+    case static_cast<int>(ActKind::kTanh):
+      return tanhf(x);
+    case static_cast<int>(ActKind::kSigmoid):
+      return 1.f / (1.f + expf(-x));
+    default:
+      return x;
   }
 }
 
 __global__ void preprocess_kernel(const uint8_t* __restrict__ in, float* __restrict__ out, int64_t count,
                                   int channels, int64_t plane, const float* __restrict__ scale,
                                   const float* __restrict__ shift) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
     int c = static_cast<int>((i / plane) % channels);
     out[i] = __fadd_rn(__fmul_rn(static_cast<float>(in[i]), scale[c]), shift[c]);
   }
 }
 
 __global__ void activation_kernel(const float* in, float* out, int64_t count, int act) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x)
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x)
     out[i] = act_apply(act, in[i]);
 }
 
 __global__ void bias_act_kernel(float* y, const float* __restrict__ bias, int64_t count, int channels,
                                 int64_t plane, int act) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
     int c = static_cast<int>((i / plane) % channels);
     y[i] = act_apply(act, __fadd_rn(y[i], bias[c]));
   }
@@ -53,7 +60,8 @@ __global__ void bias_act_kernel(float* y, const float* __restrict__ bias, int64_
 
 __global__ void affine_kernel(const float* in, float* out, int64_t count, int channels, int64_t plane,
                               const float* __restrict__ scale, const float* __restrict__ shift) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
     int c = static_cast<int>((i / plane) % channels);
     out[i] = __fadd_rn(__fmul_rn(in[i], scale[c]), shift[c]);
   }
@@ -64,8 +72,10 @@ struct PoolArgs {
   int is_max, count_pad;
 };
 
-__global__ void pool_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t count, PoolArgs a) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+__global__ void pool_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t count,
+                            PoolArgs a) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
     int ox = static_cast<int>(i % a.ow);
     int oy = static_cast<int>((i / a.ow) % a.oh);
     int64_t nc = i / (int64_t(a.ow) * a.oh);  // image * channels + channel
@@ -96,7 +106,8 @@ struct AddArgs {
 };
 
 __global__ void add_kernel(float* out, int64_t count, AddArgs a) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
     float s = a.accumulate ? out[i] : a.in[0][i];
     for (int k = a.accumulate ? 0 : 1; k < a.num; ++k) s = __fadd_rn(s, a.in[k][i]);
     out[i] = s;
@@ -105,7 +116,8 @@ __global__ void add_kernel(float* out, int64_t count, AddArgs a) {
 
 __global__ void softmax_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t positions,
                                int channels, int64_t plane) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < positions; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < positions;
+       i += int64_t(gridDim.x) * blockDim.x) {
     int64_t n = i / plane, p = i % plane;
     const float* x = in + n * channels * plane + p;
     float* y = out + n * channels * plane + p;
@@ -124,7 +136,8 @@ __global__ void softmax_kernel(const float* __restrict__ in, float* __restrict__
 __global__ void argmax_kernel(const float* __restrict__ in, int64_t n, int size, int32_t* __restrict__ pred,
                               const uint8_t* __restrict__ labels, int64_t first, int64_t label_count,
                               unsigned long long* correct) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
     const float* x = in + i * size;
     int best = 0;
     float bv = x[0];
@@ -137,8 +150,8 @@ __global__ void argmax_kernel(const float* __restrict__ in, int64_t n, int size,
 
 }  // namespace
 
-void launch_preprocess(const uint8_t* in, float* out, int64_t n, int channels, int64_t plane, const float* scale,
-                       const float* shift, cudaStream_t s) {
+void launch_preprocess(const uint8_t* in, float* out, int64_t n, int channels, int64_t plane,
+                       const float* scale, const float* shift, cudaStream_t s) {
   int64_t count = n * channels * plane;
   preprocess_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, channels, plane, scale, shift);
   CUDA_CHECK_LAUNCH("preprocess_kernel");
@@ -152,7 +165,8 @@ void launch_activation(const float* in, float* out, int64_t count, ActKind act, 
 void launch_bias_act(float* y, const float* bias, int64_t n, int channels, int64_t plane, ActKind act,
                      cudaStream_t s) {
   int64_t count = n * channels * plane;
-  bias_act_kernel<<<grid_for(count), kThreads, 0, s>>>(y, bias, count, channels, plane, static_cast<int>(act));
+  bias_act_kernel<<<grid_for(count), kThreads, 0, s>>>(y, bias, count, channels, plane,
+                                                       static_cast<int>(act));
   CUDA_CHECK_LAUNCH("bias_act_kernel");
 }
 
@@ -163,7 +177,8 @@ void launch_channel_affine(const float* in, float* out, int64_t n, int channels,
   CUDA_CHECK_LAUNCH("affine_kernel");
 }
 
-void launch_pool(const float* in, float* out, int64_t n, const PoolGeom& g, const PoolParams& p, cudaStream_t s) {
+void launch_pool(const float* in, float* out, int64_t n, const PoolGeom& g, const PoolParams& p,
+                 cudaStream_t s) {
   PoolArgs a{g.c,
              g.h,
              g.w,

@@ -30,7 +30,8 @@ void launch_channel_affine(const float* in, float* out, int64_t n, int channels,
 struct PoolGeom {
   int c, h, w, out_h, out_w;
 };
-void launch_pool(const float* in, float* out, int64_t n, const PoolGeom& g, const PoolParams& p, cudaStream_t s);
+void launch_pool(const float* in, float* out, int64_t n, const PoolGeom& g, const PoolParams& p,
+                 cudaStream_t s);
 
 // out = in[0] + in[1] + ... (left to right), count values each.
 void launch_add(const float* const* in, int num_inputs, float* out, int64_t count, cudaStream_t s);
@@ -40,7 +41,7 @@ void launch_softmax(const float* in, float* out, int64_t n, int channels, int64_
 
 // pred[i] = first index of the largest of the `size` values of image i; counts the images whose
 // prediction equals labels[(first + i) % label_count] into *correct.
-void launch_argmax(const float* in, int64_t n, int size, int32_t* pred, const uint8_t* labels,
-                   int64_t first, int64_t label_count, unsigned long long* correct, cudaStream_t s);
+void launch_argmax(const float* in, int64_t n, int size, int32_t* pred, const uint8_t* labels, int64_t first,
+                   int64_t label_count, unsigned long long* correct, cudaStream_t s);
 
 }  // namespace cnnrun::gpu
