@@ -345,19 +345,15 @@ TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" *
 }
 
 TEST_CASE("gpu: an image that cannot fit in GPU memory is a clear error" * doctest::skip(!gpu_present())) {
-  // Three 1024-filter 1x1 convolutions of a 4096x4096 image: over 200 GB of activations for
-  // a single image, more than any GPU has.
-  const char* text = R"(
-input: {channels: 1, height: 4096, width: 4096}
-classes: [a, b, c, d, e, f, g, h, i, j]
-layers:
-  - {name: c1, type: conv, filters: 1024, kernel: 1}
-  - {name: c2, type: conv, filters: 1024, kernel: 1}
-  - {name: c3, type: conv, filters: 1024, kernel: 1}
-  - {name: gap, type: avgpool, global: true}
-  - {name: fc, type: fc, outputs: 10}
-)";
-  Network net = parse_netdef_string(text, "huge");
+  // A 1x1 conv to 1000 x 512 x 512 (just under the netdef's per-layer limit of 2^28 values),
+  // then 250 tanh layers, each its own 1 GiB buffer: about 250 GiB for a single image, more
+  // than any GPU has, with almost no weights.
+  std::ostringstream t;
+  t << "input: {channels: 1, height: 512, width: 512}\nclasses: " << classes(10) << "\nlayers:\n"
+    << "  - {name: c1, type: conv, filters: 1000, kernel: 1}\n";
+  for (int i = 0; i < 250; ++i) t << "  - {name: t" << i << ", type: tanh}\n";
+  t << "  - {name: gap, type: avgpool, global: true}\n  - {name: fc, type: fc, outputs: 10}\n";
+  Network net = parse_netdef_string(t.str(), "huge");
   random_weights(net, 1);
   Dataset data = gpu_random_data(net.input, 1, 10, 1);
   auto gpu = make_gpu_executor(net);
