@@ -5,11 +5,11 @@
 // with batch stride 0) writes the layer's output in place. Preferred form: all matrices
 // row-major (CUBLASLT_ORDER_ROW), so the rows of D are the filters and cuBLASLt's
 // CUBLASLT_EPILOGUE_RELU_BIAS / BIAS adds the per-filter bias and applies a following ReLU.
-// If cuBLASLt offers no algorithm for that form (cuBLASLt 13.0 on an H100 offers none), the
-// same product is computed column-major as D^T = cols^T W^T with the bias as weight column K
-// against the row of ones, and CUBLASLT_EPILOGUE_RELU fuses the ReLU: still one GEMM, no extra
-// pass. The column buffer is bounded (the caller's workspace), so a chunk holds as many images
-// as fit in it.
+// If cuBLASLt offers no algorithm for that form (cuBLASLt 13.1 on an H100 offers none:
+// CUBLAS_STATUS_NOT_SUPPORTED), the same product is computed column-major as D^T = cols^T W^T with the bias
+// as weight column K against the row of ones, and CUBLASLT_EPILOGUE_RELU fuses the ReLU: still one GEMM, no
+// extra pass. The column buffer is bounded (the caller's workspace), so a chunk holds as many images as fit
+// in it.
 #include <algorithm>
 #include <vector>
 
