@@ -19,7 +19,12 @@ struct SourceLoc {
 
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& msg) : std::runtime_error(msg) {}
+  explicit Error(const std::string& msg) : std::runtime_error(one_line(msg)) {}
+
+  // Messages quote file contents (a YAML key, a token, a tensor name), which can hold newlines,
+  // terminal escapes or megabytes: control bytes become \n, \t, \xNN, and past 2000 bytes the
+  // middle is left out, so a message stays one printable line.
+  static std::string one_line(const std::string& msg);
 };
 
 // Error at a place in a netdef: "file:l:c: layer 'conv1' (conv): key 'filters': <what>".
