@@ -1,11 +1,12 @@
 // The netdef parser: YAML -> Network. Every error names file:line:column, the layer and the
 // key. Checks happen here, at load, so nothing is discovered mid-run: syntax, duplicate and
 // unknown keys, layer types, parameters, names, inputs, cycles, shapes, class count.
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include "engine/network.h"
 #include "engine/yaml_util.h"
@@ -15,6 +16,19 @@ namespace cnnrun {
 namespace {
 
 const char* const kInputName = "input";
+// Per-image tensors above this are not networks cnnrun can run (executors hold a block of images
+// of every layer's output); rejecting them here turns a lying "channels: 1000000000000" into an
+// error at its line instead of an allocation the size of the claim.
+constexpr int64_t kMaxImageValues = int64_t{1} << 28;
+constexpr int64_t kMaxInputChannels = 65536;  // preprocessing keeps a scale and shift per channel
+
+// C*H*W with overflow and the limit above checked; `what` names the tensor for the message.
+void check_image_size(const Shape& s, const std::string& what) {
+  int64_t n = checked_mul(checked_mul(s.c, s.h, "values per image"), s.w, "values per image");
+  if (n > kMaxImageValues)
+    throw Error(what + " " + s.str() + " = " + std::to_string(n) + " values per image is over the limit of " +
+                std::to_string(kMaxImageValues));
+}
 
 // Reads a top-level section map with a fixed set of keys.
 class Section {
@@ -26,7 +40,16 @@ class Section {
   YAML::Node get(const std::string& key, bool required) {
     used_.push_back(key);
     YAML::Node v = n_[key];
-    if (!v && required) fail_at(yaml_loc(file_, n_), "", "", name_ + "." + key, "missing");
+    if (!v && required) {
+      // yaml-cpp lets a double-quoted string that is never closed run to the end of the file,
+      // swallowing the keys after it: say so rather than only "missing".
+      for (auto it = n_.begin(); it != n_.end(); ++it)
+        if (it->second.IsScalar() && it->second.Scalar().find(key + ":") != std::string::npos)
+          fail_at(yaml_loc(file_, it->second), "", "", name_ + "." + key,
+                  "missing; it appears inside the string value of '" + it->first.Scalar() +
+                      "' (a quote left open?)");
+      fail_at(yaml_loc(file_, n_), "", "", name_ + "." + key, "missing");
+    }
     return v;
   }
   int64_t get_int(const std::string& key) {
@@ -222,10 +245,18 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
   Section top(file, root, "netdef");
   net.name = top.get_string("name", false, file);
 
-  Section in(file, top.get("input", true), "input");
+  YAML::Node input_node = top.get("input", true);
+  Section in(file, input_node, "input");
   net.input = {in.get_int("channels"), in.get_int("height"), in.get_int("width")};
   in.finish();
-  checked_mul(checked_mul(net.input.c, net.input.h, "input size"), net.input.w, "input size");
+  try {
+    check_image_size(net.input, "input");
+    if (net.input.c > kMaxInputChannels)
+      throw Error("at most " + std::to_string(kMaxInputChannels) + " input channels are supported, found " +
+                  std::to_string(net.input.c));
+  } catch (const Error& e) {
+    fail_at(yaml_loc(file, input_node), "", "", "input", e.what());
+  }
 
   parse_preprocess(net, file, top.get("preprocess", false));
 
@@ -368,7 +399,7 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
     }
     try {
       l->out_shape = l->infer_shape(l->in_shapes);
-      checked_mul(checked_mul(l->out_shape.c, l->out_shape.h, "output size"), l->out_shape.w, "output size");
+      check_image_size(l->out_shape, "output");
       for (const auto& ws : l->weight_specs(l->in_shapes)) numel_of(ws.dims);
     } catch (const Error& e) {
       std::string ins;
@@ -398,6 +429,9 @@ Network parse_text(const std::string& text, const std::string& file, const std::
   YAML::Node root;
   try {
     root = YAML::Load(text);
+  } catch (const YAML::DeepRecursion& e) {
+    SourceLoc loc{file, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1};
+    fail_at(loc, "", "", "", "YAML nested more than " + std::to_string(e.depth()) + " levels deep");
   } catch (const YAML::Exception& e) {
     SourceLoc loc{file, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1};
     fail_at(loc, "", "", "", "YAML syntax error: " + e.msg);
@@ -416,12 +450,22 @@ int Network::find(const std::string& layer_name) const {
 }
 
 Network parse_netdef_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory, not a netdef");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(path + ": cannot open the netdef");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (ss.str().size() > (16u << 20)) throw Error(path + ": a netdef over 16 MiB is not a netdef");
-  return parse_text(ss.str(), path, dir_of(path));
+  // Reads at most one chunk past the limit, so /dev/zero or a data set given as the netdef is
+  // refused without being read whole.
+  constexpr size_t kMax = 16u << 20;
+  std::string text;
+  char buf[1 << 16];
+  while (f && text.size() <= kMax) {
+    f.read(buf, sizeof buf);
+    text.append(buf, static_cast<size_t>(f.gcount()));
+  }
+  if (text.size() > kMax) throw Error(path + ": over 16 MiB; not a netdef");
+  if (f.bad()) throw Error(path + ": read error");
+  return parse_text(text, path, dir_of(path));
 }
 
 Network parse_netdef_string(const std::string& text, const std::string& name) {

@@ -36,6 +36,27 @@ int64_t regular_file_size(const std::string& path) {
   return static_cast<int64_t>(st.st_size);
 }
 
+// For the error of a file whose size is no whole number of records: what it looks like instead
+// (only called on that path, so a CIFAR-10 file that happens to start like these still loads).
+std::string format_hint(const std::string& path, int64_t size) {
+  unsigned char b[16] = {0};
+  std::unique_ptr<FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
+  size_t n = f ? std::fread(b, 1, sizeof b, f.get()) : 0;
+  if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b) return " (it is gzip data: unpack it first)";
+  if (n >= 4 && b[0] == 0 && b[1] == 0 && b[2] == 0x08)
+    return " (it starts like an IDX file: use data format idx)";
+  if (n >= 9 && b[8] == '{') {
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | b[i];
+    if (hlen + 8 <= static_cast<uint64_t>(size)) return " (it starts like a safetensors weights file)";
+  }
+  bool text = n > 0;
+  for (size_t i = 0; i < n && text; ++i)
+    text = (b[i] >= 0x20 && b[i] < 0x7f) || b[i] == '\n' || b[i] == '\t' || b[i] == '\r';
+  if (text) return " (it starts like a text file)";
+  return "";
+}
+
 std::vector<std::string> official_files(const std::string& dir, const std::string& split) {
   std::vector<std::string> names;
   if (split == "train") {
@@ -80,7 +101,8 @@ Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string
     if (size % kRecord != 0)
       fail_file(p, size / kRecord * kRecord,
                 "partial record: " + std::to_string(size % kRecord) + " bytes left after " +
-                    std::to_string(size / kRecord) + " whole records; CIFAR-10 records are 3073 bytes");
+                    std::to_string(size / kRecord) + " whole records; CIFAR-10 records are 3073 bytes" +
+                    format_hint(p, size));
     counts.push_back(size / kRecord);
     total = checked_add(total, size / kRecord, "CIFAR-10 image count");
   }

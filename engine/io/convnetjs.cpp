@@ -131,9 +131,14 @@ std::map<std::string, Tensor> read_convnetjs_conv(const std::string& file) {
   int64_t kh = nf.header_int(1, "KH", 4096, hdr);
   int64_t depth = nf.header_int(2, "DEPTH", kMaxDim, hdr);
   int64_t filters = nf.header_int(3, "FILTERS", kMaxDim, hdr);
-  int64_t nw = checked_mul(checked_mul(checked_mul(filters, kw, "conv weights"), kh, "conv weights"), depth,
-                           "conv weights");
-  int64_t need = checked_add(nw, filters, "conv weights");
+  int64_t need = 0;
+  try {
+    int64_t nw = checked_mul(checked_mul(checked_mul(filters, kw, "conv weights"), kh, "conv weights"), depth,
+                             "conv weights");
+    need = checked_add(nw, filters, "conv weights");
+  } catch (const Error& e) {
+    fail_at(nf.loc(0), "", "", "", std::string("header '") + hdr + "': " + e.what());
+  }
   nf.expect_count(4, need,
                   std::to_string(filters) + "x" + std::to_string(kw) + "x" + std::to_string(kh) + "x" +
                       std::to_string(depth) + " weights + " + std::to_string(filters) + " biases");

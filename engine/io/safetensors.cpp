@@ -68,7 +68,10 @@ std::map<std::string, Tensor> read_safetensors(const std::string& file, bool ski
   uint64_t hlen = 0;
   for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
   if (hlen > static_cast<uint64_t>(kMaxHeader))
-    fail_file(file, 0, "header length " + std::to_string(hlen) + " is over the 100 MB limit");
+    fail_file(file, 0,
+              "header length " + std::to_string(hlen) +
+                  " is over the 100 MB limit (is this a safetensors file? it starts with 8 bytes of "
+                  "little-endian header length, then a JSON object)");
   if (static_cast<int64_t>(hlen) > size - 8)
     fail_file(file, 0,
               "header length " + std::to_string(hlen) + " runs past the end of the file (" +
@@ -180,7 +183,8 @@ std::map<std::string, Tensor> read_safetensors(const std::string& file, bool ski
     if (!e.keep) continue;
     Tensor t(e.dims);
     const char* src = bytes.data() + data_start + e.begin;
-    std::memcpy(t.data.data(), src, static_cast<size_t>(e.end - e.begin));
+    // An empty tensor's vector has no storage: memcpy from/to null is undefined even for 0 bytes.
+    if (e.end > e.begin) std::memcpy(t.data.data(), src, static_cast<size_t>(e.end - e.begin));
     for (size_t i = 0; i < t.data.size(); ++i)
       if (!std::isfinite(t.data[i]))
         fail_file(file, data_start + e.begin + 4 * static_cast<int64_t>(i),

@@ -97,6 +97,16 @@ void load_convnetjs(Network& net, const std::string& dir) {
   }
 }
 
+// scale = weight / sqrt(running_var + eps): a negative variance would make every output NaN
+// without a word, so it is refused here, where the file can be named.
+void check_variance(const BatchnormLayer& bn, const std::string& file) {
+  const Tensor& v = bn.weight("running_var");
+  for (size_t i = 0; i < v.data.size(); ++i)
+    if (!(static_cast<double>(v.data[i]) + bn.p.eps > 0.0))
+      throw Error(file + ": layer '" + bn.name + "' running_var: element " + std::to_string(i) + " is " +
+                  std::to_string(v.data[i]) + "; a variance must be >= 0 (and running_var + eps > 0)");
+}
+
 void load_safetensors(Network& net, const std::string& file) {
   std::map<std::string, Tensor> all = read_safetensors(file, true);
   for (auto& lp : net.layers) {
@@ -113,6 +123,7 @@ void load_safetensors(Network& net, const std::string& file) {
       all.erase(it);
     }
     assign(l, std::move(mine), file);
+    if (auto* bn = dynamic_cast<BatchnormLayer*>(&l)) check_variance(*bn, file);
   }
   std::vector<std::string> extra;
   for (const auto& kv : all)
