@@ -100,26 +100,29 @@ std::string suggest(const std::string& key, const std::vector<std::string>& know
 }
 
 // Aliases make the document a graph: "x2: &x2 [*x1, *x1, ...]" ten levels deep is a few lines that
-// expand to 10^10 nodes, so the walk has a budget far above any real netdef.
-static void check_duplicate_keys(const std::string& file, const YAML::Node& n, int64_t& budget) {
+// expand to 10^10 nodes, and "&a [*a]" contains itself. So the walk has a node budget and a depth
+// limit, both far above any real netdef.
+static void check_duplicate_keys(const std::string& file, const YAML::Node& n, int64_t& budget, int depth) {
   if (--budget < 0)
     fail_at(yaml_loc(file, n), "", "", "",
             "the document expands to over a million YAML nodes (aliases of aliases?); not a netdef");
+  if (depth > 100)
+    fail_at(yaml_loc(file, n), "", "", "", "nested more than 100 levels deep (an alias inside itself?)");
   if (n.IsMap()) {
     std::set<std::string> seen;
     for (auto it = n.begin(); it != n.end(); ++it) {
       if (it->first.IsScalar() && !seen.insert(it->first.Scalar()).second)
         fail_at(yaml_loc(file, it->first), "", "", it->first.Scalar(), "written twice in one mapping");
-      check_duplicate_keys(file, it->second, budget);
+      check_duplicate_keys(file, it->second, budget, depth + 1);
     }
   } else if (n.IsSequence()) {
-    for (auto it = n.begin(); it != n.end(); ++it) check_duplicate_keys(file, *it, budget);
+    for (auto it = n.begin(); it != n.end(); ++it) check_duplicate_keys(file, *it, budget, depth + 1);
   }
 }
 
 void check_duplicate_keys(const std::string& file, const YAML::Node& n) {
   int64_t budget = 1'000'000;
-  check_duplicate_keys(file, n, budget);
+  check_duplicate_keys(file, n, budget, 0);
 }
 
 }  // namespace cnnrun
