@@ -5,6 +5,7 @@
 #include "engine/io/weights.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <set>
 
@@ -97,14 +98,23 @@ void load_convnetjs(Network& net, const std::string& dir) {
   }
 }
 
-// scale = weight / sqrt(running_var + eps): a negative variance would make every output NaN
-// without a word, so it is refused here, where the file can be named.
-void check_variance(const BatchnormLayer& bn, const std::string& file) {
+// scale = weight / sqrt(running_var + eps): a negative variance, or finite values whose scale or
+// shift overflows float, would make outputs NaN or infinite without a word, so they are refused
+// here, where the file can be named.
+void check_batchnorm(const BatchnormLayer& bn, const std::string& file) {
   const Tensor& v = bn.weight("running_var");
   for (size_t i = 0; i < v.data.size(); ++i)
     if (!(static_cast<double>(v.data[i]) + bn.p.eps > 0.0))
       throw Error(file + ": layer '" + bn.name + "' running_var: element " + std::to_string(i) + " is " +
                   std::to_string(v.data[i]) + "; a variance must be >= 0 (and running_var + eps > 0)");
+  std::vector<float> scale, shift;
+  bn.affine(scale, shift);
+  for (size_t i = 0; i < scale.size(); ++i)
+    if (!std::isfinite(scale[i]) || !std::isfinite(shift[i]))
+      throw Error(file + ": layer '" + bn.name + "' channel " + std::to_string(i) +
+                  ": weight / sqrt(running_var + eps) or its shift overflows float32 (weight " +
+                  std::to_string(bn.weight("weight").data[i]) + ", running_var " + std::to_string(v.data[i]) +
+                  ")");
 }
 
 void load_safetensors(Network& net, const std::string& file) {
@@ -123,7 +133,7 @@ void load_safetensors(Network& net, const std::string& file) {
       all.erase(it);
     }
     assign(l, std::move(mine), file);
-    if (auto* bn = dynamic_cast<BatchnormLayer*>(&l)) check_variance(*bn, file);
+    if (auto* bn = dynamic_cast<BatchnormLayer*>(&l)) check_batchnorm(*bn, file);
   }
   std::vector<std::string> extra;
   for (const auto& kv : all)
@@ -140,7 +150,7 @@ void load_safetensors(Network& net, const std::string& file) {
 
 // Folds batchnorm b (y = x*scale + shift per channel) into its producer p: W' = W*scale per
 // output channel, bias' = bias*scale + shift. Valid only if nothing else reads p's output.
-void fold_batchnorm(Network& net) {
+void fold_batchnorm(Network& net, const std::string& source) {
   std::vector<int> readers(net.layers.size(), 0);
   for (const auto& l : net.layers)
     for (int j : l->inputs)
@@ -168,8 +178,18 @@ void fold_batchnorm(Network& net) {
     const int64_t per = w.numel() / outc;
     for (int64_t f = 0; f < outc; ++f) {
       float s = scale[static_cast<size_t>(f)];
-      for (int64_t k = 0; k < per; ++k) w.data[static_cast<size_t>(f * per + k)] *= s;
-      b.data[static_cast<size_t>(f)] = b.data[static_cast<size_t>(f)] * s + shift[static_cast<size_t>(f)];
+      bool finite = true;
+      for (int64_t k = 0; k < per; ++k) {
+        float& x = w.data[static_cast<size_t>(f * per + k)];
+        x *= s;
+        finite = finite && std::isfinite(x);
+      }
+      float& bf = b.data[static_cast<size_t>(f)];
+      bf = bf * s + shift[static_cast<size_t>(f)];
+      if (!finite || !std::isfinite(bf))
+        throw Error(source + ": folding batchnorm '" + bn->name + "' into '" + p.name +
+                    "' overflows float32 for output channel " + std::to_string(f) + " (scale " +
+                    std::to_string(s) + "); the weights are too large");
     }
     bn->folded = true;
   }
@@ -187,15 +207,19 @@ void load_weights(Network& net, const AssetResolver& assets, const std::string& 
   }
   if (!first) return;
   const WeightsSpec& ws = net.weights;
+  std::string source = override_path;  // names the weights in a folding error
   if (override_path.empty()) {
     if (ws.format.empty())
       fail_at(
           first->loc, first->name, first->type, "",
           "the layer needs weights but the netdef has no 'weights' section; add one or give --weights PATH");
-    if (ws.format == "safetensors")
-      load_safetensors(net, assets.resolve(ws.path, ws.loc, "weights file"));
-    else
-      load_convnetjs(net, assets.resolve(ws.path, ws.loc, "weights directory"));
+    if (ws.format == "safetensors") {
+      source = assets.resolve(ws.path, ws.loc, "weights file");
+      load_safetensors(net, source);
+    } else {
+      source = assets.resolve(ws.path, ws.loc, "weights directory");
+      load_convnetjs(net, source);
+    }
   } else {
     std::error_code ec;
     if (ends_with(override_path, ".safetensors") || fs::is_regular_file(override_path, ec)) {
@@ -210,7 +234,7 @@ void load_weights(Network& net, const AssetResolver& assets, const std::string& 
       throw Error("--weights " + override_path + ": no such file or directory");
     }
   }
-  if (fold) fold_batchnorm(net);
+  if (fold) fold_batchnorm(net, source);
 }
 
 std::map<std::string, Tensor> collect_weights(const Network& net) {

@@ -105,6 +105,10 @@ put(S + "nan.safetensors", tensors([("fc.bias", [10], FC_B[:4] + [float("nan")] 
 put(S + "inf.safetensors", tensors([FC_OK[0], ("fc.weight", [10, 3], FC_W[:29] + [float("-inf")])]))
 put(S + "text_as_weights.txt", cnj([1, 1, 3, 10] + FC_W + FC_B))
 put(S + "bn_negative_var.safetensors", tensors(BN[:5] + [("b.running_var", [10], [2.0] * 9 + [-1.0])]))
+put(S + "bn_scale_overflow.safetensors", tensors(BN[:2] + [("b.weight", [10], [1.0] * 9 + [3e38])] + BN[3:5] +
+                                                 [("b.running_var", [10], [2.0] * 9 + [0.0])]))
+put(S + "bn_fold_overflow.safetensors", tensors([("c.weight", [10, 3, 1, 1], FC_W[:29] + [1e10])] + BN[1:2] +
+                                                [("b.weight", [10], [1.0] * 9 + [1e30])] + BN[3:]))
 put(S + "empty_tensor.safetensors",
     st({"fc.weight": {"dtype": "F32", "shape": [10, 3], "data_offsets": [0, 120]},
         "fc.bias": {"dtype": "F32", "shape": [0], "data_offsets": [120, 120]}}, f32(FC_W)))
