@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Writes the valid seed inputs of the fuzzers into seeds/<target>/ (committed; rerun after a
+change). The regression files of tests/regress/<target>/ are seeds too (see CMakeLists.txt)."""
+import gzip
+import json
+import os
+import struct
+
+D = os.path.join(os.path.dirname(os.path.abspath(__file__)), "seeds")
+
+
+def put(rel, data):
+    path = os.path.join(D, rel)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data.encode() if isinstance(data, str) else data)
+
+
+def f32(values):
+    return struct.pack("<%df" % len(values), *values)
+
+
+HEAD = "input: {channels: 3, height: 8, width: 8}\nclasses: [a, b, c, d, e, f, g, h, i, j]\n"
+put("netdef/chain.yaml", HEAD + """preprocess: {scale: 0.0039, shift: -0.5}
+weights: {format: convnetjs, path: w, files: {conv1: c.txt, fc: f.txt}}
+data: {format: cifar10, path: d/train.bin, split: train}
+layers:
+  - {name: conv1, type: conv, filters: 4, kernel: 3, stride: 1, pad: 1}
+  - {name: relu1, type: relu}
+  - {name: pool1, type: maxpool, size: 2, stride: 2}
+  - {name: fc, type: fc, outputs: 10}
+  - {name: softmax, type: softmax}
+""")
+put("netdef/graph.yaml", HEAD + """preprocess: {mean: [0.49, 0.48, 0.45], std: [0.25, 0.24, 0.26]}
+weights: {format: safetensors, path: w.safetensors}
+data: {format: idx, images: i-images-idx3-ubyte.gz, labels: i-labels-idx1-ubyte.gz}
+output: prob
+layers:
+  - {name: stem, type: conv, filters: 8, kernel: [3, 1], pad: [1, 0], bias: false, algo: implicit}
+  - {name: bn, type: batchnorm, eps: 0.001}
+  - {name: act, type: tanh}
+  - {name: left, type: conv, filters: 8, kernel: 1, inputs: act}
+  - {name: right, type: sigmoid, inputs: [act]}
+  - {name: sum, type: add, inputs: [left, right]}
+  - {name: cat, type: concat, inputs: [sum, act, input]}
+  - {name: avg, type: avgpool, size: [3, 2], stride: [2, 1], pad: 1, count_pad: false}
+  - {name: gap, type: maxpool, global: true}
+  - {name: flat, type: flatten}
+  - {name: drop, type: dropout, rate: 0.25}
+  - {name: fc, type: fc, outputs: 10}
+  - {name: prob, type: softmax}
+""")
+put("netdef/block.yaml", """name: block
+input:
+  channels: 1
+  height: 28
+  width: 28
+classes:
+  - zero
+  - one
+layers:
+  - name: c
+    type: conv
+    filters: 2
+    kernel: 5
+  - type: relu
+  - {type: avgpool, size: 2}
+  - {type: fc, outputs: 2}
+""")
+
+# safetensors for the fuzzer's network: conv c [4,3,3,3], batchnorm b [4] (with PyTorch's I64
+# counter), fc f [10,4].
+def st(entries):
+    header, data = {}, b""
+    for name, dtype, shape, raw in entries:
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [len(data), len(data) + len(raw)]}
+        data += raw
+    header["__metadata__"] = {"format": "pt"}
+    h = json.dumps(header).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+vals = [((i * 37) % 11 - 5) / 10 for i in range(108)]
+put("safetensors/net.safetensors", st([
+    ("c.weight", "F32", [4, 3, 3, 3], f32(vals)), ("c.bias", "F32", [4], f32([0.1, 0.2, 0.3, 0.4])),
+    ("b.weight", "F32", [4], f32([1, 1, 1, 1])), ("b.bias", "F32", [4], f32([0, 0, 0, 0])),
+    ("b.running_mean", "F32", [4], f32([0.5] * 4)), ("b.running_var", "F32", [4], f32([2] * 4)),
+    ("b.num_batches_tracked", "I64", [], struct.pack("<q", 100)),
+    ("f.weight", "F32", [10, 4], f32(vals[:40])), ("f.bias", "F32", [10], f32(vals[:10]))]))
+put("safetensors/scalar.safetensors", st([("x", "F32", [], f32([1.5])), ("y", "F32", [2, 0], b"")]))
+
+put("convnetjs/conv.txt", " ".join(str(x) for x in [3, 3, 2, 2] + vals[:36] + [0.5, -0.5]) + "\n")
+put("convnetjs/fc.txt", " ".join(str(x) for x in [24, 2] + vals[:48] + [1e-3, -2.5e+2]) + "\n")
+
+rec = lambda label: bytes([label]) + bytes((i * 13 + label) % 256 for i in range(3072))
+put("cifar10/two.bin", rec(0) + rec(9))
+
+img = struct.pack(">IIII", 0x803, 2, 3, 4) + bytes(range(24))
+lab = struct.pack(">II", 0x801, 2) + bytes([1, 9])
+put("idx/images-idx3-ubyte", img)
+put("idx/labels-idx1-ubyte", lab)
+put("idx/images-idx3-ubyte.gz", gzip.compress(img, mtime=0))
