@@ -66,7 +66,8 @@ void as_labels(const std::string& images, const std::string& path, const uint8_t
   try {
     Dataset ds = load_idx(images, path, 10);
     FUZZ_CHECK(size >= 8 && ds.count == be32(data + 4) && ds.labels.size() == size - 8);
-    for (size_t i = 0; i < ds.labels.size(); ++i) FUZZ_CHECK(ds.labels[i] == data[8 + i] && ds.labels[i] < 10);
+    for (size_t i = 0; i < ds.labels.size(); ++i)
+      FUZZ_CHECK(ds.labels[i] == data[8 + i] && ds.labels[i] < 10);
   } catch (const Error& e) {
     fuzz::check_message(e);
   }

@@ -59,12 +59,12 @@ inline void check_message(const Error& e) {
 }
 
 // An invariant of an accepted input broke: a wrong answer rather than a crash, reported as one.
-#define FUZZ_CHECK(cond)                                                             \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
+#define FUZZ_CHECK(cond)                                                                \
+  do {                                                                                  \
+    if (!(cond)) {                                                                      \
       std::fprintf(stderr, "%s:%d: invariant failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                  \
-    }                                                                                \
+      std::abort();                                                                     \
+    }                                                                                   \
   } while (0)
 
 }  // namespace cnnrun::fuzz
