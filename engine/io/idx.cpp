@@ -62,8 +62,11 @@ class IdxReader {
         int r = gzread(gz_, dst + done, want);
         if (r < 0) {
           int errnum = 0;
-          const char* msg = gzerror(gz_, &errnum);
-          fail_file(path_, pos_ + done, std::string("corrupt gzip data: ") + (msg ? msg : "unknown error"));
+          const char* m = gzerror(gz_, &errnum);
+          std::string msg = m ? m : "";
+          // zlib prefixes the path, which the message already starts with.
+          if (msg.compare(0, path_.size() + 2, path_ + ": ") == 0) msg.erase(0, path_.size() + 2);
+          fail_file(path_, pos_ + done, "corrupt gzip data: " + (msg.empty() ? "unknown error" : msg));
         }
         got = r;
       } else {
