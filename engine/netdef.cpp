@@ -455,15 +455,15 @@ Network parse_netdef_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(path + ": cannot open the netdef");
   // Reads at most one chunk past the limit, so /dev/zero or a data set given as the netdef is
-  // refused without being read whole.
-  constexpr size_t kMax = 16u << 20;
+  // refused without being read whole. A real netdef is a few KB; yaml-cpp needs seconds per MB.
+  constexpr size_t kMax = 1u << 20;
   std::string text;
   char buf[1 << 16];
   while (f && text.size() <= kMax) {
     f.read(buf, sizeof buf);
     text.append(buf, static_cast<size_t>(f.gcount()));
   }
-  if (text.size() > kMax) throw Error(path + ": over 16 MiB; not a netdef");
+  if (text.size() > kMax) throw Error(path + ": over 1 MiB; not a netdef");
   if (f.bad()) throw Error(path + ": read error");
   return parse_text(text, path, dir_of(path));
 }
