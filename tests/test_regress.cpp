@@ -164,3 +164,22 @@ TEST_CASE("regress: every regression file is used by a case, and generate.py sti
   }
   CHECK(files > 50);
 }
+
+TEST_CASE("regress: a CIFAR-10 data set larger than memory is refused before it is allocated") {
+  // A sparse file: 2^32 records (13 TB) claimed, no disk used. Not committed, so made here.
+  std::string tmp = temp_dir("regress-sparse"), big = tmp + "/big.bin";
+  write_file(big, "");
+  std::error_code ec;
+  fs::resize_file(big, uint64_t{3073} << 32, ec);
+  if (ec) {
+    MESSAGE("this file system cannot hold a 13 TB sparse file (" << ec.message() << "): skipped");
+    return;
+  }
+  Result r = run_cnnrun(regress_dir() + "/nets/fc.yaml --data " + big, tmp);
+  fs::remove(big, ec);
+  INFO(r.err);
+  CHECK(r.rc == 1);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(contains(r.err, big));
+  CHECK(contains(r.err, "4294967296 images = 13194139533312 bytes, more than this machine's"));
+}

@@ -2,6 +2,7 @@
 // order, so loading is a split of each record into two arrays; files are read a few MB at a
 // time so 50000 images (150 MB) load at disk speed without a second full-size buffer.
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -107,10 +108,19 @@ Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string
     total = checked_add(total, size / kRecord, "CIFAR-10 image count");
   }
 
+  // A netdef can list one big file many times; what that adds up to must fit in memory, or the
+  // error should say so here rather than as a failed (or, overcommitted, fatal) allocation.
+  const int64_t bytes = checked_mul(total, kPixels, "CIFAR-10 pixel bytes");
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0 && bytes / page >= pages)
+    throw Error("cifar10: " + std::to_string(paths.size()) + " file(s) hold " + std::to_string(total) +
+                " images = " + std::to_string(bytes) + " bytes, more than this machine's " +
+                std::to_string(static_cast<int64_t>(pages) * page) + " bytes of memory (first file " +
+                paths[0] + ")");
   Dataset ds;
   ds.shape = {3, 32, 32};
   ds.count = total;
-  ds.pixels.resize(static_cast<size_t>(checked_mul(total, kPixels, "CIFAR-10 pixel bytes")));
+  ds.pixels.resize(static_cast<size_t>(bytes));
   ds.labels.resize(static_cast<size_t>(total));
 
   constexpr int64_t kChunkRecords = 1024;  // 3 MB per read
