@@ -1,7 +1,8 @@
 // The GPU executor against the CPU reference: every convolution algorithm and every layer type
 // on random shapes (strides 1 and 2, pads 0-2, kernels 1/3/5 and non-square, channel counts
 // that are not multiples of 4 or 32, batch 1 and odd batches), run() with blocks that do not
-// divide the batch, several streams and cycling, the real CIFAR-10 network on the sample, and
+// divide the batch, several streams and cycling, the implicit kernel's fused ReLU + max-pool
+// epilogue and uint8 input (odd sizes included), the real CIFAR-10 network on the sample, and
 // the out-of-memory error. GPU cases are named "gpu: ..." and skip visibly without a GPU.
 #include <algorithm>
 #include <cstdio>
@@ -342,6 +343,99 @@ TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" *
   bad.batch = count;
   bad.conv_algo = "winograd";
   CHECK_THROWS_WITH_AS(gpu->run(data, bad), doctest::Contains("winograd"), Error);
+}
+
+namespace {
+
+// conv1 -> relu -> 2x2/2 max-pool -> conv2 -> relu -> 2x2/2 max-pool -> fc: the implicit kernel
+// computes each conv+relu+pool in one pass, and the first conv reads the uint8 pixels, where
+// the shapes allow (expect_pool1 / expect_u8 say whether they do for conv1).
+struct FusedCase {
+  int c, h, w, f1, k1, s1, p1, f2, k2, p2, n;
+  bool expect_pool1, expect_u8;
+};
+const FusedCase kFusedCases[] = {
+    {3, 32, 32, 16, 5, 1, 2, 20, 5, 2, 5, true, true},  // CIFAR; conv2 4 images/tile, last one partial
+    {1, 28, 28, 8, 5, 1, 2, 12, 3, 1, 7, true, true},   // MNIST-like
+    {3, 13, 11, 7, 3, 1, 1, 5, 3, 0, 3, true, false},   // odd conv outputs (13x11 -> 6x5), W % 4 != 0
+    {2, 15, 12, 33, 3, 1, 1, 7, 2, 0, 3, true, true},   // 2 filter tiles, even kernel (runtime width)
+    {4, 20, 24, 20, 1, 1, 0, 24, 5, 2, 9, true, true},  // 1x1 first conv, odd 10x12 -> 5x6 second pool
+    {1, 9, 600, 4, 3, 1, 1, 6, 3, 1, 2, false, false},  // pooled rows of 300 > one tile: no pool fusion
+    {3, 16, 16, 8, 3, 2, 1, 8, 3, 1, 4, false, true},   // stride-2 conv: no pool fusion; 5 images a tile
+    {5, 7, 8, 12, 3, 1, 0, 6, 1, 0, 11, true, true},    // 5x6 -> 2x3 (odd last row dropped), 11 images
+};
+
+std::string fused_netdef(const FusedCase& k) {
+  std::ostringstream o;
+  o << "name: fusetest\ninput: {channels: " << k.c << ", height: " << k.h << ", width: " << k.w << "}\n"
+    << "preprocess: {mean: [";
+  for (int i = 0; i < k.c; ++i) o << (i ? ", " : "") << 0.3 + 0.1 * i;
+  o << "], std: [";
+  for (int i = 0; i < k.c; ++i) o << (i ? ", " : "") << 0.2 + 0.05 * i;
+  o << "]}\nclasses: " << classes(10) << "\nlayers:\n"
+    << "  - {name: conv1, type: conv, filters: " << k.f1 << ", kernel: " << k.k1 << ", stride: " << k.s1
+    << ", pad: " << k.p1 << "}\n"
+    << "  - {name: relu1, type: relu}\n"
+    << "  - {name: pool1, type: maxpool, size: 2, stride: 2}\n"
+    << "  - {name: conv2, type: conv, filters: " << k.f2 << ", kernel: " << k.k2 << ", pad: " << k.p2 << "}\n"
+    << "  - {name: relu2, type: relu}\n"
+    << "  - {name: pool2, type: maxpool, size: 2, stride: 2}\n"
+    << "  - {name: fc, type: fc, outputs: 10}\n";
+  return o.str();
+}
+
+}  // namespace
+
+TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel, vs reference" *
+          doctest::skip(!gpu_present())) {
+  MaxErr err;
+  uint32_t seed = 500;
+  for (const FusedCase& k : kFusedCases) {
+    for (const char* algo : {"implicit", "cudnn"}) {
+      Network net = parse_netdef_string(fused_netdef(k), "fusetest");
+      random_weights(net, seed);
+      Dataset data = gpu_random_data(net.input, k.n + 2, 10, seed);
+      auto gpu = make_gpu_executor(net);
+      auto cpu = make_cpu_executor(net);
+      std::ostringstream what;
+      what << algo << " C" << k.c << " " << k.h << "x" << k.w << " F" << k.f1 << " k" << k.k1 << " s" << k.s1
+           << " p" << k.p1 << " / F" << k.f2 << " k" << k.k2 << " p" << k.p2 << " n" << k.n;
+      INFO(what.str());
+      // run() first (it picks the algorithm the later forward_layers uses), over small blocks on
+      // two streams with cycling, so tiles past the end of a block and u8 staging of every block
+      // are exercised; its output values must match the reference's.
+      RunOptions o;
+      o.batch = 2 * k.n + 1;
+      o.cycle = true;
+      o.block = 3;
+      o.streams = 2;
+      o.conv_algo = algo;
+      o.want_probs = true;
+      RunResult r = gpu->run(data, o);
+      RunOptions co;
+      co.batch = data.count;
+      co.want_probs = true;
+      RunResult ref = cpu->run(data, co);
+      for (int64_t i = 0; i < o.batch; ++i) {
+        const int64_t j = i % data.count;
+        test::Compare cmp =
+            test::compare(r.probs.data() + i * 10, ref.probs.data() + j * 10, 10, kAtol, kRtol);
+        CHECK_MESSAGE(cmp.ok, "image " << i << " max abs error " << cmp.max_abs);
+      }
+      const bool implicit = std::string(algo) == "implicit";
+      const bool pool1 = implicit && k.expect_pool1, u8 = implicit && k.expect_u8;
+      CHECK(gpu->fused_into(0) == (pool1 ? "pool1" : "relu1"));
+      CHECK(gpu->fused_into(1) == (pool1 ? "pool1" : ""));
+      CHECK(gpu->fused_into(2).empty());
+      CHECK(r.layers[2].algo == (pool1 ? "fused into conv1" : ""));
+      CHECK((r.layers[0].algo.find("uint8 input") != std::string::npos) == u8);
+      CHECK((r.layers[0].algo.find("maxpool") != std::string::npos) == pool1);
+      if (pool1) CHECK(r.layers[2].seconds == 0.0);
+      compare_layers(net, *gpu, *cpu, data, 1, k.n, what.str(), err);
+      seed += 3;
+    }
+  }
+  MESSAGE("fused conv+relu+pool / uint8 input: max abs error " << err.abs << " (" << err.where << ")");
 }
 
 TEST_CASE("gpu: an image that cannot fit in GPU memory is a clear error" * doctest::skip(!gpu_present())) {

@@ -9,12 +9,23 @@
 //   a thread block stages the input PATCH its outputs need (G images x R output rows x all
 //   columns, plus the halo, zero-padded) for a chunk of channels in shared memory once. Each tap
 //   (c, kh, kw) is then a fixed offset into the patch, so the inner loop has no bounds checks and
-//   no index arithmetic: per tap, 4 scalar shared loads (one per pixel; consecutive threads read
-//   consecutive pixels, so they are conflict-free for stride 1), BM/4 broadcast float4 loads of
-//   the weights, and 4*BM FFMAs.
+//   no index arithmetic: per tap, the pixels' shared loads, BM/4 broadcast float4 loads of the
+//   weights, and 4*BM FFMAs. The patch's row pitch is chosen on the host (a few candidates
+//   simulated against the 32 banks) so that a warp's pixel loads do not conflict when its
+//   threads span several rows or images.
 // - Staging is asynchronous (cp.async, zero-filling the padding) into two buffers, and the grid
 //   is persistent: each thread block walks its tiles and channel chunks as one sequence of
-//   stages and loads stage s+1 while it computes stage s.
+//   stages and loads stage s+1 while it computes stage s, with one barrier per stage.
+// - Fused max-pool (conv -> ReLU -> 2x2/2 max-pool, stride-1 convolutions): each thread's 4
+//   pixels are one pool window, so the pool is a max over the thread's own accumulators and
+//   only a quarter of the values are written; the pre-pool tensor never reaches device memory.
+//   The window's two rows are read as float2 pairs (KW+1 values per row cover all KW taps of
+//   both columns): fewer shared loads than one per pixel and tap. relu(max(a) + b) equals
+//   max(relu(a + b)) exactly (rounding and ReLU are monotone), so results match the CPU's.
+// - Fused uint8 input (the network's first convolution): the tile is whole images, so the
+//   patch's padding is the same for every tile and is zeroed once; the bytes of the next tile
+//   are loaded into registers (4-byte words, coalesced) before the current tile's FFMAs and
+//   normalised into shared memory after them. The float input never exists in device memory.
 // - Everything that does not depend on the tile (a pixel's offset in the patch and its place in
 //   the tile) is computed once per thread; staging takes consecutive elements per thread (every
 //   lane busy) decoded with multiply-high divisions; the epilogue goes filter by filter with the
@@ -42,7 +53,11 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kPix = 4;                       // output pixels per thread
 constexpr int kTilePixels = kThreads * kPix;  // output pixels per tile (and each of G, R, OW < 1024)
+constexpr int kTileWindows = kThreads;        // pool windows per tile (one per thread)
 constexpr size_t kStageBudget = 40 * 1024;    // shared memory per stage buffer (two of them)
+constexpr int kU8Words = 4;                   // uint8 input: 4-byte words per thread per tile, at most
+
+enum Epi { kEpiNone = 0, kEpiRelu = 1, kEpiReluPool = 2 };
 
 // n / d for 0 <= n < 2^31 as a multiply-high and a shift (Granlund-Montgomery): the staging
 // and tile arithmetic divide by run-time sizes, and a hardware-less integer division costs ~20
@@ -64,13 +79,19 @@ __device__ __forceinline__ int fdiv(int n, const FastDiv& f) {
 
 struct ImplArgs {
   const float* x;
+  const uint8_t* xu8;
+  const float* scale;
+  const float* shift;
   const float* wt;
   const float* bias;
   float* y;
-  int n, C, H, W, F, KH, KW, SH, SW, PH, PW, OH, OW;
-  int G, R, CB, patch_h, patch_w, row_tiles, K;
+  int n, C, H, W, F, KH, KW, SH, SW, PH, PW;
+  int OH, OW;  // convolution outputs computed (with the pool: even; y is then [F, OH/2, OW/2])
+  int G, R, CB, patch_h, pitch, row_tiles, K;
   int tiles, chunks, stage_floats, patch_floats;
-  FastDiv div_pw, div_ph, div_cb, div_cb_last, div_row_tiles;
+  int chw;  // uint8 input: bytes per image
+  FastDiv div_pitch, div_ph, div_cb, div_cb_last, div_row_tiles;
+  FastDiv div_chw, div_hw, div_w;  // uint8 input: decoding a byte offset in the tile
 };
 
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
@@ -82,32 +103,42 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+// The weights of one channel chunk into the stage buffer after the patch.
+template <int BM>
+__device__ __forceinline__ void issue_weights(const ImplArgs& a, float* smem, int chunk, int buf, int mt) {
+  float* wsm = smem + buf * a.stage_floats + a.patch_floats;
+  const int c0 = chunk * a.CB;
+  const int cb = min(a.CB, a.C - c0);
+  const int taps = a.KH * a.KW;
+  const float4* wsrc =
+      reinterpret_cast<const float4*>(a.wt + (static_cast<int64_t>(mt) * a.K + c0 * taps) * BM);
+  float4* wdst = reinterpret_cast<float4*>(wsm);
+  for (int i = threadIdx.x; i < cb * taps * BM / 4; i += kThreads) cp_async16(wdst + i, wsrc + i);
 }
 
-// Issues the copies of one stage (tile, channel chunk) into buffer `buf`; every thread commits
-// one group, possibly empty, so the group counts agree. Element e of the stage's patch is
-// ((g * cb + c) * patch_h + py) * patch_w + px: consecutive threads take consecutive elements
-// (every lane busy however narrow the rows) and decode them with fast divisions.
+// Issues the copies of one stage (tile, channel chunk) of float input into buffer `buf`, and
+// commits them as one group. Element e of the stage's patch is
+// ((g * cb + c) * patch_h + py) * pitch + px: consecutive threads take consecutive elements
+// (every lane busy however narrow the rows) and decode them with fast divisions. Columns past
+// the patch width (pitch padding) are staged too (zero or real data): never read into results.
 template <int BM>
 __device__ __forceinline__ void issue_stage(const ImplArgs& a, float* smem, int tile, int chunk, int buf,
                                             int mt) {
   float* patch = smem + buf * a.stage_floats;
-  float* wsm = patch + a.patch_floats;
   const int group = fdiv(tile, a.div_row_tiles), rt = tile - group * a.row_tiles;
   const int img0 = group * a.G, iy0 = rt * a.R * a.SH - a.PH;
   const int c0 = chunk * a.CB;
   const bool last = chunk == a.chunks - 1;
   const int cb = last ? a.C - c0 : a.CB;
   const FastDiv& div_cb = last ? a.div_cb_last : a.div_cb;
-  const int plane = a.patch_h * a.patch_w;
+  const int plane = a.patch_h * a.pitch;
   const int total = a.G * cb * plane;
   const int gap = (a.CB - cb) * plane;  // a short last chunk leaves room in each image's slot
 #pragma unroll 1                        // issued while the accumulators are live: unrolling would spill them
   for (int e = threadIdx.x; e < total; e += kThreads) {
-    const int row = fdiv(e, a.div_pw), px = e - row * a.patch_w;
+    const int row = fdiv(e, a.div_pitch), px = e - row * a.pitch;
     const int t = fdiv(row, a.div_ph), py = row - t * a.patch_h;
     const int g = fdiv(t, div_cb), c = t - g * cb;
     const int img = img0 + g, iy = iy0 + py, ix = px - a.PW;
@@ -115,41 +146,102 @@ __device__ __forceinline__ void issue_stage(const ImplArgs& a, float* smem, int 
     const float* src = ok ? a.x + ((static_cast<int64_t>(img) * a.C + c0 + c) * a.H + iy) * a.W + ix : a.x;
     cp_async4(patch + e + g * gap, src, ok);
   }
-  const int taps = a.KH * a.KW;
-  const float4* wsrc =
-      reinterpret_cast<const float4*>(a.wt + (static_cast<int64_t>(mt) * a.K + c0 * taps) * BM);
-  float4* wdst = reinterpret_cast<float4*>(wsm);
-  for (int i = threadIdx.x; i < cb * taps * BM / 4; i += kThreads) cp_async16(wdst + i, wsrc + i);
+  issue_weights<BM>(a, smem, chunk, buf, mt);
   cp_async_commit();
 }
 
-template <int BM, int KWT, bool RELU>
+// uint8 input (whole images per tile, one chunk): the tile's bytes as 4-byte words into a raw
+// area of shared memory (4 KiB after the two stage buffers), in flight while the current tile
+// computes. Each thread copies, and later converts, only its own words: no barrier between.
+__device__ __forceinline__ void issue_u8(const ImplArgs& a, unsigned* raw, int tile) {
+  const int img0 = tile * a.G;
+  const int words = min(a.G, a.n - img0) * (a.chw >> 2);
+  const unsigned* src = reinterpret_cast<const unsigned*>(a.xu8 + static_cast<int64_t>(img0) * a.chw);
+#pragma unroll
+  for (int k = 0; k < kU8Words; ++k) {
+    const int w = threadIdx.x + k * kThreads;
+    if (w < words) {
+      unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(raw + w));
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src + w));
+    }
+  }
+}
+
+// ... then normalised into the patch: float(byte) * scale[c] + shift[c], rounded after the
+// multiply like preprocess_images. The padding around the images was zeroed once and is never
+// written. (Patch slots of images past n keep stale values: their outputs are never written.)
+__device__ __forceinline__ void store_u8(const ImplArgs& a, float* patch, int tile, const unsigned* raw) {
+  const int img0 = tile * a.G;
+  const int words = min(a.G, a.n - img0) * (a.chw >> 2);
+  const int hw = a.H * a.W;
+  const int plane = a.patch_h * a.pitch;
+#pragma unroll
+  for (int k = 0; k < kU8Words; ++k) {
+    const int w = threadIdx.x + k * kThreads;
+    if (w < words) {
+      const unsigned v = raw[w];
+      const int b = w * 4;
+      const int g = fdiv(b, a.div_chw), r = b - g * a.chw;
+      const int c = fdiv(r, a.div_hw), rem = r - c * hw;
+      const int iy = fdiv(rem, a.div_w), ix = rem - iy * a.W;
+      const int py = iy + a.PH, px = ix + a.PW;
+      if (py < a.patch_h) {
+        float* d = patch + (g * a.CB + c) * plane + py * a.pitch + px;
+        const float sc = __ldg(a.scale + c), sh = __ldg(a.shift + c);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+          if (px + q < a.pitch)
+            d[q] = __fadd_rn(__fmul_rn(static_cast<float>((v >> (8 * q)) & 255u), sc), sh);
+      }
+    }
+  }
+}
+
+template <int BM, int KWT, int EPI, bool U8>
 __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3)) ? 2 : 1)
     conv_implicit_kernel(ImplArgs a) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   __shared__ float bias_s[BM];
+  constexpr bool POOL = EPI == kEpiReluPool;
+  constexpr bool RELU = EPI != kEpiNone;
   const int kw_n = KWT > 0 ? KWT : a.KW;
-  const int plane = a.patch_h * a.patch_w;
+  const int plane = a.patch_h * a.pitch;
   const int patch_img = a.CB * plane;
   const int mt = blockIdx.y;
   const int tid = threadIdx.x;
-  const int rows_ow = a.R * a.OW;
-  const int tile_pixels = a.G * rows_ow;
 
   // A pixel's offset in the patch, and its image, row and column in the tile, depend only on
-  // its place in the tile: computed once, the place packed as g | r << 10 | ox << 20.
+  // its place in the tile: computed once, the place packed as g | r << 10 | ox << 20 (with the
+  // pool: the window's image, pool row and pool column).
   int noff[kPix];
   unsigned place[kPix];
+  if constexpr (POOL) {
+    const int pw = a.OW >> 1, wins_img = (a.R >> 1) * pw;
+    const int g = tid / wins_img, pr = (tid % wins_img) / pw, pc = tid % pw;
+    const bool ok = tid < a.G * wins_img;
+    const int o = ok ? g * patch_img + 2 * pr * a.pitch + 2 * pc : 0;
 #pragma unroll
-  for (int j = 0; j < kPix; ++j) {
-    const int q = tid + j * kThreads;
-    noff[j] = 0;
-    place[j] = ~0u;
-    if (q < tile_pixels) {
-      const int g = q / rows_ow, r = (q / a.OW) % a.R, ox = q % a.OW;
-      noff[j] = g * patch_img + r * a.SH * a.patch_w + ox * a.SW;
-      place[j] = static_cast<unsigned>(g) | static_cast<unsigned>(r) << 10 | static_cast<unsigned>(ox) << 20;
+    for (int j = 0; j < kPix; ++j) {
+      noff[j] = o + (j >> 1) * a.pitch + (j & 1);
+      place[j] =
+          ok ? static_cast<unsigned>(g) | static_cast<unsigned>(pr) << 10 | static_cast<unsigned>(pc) << 20
+             : ~0u;
+    }
+  } else {
+    const int rows_ow = a.R * a.OW;
+    const int tile_pixels = a.G * rows_ow;
+#pragma unroll
+    for (int j = 0; j < kPix; ++j) {
+      const int q = tid + j * kThreads;
+      noff[j] = 0;
+      place[j] = ~0u;
+      if (q < tile_pixels) {
+        const int g = q / rows_ow, r = (q / a.OW) % a.R, ox = q % a.OW;
+        noff[j] = g * patch_img + r * a.SH * a.pitch + ox * a.SW;
+        place[j] =
+            static_cast<unsigned>(g) | static_cast<unsigned>(r) << 10 | static_cast<unsigned>(ox) << 20;
+      }
     }
   }
   if (tid < BM)
@@ -163,40 +255,84 @@ __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3))
 
   int tile = blockIdx.x, chunk = 0, buf = 0;
   if (tile >= a.tiles) return;
-  issue_stage<BM>(a, smem, tile, 0, 0, mt);
+  unsigned* raw = reinterpret_cast<unsigned*>(smem + 2 * a.stage_floats);
+  if (U8) {
+    for (int i = tid; i < a.patch_floats; i += kThreads) smem[i] = smem[a.stage_floats + i] = 0.f;
+    issue_weights<BM>(a, smem, 0, 0, mt);
+    issue_u8(a, raw, tile);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();  // the zeros land before any thread's pixels
+    store_u8(a, smem, tile, raw);
+  } else {
+    issue_stage<BM>(a, smem, tile, 0, 0, mt);
+  }
   for (;;) {
     int next_tile = tile, next_chunk = chunk + 1;
     if (next_chunk == a.chunks) next_chunk = 0, next_tile += gridDim.x;
     const bool has_next = next_tile < a.tiles;
-    if (has_next) {
-      issue_stage<BM>(a, smem, next_tile, next_chunk, buf ^ 1, mt);
-      cp_async_wait<1>();  // this stage's group is done; the next one may still be in flight
-    } else {
-      cp_async_wait<0>();
-    }
+    // This stage's copies are done and visible, and every thread has finished reading the
+    // other buffer (the previous stage), which the next stage's copies now overwrite.
+    cp_async_wait_all();
     __syncthreads();
+    if (has_next) {
+      if (U8) {
+        issue_weights<BM>(a, smem, next_chunk, buf ^ 1, mt);
+        issue_u8(a, raw, next_tile);
+        cp_async_commit();
+      } else {
+        issue_stage<BM>(a, smem, next_tile, next_chunk, buf ^ 1, mt);
+      }
+    }
 
     const float* patch = smem + buf * a.stage_floats;
     const float* wsm = patch + a.patch_floats;
     const int cb = min(a.CB, a.C - chunk * a.CB);
     for (int c = 0; c < cb; ++c)
       for (int kh = 0; kh < a.KH; ++kh) {
-        const float* prow = patch + c * plane + kh * a.patch_w;
+        const float* prow = patch + c * plane + kh * a.pitch;
         const float* wrow = wsm + (c * a.KH + kh) * kw_n * BM;
+        if constexpr (POOL && KWT > 0) {
+          // The window's two rows, KW+1 values each (rounded up to pairs), as float2 loads
+          // made as the taps reach them, so that few are live at once.
+          float r0[KWT + 2], r1[KWT + 2];
 #pragma unroll
-        for (int kw = 0; kw < kw_n; ++kw) {
-          float b[kPix];
+          for (int kw = 0; kw < KWT; ++kw) {
+            if (kw == 0 || kw % 2 == 1) {
+              const int i = kw == 0 ? 0 : kw + 1;
+              const float2 v0 = *reinterpret_cast<const float2*>(prow + noff[0] + i);
+              const float2 v1 = *reinterpret_cast<const float2*>(prow + noff[0] + a.pitch + i);
+              r0[i] = v0.x, r0[i + 1] = v0.y, r1[i] = v1.x, r1[i + 1] = v1.y;
+            }
+            const float b[kPix] = {r0[kw], r0[kw + 1], r1[kw], r1[kw + 1]};
 #pragma unroll
-          for (int j = 0; j < kPix; ++j) b[j] = prow[noff[j] + kw];
+            for (int m4 = 0; m4 < BM / 4; ++m4) {
+              const float4 w4 = *reinterpret_cast<const float4*>(wrow + kw * BM + m4 * 4);
 #pragma unroll
-          for (int m4 = 0; m4 < BM / 4; ++m4) {
-            const float4 w4 = *reinterpret_cast<const float4*>(wrow + kw * BM + m4 * 4);
+              for (int j = 0; j < kPix; ++j) {
+                acc[m4 * 4 + 0][j] = fmaf(w4.x, b[j], acc[m4 * 4 + 0][j]);
+                acc[m4 * 4 + 1][j] = fmaf(w4.y, b[j], acc[m4 * 4 + 1][j]);
+                acc[m4 * 4 + 2][j] = fmaf(w4.z, b[j], acc[m4 * 4 + 2][j]);
+                acc[m4 * 4 + 3][j] = fmaf(w4.w, b[j], acc[m4 * 4 + 3][j]);
+              }
+            }
+          }
+        } else {
 #pragma unroll
-            for (int j = 0; j < kPix; ++j) {
-              acc[m4 * 4 + 0][j] = fmaf(w4.x, b[j], acc[m4 * 4 + 0][j]);
-              acc[m4 * 4 + 1][j] = fmaf(w4.y, b[j], acc[m4 * 4 + 1][j]);
-              acc[m4 * 4 + 2][j] = fmaf(w4.z, b[j], acc[m4 * 4 + 2][j]);
-              acc[m4 * 4 + 3][j] = fmaf(w4.w, b[j], acc[m4 * 4 + 3][j]);
+          for (int kw = 0; kw < kw_n; ++kw) {
+            float b[kPix];
+#pragma unroll
+            for (int j = 0; j < kPix; ++j) b[j] = prow[noff[j] + kw];
+#pragma unroll
+            for (int m4 = 0; m4 < BM / 4; ++m4) {
+              const float4 w4 = *reinterpret_cast<const float4*>(wrow + kw * BM + m4 * 4);
+#pragma unroll
+              for (int j = 0; j < kPix; ++j) {
+                acc[m4 * 4 + 0][j] = fmaf(w4.x, b[j], acc[m4 * 4 + 0][j]);
+                acc[m4 * 4 + 1][j] = fmaf(w4.y, b[j], acc[m4 * 4 + 1][j]);
+                acc[m4 * 4 + 2][j] = fmaf(w4.z, b[j], acc[m4 * 4 + 2][j]);
+                acc[m4 * 4 + 3][j] = fmaf(w4.w, b[j], acc[m4 * 4 + 3][j]);
+              }
             }
           }
         }
@@ -204,37 +340,58 @@ __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3))
 
     if (chunk == a.chunks - 1) {  // the tile's last chunk: write it out and start afresh
       const int group = fdiv(tile, a.div_row_tiles), rt = tile - group * a.row_tiles;
-      const int img0 = group * a.G, oh0 = rt * a.R;
-      const int out_plane = a.OH * a.OW;
+      const int img0 = group * a.G;
       const int f_end = min(BM, a.F - mt * BM);
-      // One 64-bit base for the tile, 32-bit offsets per pixel (-1: no pixel there): the
-      // epilogue must fit the main loop's register budget.
-      float* base =
-          a.y + (static_cast<int64_t>(img0) * a.F + mt * BM) * out_plane + static_cast<int64_t>(oh0) * a.OW;
-      int off[kPix];
+      if (POOL) {
+        const int ph = a.OH >> 1, pw = a.OW >> 1, pplane = ph * pw;
+        const int pr0 = rt * (a.R >> 1);
+        float* base =
+            a.y + (static_cast<int64_t>(img0) * a.F + mt * BM) * pplane + static_cast<int64_t>(pr0) * pw;
+        const int g = place[0] & 1023, pr = (place[0] >> 10) & 1023, pc = place[0] >> 20;
+        const bool ok = place[0] != ~0u && img0 + g < a.n && pr0 + pr < ph;
+        const int off = ok ? g * a.F * pplane + pr * pw + pc : -1;
 #pragma unroll
-      for (int j = 0; j < kPix; ++j) {
-        const int g = place[j] & 1023, r = (place[j] >> 10) & 1023, ox = place[j] >> 20;
-        const bool ok = place[j] != ~0u && img0 + g < a.n && oh0 + r < a.OH;
-        off[j] = ok ? g * a.F * out_plane + r * a.OW + ox : -1;
-      }
+        for (int m = 0; m < BM; ++m) {
+          const float v = fmaxf(fmaxf(acc[m][0], acc[m][1]), fmaxf(acc[m][2], acc[m][3])) + bias_s[m];
+          if (m < f_end && off >= 0) base[off + m * pplane] = fmaxf(v, 0.f);
 #pragma unroll
-      for (int m = 0; m < BM; ++m) {
-        const float bv = bias_s[m];
-        if (m < f_end) {
+          for (int j = 0; j < kPix; ++j) acc[m][j] = 0.f;
+        }
+      } else {
+        const int oh0 = rt * a.R;
+        const int out_plane = a.OH * a.OW;
+        // One 64-bit base for the tile, 32-bit offsets per pixel (-1: no pixel there): the
+        // epilogue must fit the main loop's register budget.
+        float* base =
+            a.y + (static_cast<int64_t>(img0) * a.F + mt * BM) * out_plane + static_cast<int64_t>(oh0) * a.OW;
+        int off[kPix];
 #pragma unroll
-          for (int j = 0; j < kPix; ++j) {
-            float v = acc[m][j] + bv;
-            if (RELU) v = fmaxf(v, 0.f);
-            if (off[j] >= 0) base[off[j] + m * out_plane] = v;
-          }
+        for (int j = 0; j < kPix; ++j) {
+          const int g = place[j] & 1023, r = (place[j] >> 10) & 1023, ox = place[j] >> 20;
+          const bool ok = place[j] != ~0u && img0 + g < a.n && oh0 + r < a.OH;
+          off[j] = ok ? g * a.F * out_plane + r * a.OW + ox : -1;
         }
 #pragma unroll
-        for (int j = 0; j < kPix; ++j) acc[m][j] = 0.f;
+        for (int m = 0; m < BM; ++m) {
+          const float bv = bias_s[m];
+          if (m < f_end) {
+#pragma unroll
+            for (int j = 0; j < kPix; ++j) {
+              float v = acc[m][j] + bv;
+              if (RELU) v = fmaxf(v, 0.f);
+              if (off[j] >= 0) base[off[j] + m * out_plane] = v;
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < kPix; ++j) acc[m][j] = 0.f;
+        }
       }
     }
     if (!has_next) break;
-    __syncthreads();  // all reads of this buffer are done before the next issue overwrites it
+    if (U8) {
+      cp_async_wait_all();
+      store_u8(a, smem + (buf ^ 1) * a.stage_floats, next_tile, raw);
+    }
     tile = next_tile, chunk = next_chunk, buf ^= 1;
   }
 }
@@ -251,16 +408,16 @@ int sm_count() {
 
 // Resident thread blocks per SM for one instantiation and shared-memory size (cached: the
 // persistent grid is sized from it).
-template <int BM, int KWT, bool RELU>
+template <int BM, int KWT, int EPI, bool U8>
 int blocks_per_sm(size_t smem) {
   static std::mutex mu;
   static std::map<size_t, int> cache;
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(smem);
   if (it != cache.end()) return it->second;
-  auto kernel = conv_implicit_kernel<BM, KWT, RELU>;
+  auto kernel = conv_implicit_kernel<BM, KWT, EPI, U8>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                  static_cast<int>(2 * kStageBudget + 64)));
+                                  static_cast<int>(2 * kStageBudget + kU8Words * kThreads * 4 + 64)));
   int blocks = 0;
   CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, smem));
   if (blocks < 1)
@@ -270,31 +427,79 @@ int blocks_per_sm(size_t smem) {
   return blocks;
 }
 
-template <int BM, int KWT, bool RELU>
+template <int BM, int KWT, int EPI, bool U8>
 void launch_kernel(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
-  const int64_t resident = static_cast<int64_t>(blocks_per_sm<BM, KWT, RELU>(cfg.smem)) * sm_count();
+  const int64_t resident = static_cast<int64_t>(blocks_per_sm<BM, KWT, EPI, U8>(cfg.smem)) * sm_count();
   const int64_t gx = std::min<int64_t>(a.tiles, std::max<int64_t>(1, resident / cfg.m_tiles));
   dim3 grid(static_cast<unsigned>(gx), static_cast<unsigned>(cfg.m_tiles));
-  conv_implicit_kernel<BM, KWT, RELU><<<grid, kThreads, cfg.smem, s>>>(a);
+  conv_implicit_kernel<BM, KWT, EPI, U8><<<grid, kThreads, cfg.smem, s>>>(a);
   CUDA_CHECK_LAUNCH("conv_implicit_kernel");
 }
 
-template <int BM, bool RELU>
-void launch_act(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
+template <int BM, int EPI, bool U8>
+void launch_kw(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
   if (a.KW == 3)
-    launch_kernel<BM, 3, RELU>(cfg, a, s);
+    launch_kernel<BM, 3, EPI, U8>(cfg, a, s);
   else if (a.KW == 5)
-    launch_kernel<BM, 5, RELU>(cfg, a, s);
+    launch_kernel<BM, 5, EPI, U8>(cfg, a, s);
   else
-    launch_kernel<BM, 0, RELU>(cfg, a, s);
+    launch_kernel<BM, 0, EPI, U8>(cfg, a, s);
+}
+
+template <int BM, int EPI>
+void launch_u8(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
+  if (cfg.fuse.u8_input)
+    launch_kw<BM, EPI, true>(cfg, a, s);
+  else
+    launch_kw<BM, EPI, false>(cfg, a, s);
 }
 
 template <int BM>
-void launch_bm(const ImplicitConfig& cfg, const ImplArgs& a, bool relu, cudaStream_t s) {
-  if (relu)
-    launch_act<BM, true>(cfg, a, s);
+void launch_bm(const ImplicitConfig& cfg, const ImplArgs& a, int epi, cudaStream_t s) {
+  if (epi == kEpiReluPool)
+    launch_u8<BM, kEpiReluPool>(cfg, a, s);
+  else if (epi == kEpiRelu)
+    launch_u8<BM, kEpiRelu>(cfg, a, s);
   else
-    launch_act<BM, false>(cfg, a, s);
+    launch_u8<BM, kEpiNone>(cfg, a, s);
+}
+
+// Shared-memory wavefronts of the first warp's pixel loads for a patch pitch: without the pool
+// one 4-byte load per lane; with it one 8-byte load per lane, served as two half-warps.
+int pixel_wavefronts(bool pool, const ConvParams& p, int g, int r, int ow, int pitch, int patch_img) {
+  std::vector<int64_t> words;  // (phase, word) pairs flattened
+  int total = 0;
+  auto count = [&](const std::vector<int64_t>& ws) {
+    std::map<int, std::vector<int64_t>> bank;
+    for (int64_t w : ws) {
+      auto& v = bank[static_cast<int>(w % 32)];
+      if (std::find(v.begin(), v.end(), w) == v.end()) v.push_back(w);
+    }
+    size_t worst = 0;
+    for (auto& kv : bank) worst = std::max(worst, kv.second.size());
+    return static_cast<int>(worst);
+  };
+  if (pool) {
+    const int pw = ow / 2, wins_img = (r / 2) * pw;
+    for (int phase = 0; phase < 2; ++phase) {
+      words.clear();
+      for (int lane = phase * 16; lane < phase * 16 + 16; ++lane) {
+        if (lane >= g * wins_img) break;
+        const int64_t o = static_cast<int64_t>(lane / wins_img) * patch_img +
+                          2 * ((lane % wins_img) / pw) * pitch + 2 * (lane % pw);
+        words.push_back(o);
+        words.push_back(o + 1);
+      }
+      total += count(words);
+    }
+  } else {
+    words.clear();
+    for (int q = 0; q < 32 && q < g * r * ow; ++q)
+      words.push_back(static_cast<int64_t>(q / (r * ow)) * patch_img + ((q / ow) % r) * p.stride_h * pitch +
+                      (q % ow) * p.stride_w);
+    total = count(words);
+  }
+  return total;
 }
 
 }  // namespace
@@ -305,39 +510,84 @@ int implicit_bm(int64_t filters) {
   return bm < 8 ? 8 : bm;
 }
 
-ImplicitConfig implicit_config(const ConvParams& p, int64_t n) {
+ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fuse) {
   ImplicitConfig c;
+  c.fuse = fuse;
   c.bm = implicit_bm(p.filters);
   c.m_tiles = static_cast<int>((p.filters + c.bm - 1) / c.bm);
-  if (p.out_w > kTilePixels) {
-    c.why = "output rows of " + std::to_string(p.out_w) + " pixels exceed the kernel's tile of " +
-            std::to_string(kTilePixels);
-    return c;
-  }
-  const int64_t pix = p.out_h * p.out_w;
-  int64_t g = 1, r = p.out_h;
-  if (pix >= kTilePixels) {
-    r = std::min<int64_t>(p.out_h, kTilePixels / p.out_w);
+  const bool pool = fuse.relu_pool;
+  int64_t oh = p.out_h, ow = p.out_w;
+  int64_t g = 1, r = oh;
+  if (pool) {
+    if (p.stride_h != 1 || p.stride_w != 1) {
+      c.why = "the fused max-pool needs a stride-1 convolution";
+      return c;
+    }
+    oh = oh / 2 * 2, ow = ow / 2 * 2;  // the pool floors: an odd last row/column is never read
+    if (oh < 2 || ow < 2) {
+      c.why = "output too small for a 2x2 pool";
+      return c;
+    }
+    if (ow / 2 > kTileWindows) {
+      c.why = "pooled rows of " + std::to_string(ow / 2) + " exceed the kernel's tile of " +
+              std::to_string(kTileWindows) + " windows";
+      return c;
+    }
+    const int64_t wins = (oh / 2) * (ow / 2);
+    if (wins >= kTileWindows)
+      r = 2 * std::min<int64_t>(oh / 2, kTileWindows / (ow / 2));
+    else
+      g = std::max<int64_t>(1, std::min<int64_t>(kTileWindows / wins, n));
   } else {
-    g = std::max<int64_t>(1, std::min<int64_t>(kTilePixels / pix, n));
+    if (ow > kTilePixels) {
+      c.why = "output rows of " + std::to_string(ow) + " pixels exceed the kernel's tile of " +
+              std::to_string(kTilePixels);
+      return c;
+    }
+    const int64_t pix = oh * ow;
+    if (pix >= kTilePixels)
+      r = std::min<int64_t>(oh, kTilePixels / ow);
+    else
+      g = std::max<int64_t>(1, std::min<int64_t>(kTilePixels / pix, n));
   }
   const size_t taps_bytes = static_cast<size_t>(p.kernel_h * p.kernel_w * c.bm) * sizeof(float);
   for (;;) {
-    int64_t ph = (r - 1) * p.stride_h + p.kernel_h, pw = (p.out_w - 1) * p.stride_w + p.kernel_w;
-    size_t per_c = static_cast<size_t>(g * ph * pw) * sizeof(float) + taps_bytes;
-    int64_t cb = std::min<int64_t>(p.in_c, static_cast<int64_t>((kStageBudget - 16) / per_c));
-    if (cb >= 1) {
-      int64_t chunks = (p.in_c + cb - 1) / cb;
+    const int64_t ph = (r - 1) * p.stride_h + p.kernel_h, pw = (ow - 1) * p.stride_w + p.kernel_w;
+    // The pitch: at least the patch width (even with the pool: its float2 loads), the candidate
+    // with the fewest bank conflicts for the first warp, the narrowest of those.
+    int64_t best_pitch = 0, best_cb = 0;
+    int best_wf = 1 << 30;
+    const int64_t pitch0 = pool ? (pw + 1) / 2 * 2 : pw;
+    for (int k = 0; k < 16; ++k) {
+      const int64_t pitch = pitch0 + (pool ? 2 * k : k);
+      const size_t per_c = static_cast<size_t>(g * ph * pitch) * sizeof(float) + taps_bytes;
+      int64_t cb = std::min<int64_t>(p.in_c, static_cast<int64_t>((kStageBudget - 16) / per_c));
+      if (cb < 1) break;
+      const int64_t chunks = (p.in_c + cb - 1) / cb;
       cb = (p.in_c + chunks - 1) / chunks;  // even chunks
+      const int wf = pixel_wavefronts(pool, p, static_cast<int>(g), static_cast<int>(r), static_cast<int>(ow),
+                                      static_cast<int>(pitch), static_cast<int>(cb * ph * pitch));
+      if (wf < best_wf) best_wf = wf, best_pitch = pitch, best_cb = cb;
+    }
+    // uint8 input: all channels in one stage and at most 4 KiB of pixels per tile; fewer images
+    // per tile until that holds, so whether it fuses does not depend on n.
+    const bool u8_short =
+        fuse.u8_input && (best_cb < p.in_c || g * p.in_c * p.in_h * p.in_w > 4 * kU8Words * kThreads);
+    if (best_cb >= 1 && !(u8_short && g > 1)) {
+      const int64_t cb = best_cb, pitch = best_pitch;
       c.images = static_cast<int>(g);
       c.rows = static_cast<int>(r);
-      c.row_tiles = static_cast<int>((p.out_h + r - 1) / r);
+      c.row_tiles = static_cast<int>((oh + r - 1) / r);
+      c.out_h = static_cast<int>(oh);
+      c.out_w = static_cast<int>(ow);
       c.chunk_c = static_cast<int>(cb);
       c.patch_h = static_cast<int>(ph);
       c.patch_w = static_cast<int>(pw);
-      c.patch_floats = static_cast<int>((g * cb * ph * pw + 3) / 4 * 4);
+      c.pitch = static_cast<int>(pitch);
+      c.patch_floats = static_cast<int>((g * cb * ph * pitch + 3) / 4 * 4);
       c.stage_floats = c.patch_floats + static_cast<int>(cb * p.kernel_h * p.kernel_w * c.bm);
-      c.smem = 2 * static_cast<size_t>(c.stage_floats) * sizeof(float);
+      c.smem = 2 * static_cast<size_t>(c.stage_floats) * sizeof(float) +
+               (fuse.u8_input ? static_cast<size_t>(kU8Words * kThreads) * 4 : 0);
       c.chunks = static_cast<int>((p.in_c + cb - 1) / cb);
       c.grid_x = (n + g - 1) / g * c.row_tiles;  // tiles
       c.ok = true;
@@ -345,12 +595,21 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n) {
         c.ok = false;
         c.why = "grid too large";
       }
+      if (c.ok && fuse.u8_input) {
+        if (c.row_tiles != 1 || c.chunks != 1)
+          c.ok = false, c.why = "uint8 input needs whole images and all channels in one tile";
+        else if (p.in_w % 4 != 0)
+          c.ok = false, c.why = "uint8 input needs an input width that is a multiple of 4";
+        else if (g * p.in_c * p.in_h * p.in_w > 4 * kU8Words * kThreads)
+          c.ok = false,
+          c.why = "uint8 input: more than " + std::to_string(4 * kU8Words * kThreads) + " bytes per tile";
+      }
       return c;
     }
     if (g > 1) {
       g = (g + 1) / 2;
-    } else if (r > 1) {
-      r = (r + 1) / 2;
+    } else if (pool ? r > 2 : r > 1) {
+      r = pool ? 2 * ((r / 2 + 1) / 2) : (r + 1) / 2;
     } else {
       c.why = "one input channel's patch for a single output row does not fit in " +
               std::to_string(kStageBudget / 1024) + " KiB of shared memory";
@@ -369,16 +628,24 @@ std::vector<float> implicit_weights(const ConvParams& p, const float* weight) {
   return out;
 }
 
-void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const float* x, const float* wt,
-                          const float* bias, float* y, int64_t n, ActKind act, cudaStream_t s) {
+void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const ImplicitIo& io,
+                          const float* wt, const float* bias, int64_t n, ActKind act, cudaStream_t s) {
   if (!cfg.ok) throw Error("implicit convolution: " + cfg.why);
   if (act != ActKind::kNone && act != ActKind::kRelu)
     throw Error(std::string("implicit convolution: only a ReLU is fused into the epilogue, not ") +
                 act_name(act));
-  ImplArgs a{x,
+  if (cfg.fuse.relu_pool && act != ActKind::kRelu)
+    throw Error("implicit convolution: the fused max-pool comes after a ReLU");
+  if (cfg.fuse.u8_input ? (!io.x_u8 || !io.scale || !io.shift) : !io.x)
+    throw Error("implicit convolution: no input");
+  const int chw = static_cast<int>(p.in_c * p.in_h * p.in_w);
+  ImplArgs a{io.x,
+             io.x_u8,
+             io.scale,
+             io.shift,
              wt,
              bias,
-             y,
+             io.y,
              static_cast<int>(n),
              static_cast<int>(p.in_c),
              static_cast<int>(p.in_h),
@@ -390,43 +657,47 @@ void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const 
              static_cast<int>(p.stride_w),
              static_cast<int>(p.pad_h),
              static_cast<int>(p.pad_w),
-             static_cast<int>(p.out_h),
-             static_cast<int>(p.out_w),
+             cfg.out_h,
+             cfg.out_w,
              cfg.images,
              cfg.rows,
              cfg.chunk_c,
              cfg.patch_h,
-             cfg.patch_w,
+             cfg.pitch,
              cfg.row_tiles,
              static_cast<int>(p.in_c * p.kernel_h * p.kernel_w),
              static_cast<int>(cfg.grid_x),
              cfg.chunks,
              cfg.stage_floats,
              cfg.patch_floats,
-             make_fastdiv(static_cast<unsigned>(cfg.patch_w)),
+             chw,
+             make_fastdiv(static_cast<unsigned>(cfg.pitch)),
              make_fastdiv(static_cast<unsigned>(cfg.patch_h)),
              make_fastdiv(static_cast<unsigned>(cfg.chunk_c)),
              make_fastdiv(static_cast<unsigned>(p.in_c - (cfg.chunks - 1) * cfg.chunk_c)),
-             make_fastdiv(static_cast<unsigned>(cfg.row_tiles))};
-  const bool relu = act == ActKind::kRelu;
+             make_fastdiv(static_cast<unsigned>(cfg.row_tiles)),
+             make_fastdiv(static_cast<unsigned>(chw)),
+             make_fastdiv(static_cast<unsigned>(p.in_h * p.in_w)),
+             make_fastdiv(static_cast<unsigned>(p.in_w))};
+  const int epi = cfg.fuse.relu_pool ? kEpiReluPool : act == ActKind::kRelu ? kEpiRelu : kEpiNone;
   switch (cfg.bm) {
     case 8:
-      launch_bm<8>(cfg, a, relu, s);
+      launch_bm<8>(cfg, a, epi, s);
       break;
     case 12:
-      launch_bm<12>(cfg, a, relu, s);
+      launch_bm<12>(cfg, a, epi, s);
       break;
     case 16:
-      launch_bm<16>(cfg, a, relu, s);
+      launch_bm<16>(cfg, a, epi, s);
       break;
     case 20:
-      launch_bm<20>(cfg, a, relu, s);
+      launch_bm<20>(cfg, a, epi, s);
       break;
     case 24:
-      launch_bm<24>(cfg, a, relu, s);
+      launch_bm<24>(cfg, a, epi, s);
       break;
     case 32:
-      launch_bm<32>(cfg, a, relu, s);
+      launch_bm<32>(cfg, a, epi, s);
       break;
     default:
       throw Error("implicit convolution: no kernel for a tile of " + std::to_string(cfg.bm) + " filters");

@@ -13,33 +13,61 @@
 
 namespace cnnrun::gpu {
 
+// What the kernel fuses around the convolution. Both are optional; implicit_config says
+// whether a convolution and block size allow them (ok == false and why otherwise).
+struct ImplicitFusion {
+  // ReLU, then a 2x2 stride-2 max-pool without padding: each thread's 4 pixels are one pool
+  // window, and only the pooled values are written ([n, F, OH/2, OW/2], floor as the CPU
+  // does: an odd last row or column of the convolution is never computed). Stride-1 only.
+  bool relu_pool = false;
+  // The input is the network's uint8 pixels ([n, C, H, W] bytes), normalised as
+  // float(byte) * scale[c] + shift[c] while it is staged (padding stays 0, as after
+  // normalisation). Needs whole images per tile, one channel chunk, and W % 4 == 0.
+  bool u8_input = false;
+};
+
 // How one convolution is cut into thread blocks for a block of n images.
 struct ImplicitConfig {
   bool ok = false;
   std::string why;  // when !ok: why the kernel cannot run this convolution
+  ImplicitFusion fuse;
   int bm = 0;       // filters per thread block (every thread computes all of them)
   int m_tiles = 0;  // thread blocks along the filters
   int images = 0;   // images per thread block (G)
-  int rows = 0;     // output rows per thread block (R)
+  int rows = 0;     // output rows per thread block (R; even with relu_pool)
   int row_tiles = 0;
-  int chunk_c = 0;  // input channels staged in shared memory at a time
-  int chunks = 0;   // chunk_c-channel chunks per tile
+  int out_h = 0, out_w = 0;  // convolution outputs computed (relu_pool: even, what the pool reads)
+  int chunk_c = 0;           // input channels staged in shared memory at a time
+  int chunks = 0;            // chunk_c-channel chunks per tile
   int patch_h = 0, patch_w = 0;
+  int pitch = 0;                           // floats per patch row (>= patch_w; chosen against bank conflicts)
   int patch_floats = 0, stage_floats = 0;  // one stage buffer: patch, then weights
   size_t smem = 0;                         // dynamic shared memory bytes (two stage buffers)
   int64_t grid_x = 0;  // tiles along images x output rows (the persistent grid walks them)
 };
 
-ImplicitConfig implicit_config(const ConvParams& p, int64_t n);
+ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fuse = {});
 
 // Weights rearranged for the kernel: [m_tiles][C*KH*KW][bm], zero-padded past the last filter,
 // so a thread block copies its slice with contiguous 16-byte loads.
 std::vector<float> implicit_weights(const ConvParams& p, const float* weight);
 int implicit_bm(int64_t filters);
 
+// What the kernel reads and writes. x is float NCHW, or with fuse.u8_input x_u8 (bytes) with
+// scale/shift (one per input channel, on the device). y is [n, F, OH, OW], or with
+// fuse.relu_pool the pooled [n, F, OH/2, OW/2].
+struct ImplicitIo {
+  const float* x = nullptr;
+  const uint8_t* x_u8 = nullptr;
+  const float* scale = nullptr;
+  const float* shift = nullptr;
+  float* y = nullptr;
+};
+
 // y = act(conv(x) + bias) for n images, act kNone or kRelu (the ReLU the executor fuses;
-// tanh and sigmoid run as their own pass); wt from implicit_weights(); bias: `filters` values.
-void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const float* x, const float* wt,
-                          const float* bias, float* y, int64_t n, ActKind act, cudaStream_t s);
+// tanh and sigmoid run as their own pass), then the pool when cfg.fuse.relu_pool (act must
+// be kRelu); wt from implicit_weights(); bias: `filters` values.
+void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const ImplicitIo& io,
+                          const float* wt, const float* bias, int64_t n, ActKind act, cudaStream_t s);
 
 }  // namespace cnnrun::gpu

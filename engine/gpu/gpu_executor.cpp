@@ -16,6 +16,7 @@
 // compute is the part of the copy intervals' union that no compute interval covers.
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -78,6 +79,13 @@ struct Step {
   ActKind act = ActKind::kNone;  // kAct: the activation; kConv/kFc: fused into the epilogue
   int fused_consumer = -1;       // kConv/kFc: the activation layer computed in this epilogue
   int fused_producer = -1;       // kFused: the layer whose epilogue computes this one
+  // kConv: the 2x2/2 max-pool after the fused ReLU that the implicit kernel can compute too
+  // (then neither the conv's nor the ReLU's output exists); kPool: that conv.
+  int pool_layer = -1;
+  int pool_conv = -1;
+  // kConv: the only reader of the network input, and the implicit kernel can read the bytes
+  // (with and without its pool fused)
+  bool u8_input = false, u8_input_pool = false;
   DevBuf w, b, scale, shift;
   std::unique_ptr<ConvState> conv;
   std::map<int64_t, std::unique_ptr<LtGemm>> fc_plans;  // by images
@@ -150,6 +158,11 @@ class GpuExecutor : public Executor {
     CUDA_CHECK(cudaSetDevice(0));
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, 0));
     CUBLAS_CHECK(cublasLtCreate(&lt_));
+    if (const char* no = std::getenv("CNNRUN_GPU_NO_FUSE")) {
+      const std::string v = no;
+      fuse_pool_ = v.find("pool") == std::string::npos;
+      fuse_u8_ = v.find("u8") == std::string::npos;
+    }
     plan();
   }
   ~GpuExecutor() override {
@@ -163,6 +176,11 @@ class GpuExecutor : public Executor {
   std::string fused_into(int index) const override {
     if (index < 0 || index >= static_cast<int>(steps_.size())) return "";
     const Step& s = steps_[static_cast<size_t>(index)];
+    const Step* conv = s.op == Op::kConv ? &s : nullptr;
+    if (s.op == Op::kFused && steps_[static_cast<size_t>(s.fused_producer)].op == Op::kConv)
+      conv = &steps_[static_cast<size_t>(s.fused_producer)];
+    if (conv && fuses_pool(*conv, conv->conv->chosen))
+      return net_.layers[static_cast<size_t>(conv->pool_layer)]->name;
     return s.fused_consumer >= 0 ? net_.layers[static_cast<size_t>(s.fused_consumer)]->name : "";
   }
 
@@ -182,6 +200,29 @@ class GpuExecutor : public Executor {
   int64_t slot_block_ = 0;
   bool slot_col_ = false, slot_cudnn_ = false;  // the slots have im2col / cuDNN workspaces
   bool any_auto_ = false;
+  // Fusions into the implicit kernel; CNNRUN_GPU_NO_FUSE=pool,u8 turns them off (to measure).
+  bool fuse_pool_ = true, fuse_u8_ = true;
+  std::string forced_algo_;  // the last run's RunOptions::conv_algo
+
+  // Whether conv step `st` run with `algo` computes its pool / reads the uint8 input.
+  bool fuses_pool(const Step& st, const std::string& algo) const {
+    return st.pool_layer >= 0 && fuse_pool_ && algo == "implicit";
+  }
+  bool fuses_u8(const Step& st, const std::string& algo) const {
+    return (fuses_pool(st, algo) ? st.u8_input_pool : st.u8_input) && fuse_u8_ && algo == "implicit";
+  }
+  bool pool_fused(const Step& st) const {  // kPool: computed by its conv this run
+    return st.pool_conv >= 0 && fuses_pool(steps_[static_cast<size_t>(st.pool_conv)],
+                                           steps_[static_cast<size_t>(st.pool_conv)].conv->chosen);
+  }
+  bool input_fused() const {  // no preprocess pass: the first conv reads the bytes
+    for (const Step& st : steps_)
+      if (st.op == Op::kConv && fuses_u8(st, st.conv->chosen)) return true;
+    return false;
+  }
+  bool launches(const Step& st) const {
+    return st.op != Op::kFused && st.op != Op::kIdentity && !(st.op == Op::kPool && pool_fused(st));
+  }
 
   void plan();
   void upload_weights();
@@ -194,6 +235,7 @@ class GpuExecutor : public Executor {
   void run_layers(Slot& s, int64_t n, bool events, int ev_base);
   void run_step(Step& st, Slot& s, int64_t n);
   void run_conv(Step& st, Slot& s, int64_t n, const std::string& algo);
+  void time_conv(Step& st, Slot& s, int64_t n, const std::string& algo);
   void tune(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes);
   void warm(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes);
   std::string step_algo(const Step& st) const;
@@ -272,7 +314,35 @@ void GpuExecutor::plan() {
         st.fused_consumer = j;
         steps_[static_cast<size_t>(j)].op = Op::kFused;
         steps_[static_cast<size_t>(j)].fused_producer = static_cast<int>(i);
+        // ... and a 2x2 stride-2 max-pool that is that ReLU's only reader can follow it into the
+        // implicit kernel (stride-1 convs; the kernel floors odd sizes as the pool does).
+        const auto& rc = consumers[static_cast<size_t>(j)];
+        auto* pl = rc.size() == 1 && j != net_.output
+                       ? dynamic_cast<const PoolLayer*>(net_.layers[static_cast<size_t>(rc[0])].get())
+                       : nullptr;
+        if (st.op == Op::kConv && pl && pl->p.mode == PoolMode::kMax && !pl->p.global && pl->p.size_h == 2 &&
+            pl->p.size_w == 2 && pl->p.stride_h == 2 && pl->p.stride_w == 2 && pl->p.pad_h == 0 &&
+            pl->p.pad_w == 0) {
+          ImplicitFusion f;
+          f.relu_pool = true;
+          if (implicit_config(st.conv->p, 1, f).ok) {
+            st.pool_layer = rc[0];
+            steps_[static_cast<size_t>(rc[0])].pool_conv = static_cast<int>(i);
+          }
+        }
       }
+    }
+    // The first conv can read the uint8 pixels and normalise them while staging, when nothing
+    // else reads the network input (so the float input never has to exist).
+    if (st.op == Op::kConv && l.inputs.size() == 1 && l.inputs[0] < 0) {
+      int readers = 0;
+      for (const auto& other : net_.layers)
+        for (int in : other->inputs) readers += in < 0;
+      ImplicitFusion f;
+      f.u8_input = true;
+      st.u8_input = readers == 1 && implicit_config(st.conv->p, 1, f).ok;
+      f.relu_pool = true;
+      st.u8_input_pool = readers == 1 && st.pool_layer >= 0 && implicit_config(st.conv->p, 1, f).ok;
     }
     st.out = new_buf(l.out_shape);
     out_buf[i] = st.out;
@@ -443,8 +513,18 @@ void GpuExecutor::run_conv(Step& st, Slot& s, int64_t n, const std::string& algo
   const float* x = s.bufs[static_cast<size_t>(st.ins[0])].as<float>();
   float* y = s.bufs[static_cast<size_t>(st.out)].as<float>();
   if (algo == "implicit") {
-    ImplicitConfig cfg = implicit_config(c.p, n);
-    launch_conv_implicit(cfg, c.p, x, c.wt.as<float>(), c.bias.as<float>(), y, n, st.act, s.stream);
+    ImplicitFusion f;
+    f.relu_pool = fuses_pool(st, algo);
+    f.u8_input = fuses_u8(st, algo);
+    ImplicitConfig cfg = implicit_config(c.p, n, f);
+    ImplicitIo io;
+    io.x = x;
+    if (f.u8_input)
+      io.x_u8 = s.in_u8.as<uint8_t>(), io.scale = pre_scale_.as<float>(), io.shift = pre_shift_.as<float>();
+    io.y = f.relu_pool
+               ? s.bufs[static_cast<size_t>(steps_[static_cast<size_t>(st.pool_layer)].out)].as<float>()
+               : y;
+    launch_conv_implicit(cfg, c.p, io, c.wt.as<float>(), c.bias.as<float>(), n, st.act, s.stream);
   } else if (algo == "im2col") {
     c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(),
                       s.lt_ws.bytes(), s.stream);
@@ -457,6 +537,24 @@ void GpuExecutor::run_conv(Step& st, Slot& s, int64_t n, const std::string& algo
   } else {
     throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name +
                 "': no convolution algorithm chosen");
+  }
+}
+
+// For auto: the conv with `algo` plus the passes that the implicit kernel's fusions would save
+// (the preprocess, the max-pool), so that the algorithms are compared on the same work.
+void GpuExecutor::time_conv(Step& st, Slot& s, int64_t n, const std::string& algo) {
+  if ((st.u8_input || st.u8_input_pool) && fuse_u8_ && !fuses_u8(st, algo))
+    launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
+                      net_.input.h * net_.input.w, pre_scale_.as<float>(), pre_shift_.as<float>(), s.stream);
+  run_conv(st, s, n, algo);
+  if (st.pool_layer >= 0 && fuse_pool_ && !fuses_pool(st, algo)) {
+    const Step& ps = steps_[static_cast<size_t>(st.pool_layer)];
+    const Shape& i = ps.in_shape;
+    PoolGeom g{static_cast<int>(i.c), static_cast<int>(i.h), static_cast<int>(i.w),
+               static_cast<int>(ps.out_shape.h), static_cast<int>(ps.out_shape.w)};
+    launch_pool(s.bufs[static_cast<size_t>(st.out)].as<float>(),
+                s.bufs[static_cast<size_t>(ps.out)].as<float>(), n, g,
+                dynamic_cast<const PoolLayer&>(*net_.layers[static_cast<size_t>(ps.layer)]).p, s.stream);
   }
 }
 
@@ -490,6 +588,7 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
     case Op::kAct:
       return launch_activation(buf(st.ins[0]), buf(st.out), n * st.out_shape.size(), st.act, s.stream);
     case Op::kPool: {
+      if (pool_fused(st)) return;  // its conv wrote it
       const Shape& i = st.in_shape;
       PoolGeom g{static_cast<int>(i.c), static_cast<int>(i.h), static_cast<int>(i.w),
                  static_cast<int>(st.out_shape.h), static_cast<int>(st.out_shape.w)};
@@ -524,8 +623,9 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
 
 // Events ev[ev_base + i] after step i when `events`.
 void GpuExecutor::run_layers(Slot& s, int64_t n, bool events, int ev_base) {
-  launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
-                    net_.input.h * net_.input.w, pre_scale_.as<float>(), pre_shift_.as<float>(), s.stream);
+  if (!input_fused())
+    launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
+                      net_.input.h * net_.input.w, pre_scale_.as<float>(), pre_shift_.as<float>(), s.stream);
   if (events) CUDA_CHECK(cudaEventRecord(s.ev[static_cast<size_t>(ev_base - 1)], s.stream));
   for (size_t i = 0; i < steps_.size(); ++i) {
     run_step(steps_[i], s, n);
@@ -574,11 +674,11 @@ void GpuExecutor::tune(Slot& s, const Dataset& data, int64_t n, std::vector<std:
             continue;
           }
           try {
-            run_conv(st, s, n, a);  // warm-up (and cuDNN's own search)
+            time_conv(st, s, n, a);  // warm-up (and cuDNN's own search)
             float ms_min = 1e30f;
             for (int r = 0; r < kTuneRepeats; ++r) {
               CUDA_CHECK(cudaEventRecord(e0, s.stream));
-              run_conv(st, s, n, a);
+              time_conv(st, s, n, a);
               CUDA_CHECK(cudaEventRecord(e1, s.stream));
               CUDA_CHECK(cudaEventSynchronize(e1));
               float ms = 0;
@@ -627,7 +727,10 @@ std::string GpuExecutor::step_algo(const Step& st) const {
     case Op::kConv: {
       const ConvState& c = *st.conv;
       std::string relu = st.act == ActKind::kRelu ? "+relu" : "";
-      if (c.chosen == "implicit") return "implicit(bias" + relu + " epilogue)";
+      if (fuses_pool(st, c.chosen)) relu += "+maxpool";
+      if (c.chosen == "implicit")
+        return std::string("implicit(") + (fuses_u8(st, c.chosen) ? "uint8 input, " : "") + "bias" + relu +
+               " epilogue)";
       if (c.chosen == "im2col") return c.im2col->algo_name();
       return c.cudnn->algo_name();
     }
@@ -635,6 +738,8 @@ std::string GpuExecutor::step_algo(const Step& st) const {
       return std::string("cublasLt(epilogue bias") + (st.act == ActKind::kRelu ? "+relu)" : ")");
     case Op::kFused:
       return "fused into " + net_.layers[static_cast<size_t>(st.fused_producer)]->name;
+    case Op::kPool:
+      return pool_fused(st) ? "fused into " + net_.layers[static_cast<size_t>(st.pool_conv)]->name : "";
     case Op::kIdentity:
       return "identity";
     default:
@@ -668,6 +773,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   }
   block = std::min(block, batch);
   resolve_algos(opt.conv_algo, block, false);
+  forced_algo_ = opt.conv_algo;
   ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, &r.notes);
   block = slot_block_;
   const int S = slot_streams_;
@@ -758,7 +864,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     h2d_s += t[1] - t[0];
     pre_s += t[2] - t[1];
     for (size_t i = 0; i < L; ++i)  // steps that launch nothing show the events' own gap
-      if (steps_[i].op != Op::kFused && steps_[i].op != Op::kIdentity) layer_s[i] += t[3 + i] - t[2 + i];
+      if (launches(steps_[i])) layer_s[i] += t[3 + i] - t[2 + i];
     argmax_s += t[L + 3] - t[L + 2];
     d2h_s += t[L + 4] - t[L + 3];
     compute_iv.push_back({t[1], t[L + 3]});
@@ -847,24 +953,30 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
                 " are outside the data set's " + std::to_string(data.count) + " images");
   upload_weights();
   std::vector<Tensor> outs(steps_.size());
-  for (size_t i = 0; i < steps_.size(); ++i)
-    if (steps_[i].fused_consumer < 0) {
-      const Shape& s = steps_[i].out_shape;
-      outs[i] = Tensor({n, s.c, s.h, s.w});
-    }
-  if (n == 0) return outs;
+  auto alloc = [&] {  // the layers this run materialises (fusions depend on the algorithms)
+    for (size_t i = 0; i < steps_.size(); ++i)
+      if (fused_into(static_cast<int>(i)).empty()) {
+        const Shape& s = steps_[i].out_shape;
+        outs[i] = Tensor({n, s.c, s.h, s.w});
+      }
+  };
+  if (n == 0) {
+    alloc();
+    return outs;
+  }
   int64_t block = std::min(n, kDefaultBlock);
-  resolve_algos("", block, true);
+  resolve_algos(forced_algo_, block, true);  // the last run's --conv-algo, so validation checks it
   ensure_slots(1, block, n, nullptr);
   block = slot_block_;
   Slot& s = *slots_[0];
   if (any_auto_) tune(s, data, std::min(block, n), nullptr);  // else no warm-up: nothing is timed
+  alloc();
   for (int64_t done = 0; done < n; done += block) {
     const int64_t m = std::min(block, n - done);
     copy_in(s, data, first + done, m, false);
     run_layers(s, m, false, 0);
     for (size_t i = 0; i < steps_.size(); ++i) {
-      if (steps_[i].fused_consumer >= 0) continue;
+      if (outs[i].data.empty()) continue;
       const size_t size = static_cast<size_t>(steps_[i].out_shape.size());
       CUDA_CHECK(cudaMemcpyAsync(
           outs[i].ptr() + static_cast<size_t>(done) * size, s.bufs[static_cast<size_t>(steps_[i].out)].get(),
