@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The GPU acceptance run on a GPU machine with binaries built elsewhere (see docs/architecture.md,
+# "Running on a GPU machine"): the whole test binary, the CLI checks of issues 3 and 5, and the
+# PyTorch cross-check on the GPU engine. Expects under $CARRY (default .carry-lead):
+#   bin/{cnnrun,cnnrun_tests}   built with -DCNNRUN_STATIC_YAML=ON -DCNNRUN_NATIVE=OFF in $BUILD_DIR
+#   shared/                     models/convnetjs-cifar10, data/cifar10-sample/*.bin
+#   fashion-mnist/              the t10k IDX files of Debian's dataset-fashion-mnist
+# The binaries carry the build machine's absolute paths (source dir, cnnrun path): links recreate
+# them. Logs go to $OUT; a short table is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+C=$root/${CARRY:-.carry-lead}
+SRC=${SRC_DIR:-/work/main}
+O=${OUT:-/tmp/device_verify}
+mkdir -p "$O" /usr/share/datasets
+if [[ "$root" != "$SRC" ]]; then mkdir -p "$(dirname "$SRC")"; ln -sfn "$root" "$SRC"; fi
+ln -sfn "$C/bin" "$SRC/${BUILD_DIR:-build-dev}"
+ln -sfn "$C/shared" "$(dirname "$SRC")/shared"
+[[ -L /usr/share/datasets/fashion-mnist ]] && rm /usr/share/datasets/fashion-mnist
+mkdir -p /usr/share/datasets/fashion-mnist && cp "$C"/fashion-mnist/* /usr/share/datasets/fashion-mnist/  # a copy: a link out of the root is refused
+[[ -n "${CUDNN_LIB:-}" ]] && export LD_LIBRARY_PATH=$CUDNN_LIB:${LD_LIBRARY_PATH:-}
+cd "$SRC"
+B=$SRC/${BUILD_DIR:-build-dev}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$O/gpu.txt"
+
+declare -a rows
+row() { rows+=("$(printf '%-52s %s' "$1" "$2")"); }
+
+"$B/cnnrun_tests" >"$O/tests.log" 2>&1; rc=$?
+row "cnnrun_tests (all cases, rc $rc)" "$(grep 'test cases:' "$O/tests.log" | tr -s ' ')"
+grep -B2 -A8 "ERROR" "$O/tests.log" | head -60
+
+"$B/cnnrun" netdefs/cifar10.yaml --assets ../shared --engine gpu --batch 1200 >"$O/c1200.log" 2>&1
+row "cifar10 gpu --batch 1200 (expect 78.25 %)" "$(grep 'Net accuracy' "$O/c1200.log")"
+for a in im2col implicit cudnn auto; do
+  "$B/cnnrun" netdefs/cifar10.yaml --assets ../shared --engine gpu --batch 50000 --cycle --conv-algo $a --validate \
+    --json "$O/val_$a.json" >"$O/val_$a.log" 2>&1; r=$?
+  row "cifar10 gpu 50000 --cycle --validate $a (rc $r)" \
+    "$(grep -E 'Validation: ' "$O/val_$a.log" | tr -s ' ') $(grep 'Net forward total' "$O/val_$a.log" | awk '{print $5" s"}')"
+done
+"$B/cnnrun" netdefs/fashion-mnist.yaml --engine gpu --batch 10000 --validate >"$O/fm.log" 2>&1; r=$?
+row "fashion-mnist gpu --batch 10000 --validate (rc $r)" "$(grep 'Net accuracy' "$O/fm.log") $(grep 'Validation: ' "$O/fm.log" | tr -s ' ')"
+python3 tests/pytorch_crosscheck.py "$B/cnnrun" "$SRC" "$(dirname "$SRC")/shared" --engine gpu >"$O/xcheck.log" 2>&1; r=$?
+row "pytorch cross-check --engine gpu (rc $r)" "$(tail -1 "$O/xcheck.log")"
+grep -E "images, max abs" "$O/xcheck.log"
+cat "$O/c1200.log" | head -40
+echo "================ device_verify summary ================"
+printf '%s\n' "${rows[@]}"
