@@ -112,7 +112,9 @@ struct ConvCase {
 };
 
 // Shapes chosen to hit every path of the three algorithms: the CIFAR layers, filters past one
-// implicit tile (33, 40), outputs larger than one implicit tile (34x34), stride 2, 1x1, tiny.
+// implicit tile (33, 40), outputs larger than one implicit tile (34x34), stride 2, 1x1, tiny;
+// whole images with widths that are multiples of 4 take the implicit kernel's row copies (pad 1
+// and 2, stride 1 and 2).
 const ConvCase kConvCases[] = {
     {3, 16, 5, 5, 1, 1, 2, 2, 32, 32, 3}, {16, 20, 5, 5, 1, 1, 2, 2, 16, 16, 5},
     {20, 20, 5, 5, 1, 1, 2, 2, 8, 8, 7},  {5, 17, 3, 3, 2, 2, 1, 1, 13, 11, 1},
@@ -121,6 +123,7 @@ const ConvCase kConvCases[] = {
     {17, 3, 3, 3, 1, 1, 0, 0, 6, 7, 11},  {3, 40, 5, 5, 1, 1, 2, 2, 34, 34, 2},
     {1, 4, 3, 3, 1, 1, 1, 1, 5, 5, 1},    {20, 12, 5, 5, 2, 2, 1, 1, 9, 10, 3},
     {5, 7, 3, 5, 1, 2, 1, 2, 12, 14, 5},  {17, 24, 3, 3, 2, 1, 2, 0, 8, 9, 3},
+    {8, 6, 3, 3, 2, 2, 1, 1, 16, 12, 4},  {4, 10, 5, 5, 1, 1, 2, 2, 8, 4, 5},
 };
 
 std::string conv_netdef(const ConvCase& k) {
@@ -335,6 +338,14 @@ TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" *
     CHECK(r.transfer_seconds >= 0.0);
     CHECK(r.transfer_seconds <= r.forward_seconds);
     CHECK(r.engine.find("gpu (") == 0);
+    // Full blocks run as captured CUDA graphs (a capture failure falls back to direct launches
+    // and says so in a note: it must not happen for these layers and algorithms).
+    bool graphs = false;
+    for (const std::string& note : r.notes) {
+      CHECK(note.find("capture failed") == std::string::npos);
+      graphs = graphs || note.find("one CUDA graph launch") != std::string::npos;
+    }
+    CHECK(graphs);
   }
 
   RunOptions bad;

@@ -40,6 +40,7 @@
 // - Bias (from shared memory) and the ReLU are applied in the epilogue; each output value is
 //   written once, coalesced along the output row.
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -89,9 +90,12 @@ struct ImplArgs {
   int OH, OW;  // convolution outputs computed (with the pool: even; y is then [F, OH/2, OW/2])
   int G, R, CB, patch_h, pitch, row_tiles, K;
   int tiles, chunks, stage_floats, patch_floats;
-  int chw;  // uint8 input: bytes per image
+  int chw;       // uint8 input: bytes per image
+  int xs;        // patch column of input column -PW (row copies: so that input rows land 16-byte aligned)
+  int row_copy;  // stage whole input rows with 16-byte copies (the padding was zeroed once)
   FastDiv div_pitch, div_ph, div_cb, div_cb_last, div_row_tiles;
   FastDiv div_chw, div_hw, div_w;  // uint8 input: decoding a byte offset in the tile
+  FastDiv div_w4, div_h;           // row copies: decoding a 16-byte unit in the tile
 };
 
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
@@ -134,6 +138,26 @@ __device__ __forceinline__ void issue_stage(const ImplArgs& a, float* smem, int 
   const int cb = last ? a.C - c0 : a.CB;
   const FastDiv& div_cb = last ? a.div_cb_last : a.div_cb;
   const int plane = a.patch_h * a.pitch;
+  if (a.row_copy) {
+    // Whole images per tile, W % 4 == 0: unit u is 4 floats of input row iy of channel c of
+    // image g, copied into its place; 32-bit offsets from the tile's first element.
+    const int w4 = a.W >> 2;
+    const int total = min(a.G, a.n - img0) * cb * a.H * w4;
+    const float* xt = a.x + (static_cast<int64_t>(img0) * a.C + c0) * a.H * a.W;
+#pragma unroll 1
+    for (int u = threadIdx.x; u < total; u += kThreads) {
+      const int t = fdiv(u, a.div_w4), xq = u - t * w4;
+      const int t2 = fdiv(t, a.div_h), iy = t - t2 * a.H;
+      const int g = fdiv(t2, div_cb), c = t2 - g * cb;
+      const int py = iy + a.PH;
+      if (py < a.patch_h)
+        cp_async16(patch + ((g * a.CB + c) * a.patch_h + py) * a.pitch + a.xs + a.PW + 4 * xq,
+                   xt + ((g * a.C + c) * a.H + iy) * a.W + 4 * xq);
+    }
+    issue_weights<BM>(a, smem, chunk, buf, mt);
+    cp_async_commit();
+    return;
+  }
   const int total = a.G * cb * plane;
   const int gap = (a.CB - cb) * plane;  // a short last chunk leaves room in each image's slot
 #pragma unroll 1                        // issued while the accumulators are live: unrolling would spill them
@@ -220,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3))
     const int pw = a.OW >> 1, wins_img = (a.R >> 1) * pw;
     const int g = tid / wins_img, pr = (tid % wins_img) / pw, pc = tid % pw;
     const bool ok = tid < a.G * wins_img;
-    const int o = ok ? g * patch_img + 2 * pr * a.pitch + 2 * pc : 0;
+    const int o = (ok ? g * patch_img + 2 * pr * a.pitch + 2 * pc : 0) + a.xs;
 #pragma unroll
     for (int j = 0; j < kPix; ++j) {
       noff[j] = o + (j >> 1) * a.pitch + (j & 1);
@@ -238,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3))
       place[j] = ~0u;
       if (q < tile_pixels) {
         const int g = q / rows_ow, r = (q / a.OW) % a.R, ox = q % a.OW;
-        noff[j] = g * patch_img + r * a.SH * a.pitch + ox * a.SW;
+        noff[j] = g * patch_img + r * a.SH * a.pitch + ox * a.SW + a.xs;
         place[j] =
             static_cast<unsigned>(g) | static_cast<unsigned>(r) << 10 | static_cast<unsigned>(ox) << 20;
       }
@@ -256,6 +280,10 @@ __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3))
   int tile = blockIdx.x, chunk = 0, buf = 0;
   if (tile >= a.tiles) return;
   unsigned* raw = reinterpret_cast<unsigned*>(smem + 2 * a.stage_floats);
+  if (!U8 && a.row_copy) {  // the padding is zeroed once: row copies never write it
+    for (int i = tid; i < a.patch_floats; i += kThreads) smem[i] = smem[a.stage_floats + i] = 0.f;
+    __syncthreads();
+  }
   if (U8) {
     for (int i = tid; i < a.patch_floats; i += kThreads) smem[i] = smem[a.stage_floats + i] = 0.f;
     issue_weights<BM>(a, smem, 0, 0, mt);
@@ -466,7 +494,7 @@ void launch_bm(const ImplicitConfig& cfg, const ImplArgs& a, int epi, cudaStream
 
 // Shared-memory wavefronts of the first warp's pixel loads for a patch pitch: without the pool
 // one 4-byte load per lane; with it one 8-byte load per lane, served as two half-warps.
-int pixel_wavefronts(bool pool, const ConvParams& p, int g, int r, int ow, int pitch, int patch_img) {
+int pixel_wavefronts(bool pool, const ConvParams& p, int g, int r, int ow, int pitch, int patch_img, int xs) {
   std::vector<int64_t> words;  // (phase, word) pairs flattened
   int total = 0;
   auto count = [&](const std::vector<int64_t>& ws) {
@@ -486,7 +514,7 @@ int pixel_wavefronts(bool pool, const ConvParams& p, int g, int r, int ow, int p
       for (int lane = phase * 16; lane < phase * 16 + 16; ++lane) {
         if (lane >= g * wins_img) break;
         const int64_t o = static_cast<int64_t>(lane / wins_img) * patch_img +
-                          2 * ((lane % wins_img) / pw) * pitch + 2 * (lane % pw);
+                          2 * ((lane % wins_img) / pw) * pitch + 2 * (lane % pw) + xs;
         words.push_back(o);
         words.push_back(o + 1);
       }
@@ -496,10 +524,20 @@ int pixel_wavefronts(bool pool, const ConvParams& p, int g, int r, int ow, int p
     words.clear();
     for (int q = 0; q < 32 && q < g * r * ow; ++q)
       words.push_back(static_cast<int64_t>(q / (r * ow)) * patch_img + ((q / ow) % r) * p.stride_h * pitch +
-                      (q % ow) * p.stride_w);
+                      (q % ow) * p.stride_w + xs);
     total = count(words);
   }
   return total;
+}
+
+// CNNRUN_GPU_OFF=rows: stage element by element even where whole rows could be copied (to
+// measure what the row copies gain).
+bool rows_off() {
+  static const bool off = [] {
+    const char* v = std::getenv("CNNRUN_GPU_OFF");
+    return v && std::string(v).find("rows") != std::string::npos;
+  }();
+  return off;
 }
 
 }  // namespace
@@ -557,16 +595,23 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
     // with the fewest bank conflicts for the first warp, the narrowest of those.
     int64_t best_pitch = 0, best_cb = 0;
     int best_wf = 1 << 30;
-    const int64_t pitch0 = pool ? (pw + 1) / 2 * 2 : pw;
+    // Whole images per tile and rows of a multiple of 4 floats: the stages copy input rows 16
+    // bytes at a time to a column xs + PW that is a multiple of 4 (the padding is zeroed once).
+    const int64_t xs = (4 - p.pad_w % 4) % 4;
+    const bool row_copy =
+        !fuse.u8_input && r >= oh && p.in_w % 4 == 0 && (!pool || xs % 2 == 0) && !rows_off();
+    const int64_t need_w = std::max<int64_t>(pool ? (pw + 1) / 2 * 2 : pw, row_copy ? p.pad_w + p.in_w : 0);
+    const int64_t pitch0 = row_copy ? (xs + need_w + 3) / 4 * 4 : need_w;
     for (int k = 0; k < 16; ++k) {
-      const int64_t pitch = pitch0 + (pool ? 2 * k : k);
+      const int64_t pitch = pitch0 + (row_copy ? 4 * k : pool ? 2 * k : k);
       const size_t per_c = static_cast<size_t>(g * ph * pitch) * sizeof(float) + taps_bytes;
       int64_t cb = std::min<int64_t>(p.in_c, static_cast<int64_t>((kStageBudget - 16) / per_c));
       if (cb < 1) break;
       const int64_t chunks = (p.in_c + cb - 1) / cb;
       cb = (p.in_c + chunks - 1) / chunks;  // even chunks
       const int wf = pixel_wavefronts(pool, p, static_cast<int>(g), static_cast<int>(r), static_cast<int>(ow),
-                                      static_cast<int>(pitch), static_cast<int>(cb * ph * pitch));
+                                      static_cast<int>(pitch), static_cast<int>(cb * ph * pitch),
+                                      row_copy ? static_cast<int>(xs) : 0);
       if (wf < best_wf) best_wf = wf, best_pitch = pitch, best_cb = cb;
     }
     // uint8 input: all channels in one stage and at most 4 KiB of pixels per tile; fewer images
@@ -584,6 +629,8 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
       c.patch_h = static_cast<int>(ph);
       c.patch_w = static_cast<int>(pw);
       c.pitch = static_cast<int>(pitch);
+      c.row_copy = row_copy;
+      c.xs = row_copy ? static_cast<int>(xs) : 0;
       c.patch_floats = static_cast<int>((g * cb * ph * pitch + 3) / 4 * 4);
       c.stage_floats = c.patch_floats + static_cast<int>(cb * p.kernel_h * p.kernel_w * c.bm);
       c.smem = 2 * static_cast<size_t>(c.stage_floats) * sizeof(float) +
@@ -671,6 +718,8 @@ void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const 
              cfg.stage_floats,
              cfg.patch_floats,
              chw,
+             cfg.xs,
+             cfg.row_copy ? 1 : 0,
              make_fastdiv(static_cast<unsigned>(cfg.pitch)),
              make_fastdiv(static_cast<unsigned>(cfg.patch_h)),
              make_fastdiv(static_cast<unsigned>(cfg.chunk_c)),
@@ -678,7 +727,9 @@ void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const 
              make_fastdiv(static_cast<unsigned>(cfg.row_tiles)),
              make_fastdiv(static_cast<unsigned>(chw)),
              make_fastdiv(static_cast<unsigned>(p.in_h * p.in_w)),
-             make_fastdiv(static_cast<unsigned>(p.in_w))};
+             make_fastdiv(static_cast<unsigned>(p.in_w)),
+             make_fastdiv(static_cast<unsigned>(std::max<int64_t>(1, p.in_w / 4))),
+             make_fastdiv(static_cast<unsigned>(p.in_h))};
   const int epi = cfg.fuse.relu_pool ? kEpiReluPool : act == ActKind::kRelu ? kEpiRelu : kEpiNone;
   switch (cfg.bm) {
     case 8:

@@ -41,6 +41,8 @@ struct ImplicitConfig {
   int chunks = 0;            // chunk_c-channel chunks per tile
   int patch_h = 0, patch_w = 0;
   int pitch = 0;                           // floats per patch row (>= patch_w; chosen against bank conflicts)
+  bool row_copy = false;                   // stages copy whole input rows, 16 bytes at a time
+  int xs = 0;                              // patch column of input column -PW (row copies: alignment)
   int patch_floats = 0, stage_floats = 0;  // one stage buffer: patch, then weights
   size_t smem = 0;                         // dynamic shared memory bytes (two stage buffers)
   int64_t grid_x = 0;  // tiles along images x output rows (the persistent grid walks them)
