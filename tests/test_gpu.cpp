@@ -6,6 +6,7 @@
 // the out-of-memory error. GPU cases are named "gpu: ..." and skip visibly without a GPU.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <sstream>
 
@@ -402,15 +403,24 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
   MaxErr err;
   uint32_t seed = 500;
   for (const FusedCase& k : kFusedCases) {
-    for (const char* algo : {"implicit", "cudnn"}) {
+    // "implicit-ffma": the implicit algorithm with the 3xTF32 tensor-core kernel switched off.
+    for (const char* variant : {"implicit", "implicit-ffma", "cudnn"}) {
+      const std::string v = variant;
+      const char* algo = v == "cudnn" ? "cudnn" : "implicit";
+      struct Env {  // the executor reads CNNRUN_GPU_OFF when it is made
+        explicit Env(bool off) {
+          if (off) setenv("CNNRUN_GPU_OFF", "tc", 1);
+        }
+        ~Env() { unsetenv("CNNRUN_GPU_OFF"); }
+      } env(v == "implicit-ffma");
       Network net = parse_netdef_string(fused_netdef(k), "fusetest");
       random_weights(net, seed);
       Dataset data = gpu_random_data(net.input, k.n + 2, 10, seed);
       auto gpu = make_gpu_executor(net);
       auto cpu = make_cpu_executor(net);
       std::ostringstream what;
-      what << algo << " C" << k.c << " " << k.h << "x" << k.w << " F" << k.f1 << " k" << k.k1 << " s" << k.s1
-           << " p" << k.p1 << " / F" << k.f2 << " k" << k.k2 << " p" << k.p2 << " n" << k.n;
+      what << variant << " C" << k.c << " " << k.h << "x" << k.w << " F" << k.f1 << " k" << k.k1 << " s"
+           << k.s1 << " p" << k.p1 << " / F" << k.f2 << " k" << k.k2 << " p" << k.p2 << " n" << k.n;
       INFO(what.str());
       // run() first (it picks the algorithm the later forward_layers uses), over small blocks on
       // two streams with cycling, so tiles past the end of a block and u8 staging of every block
@@ -441,6 +451,8 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
       CHECK(r.layers[2].algo == (pool1 ? "fused into conv1" : ""));
       CHECK((r.layers[0].algo.find("uint8 input") != std::string::npos) == u8);
       CHECK((r.layers[0].algo.find("maxpool") != std::string::npos) == pool1);
+      CHECK((r.layers[0].algo.find("3xTF32") != std::string::npos) ==
+            (pool1 && k.f1 <= 32 && v == "implicit"));
       if (pool1) CHECK(r.layers[2].seconds == 0.0);
       compare_layers(net, *gpu, *cpu, data, 1, k.n, what.str(), err);
       seed += 3;

@@ -41,6 +41,7 @@
 //   written once, coalesced along the output row.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -57,6 +58,8 @@ constexpr int kTilePixels = kThreads * kPix;  // output pixels per tile (and eac
 constexpr int kTileWindows = kThreads;        // pool windows per tile (one per thread)
 constexpr size_t kStageBudget = 40 * 1024;    // shared memory per stage buffer (two of them)
 constexpr int kU8Words = 4;                   // uint8 input: 4-byte words per thread per tile, at most
+constexpr int kTcMaxK = 8192;                 // tensor cores: taps (C*KH*KW) in the offset table, at most
+constexpr int kTcSmemMax = static_cast<int>(2 * kStageBudget) + kU8Words * kThreads * 4 + kTcMaxK * 4 + 64;
 
 enum Epi { kEpiNone = 0, kEpiRelu = 1, kEpiReluPool = 2 };
 
@@ -93,6 +96,8 @@ struct ImplArgs {
   int chw;       // uint8 input: bytes per image
   int xs;        // patch column of input column -PW (row copies: so that input rows land 16-byte aligned)
   int row_copy;  // stage whole input rows with 16-byte copies (the padding was zeroed once)
+  int tc_nt;     // tensor-core kernel: n-tiles of 8 filters (0: the FFMA kernel)
+  int k_pad;     // tensor-core kernel: C*KH*KW rounded up to 8
   FastDiv div_pitch, div_ph, div_cb, div_cb_last, div_row_tiles;
   FastDiv div_chw, div_hw, div_w;  // uint8 input: decoding a byte offset in the tile
   FastDiv div_w4, div_h;           // row copies: decoding a 16-byte unit in the tile
@@ -114,6 +119,14 @@ template <int BM>
 __device__ __forceinline__ void issue_weights(const ImplArgs& a, float* smem, int chunk, int buf, int mt) {
   float* wsm = smem + buf * a.stage_floats + a.patch_floats;
   const int c0 = chunk * a.CB;
+  if (a.tc_nt) {  // tensor cores: the k-steps of 8 that overlap this chunk's taps, all n-tiles
+    const int khkw = a.KH * a.KW;
+    const int ks0 = c0 * khkw / 8, ks1 = (min(a.C, c0 + a.CB) * khkw + 7) / 8;
+    const float4* src = reinterpret_cast<const float4*>(a.wt) + ks0 * a.tc_nt * 32;
+    float4* dst = reinterpret_cast<float4*>(wsm);
+    for (int i = threadIdx.x; i < (ks1 - ks0) * a.tc_nt * 32; i += kThreads) cp_async16(dst + i, src + i);
+    return;
+  }
   const int cb = min(a.CB, a.C - c0);
   const int taps = a.KH * a.KW;
   const float4* wsrc =
@@ -424,6 +437,184 @@ __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3))
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// 3xTF32 tensor-core variant of the fused conv + ReLU + 2x2 max-pool (stride-1 convs, at most
+// 32 filters). Same tiles, staging and patch as the FFMA kernel; only the arithmetic differs.
+// The GEMM is M = pixels, N = filters (n-tiles of 8), K = taps (k-steps of 8), one
+// mma.sync.m16n8k8 per (m-tile, n-tile, k-step) and term. Each warp owns 32 pool windows as 4
+// groups of 8; a group is two m-tiles (window column dx = 0, 1) whose rows 0-7 / 8-15 are the
+// windows' dy = 0 / 1 pixels, so every thread holds all 4 pixels of one window for its filters
+// and the pool is again a max over its own registers. A is gathered from the patch (a tap is an
+// offset, from a table in shared memory); B comes pre-split into tf32 hi/lo fragments from the
+// host, one float4 per lane and n-tile. Each product is a_lo*b_hi + a_hi*b_lo + a_hi*b_hi with
+// a = a_hi + a_lo, b = b_hi + b_lo split into tf32 parts: about FP32 accuracy (what is dropped is
+// ~2^-20 relative) at tensor-core speed.
+// The big part by truncation, one AND (cvt.rna.tf32 is ~4 instructions on sm_90, measured in
+// the SASS); x - hi is exact, and passed as plain FP32 bits: the tensor cores use its top 19
+// bits, so lo loses at most 2^-10 of itself, ~2^-20 of x.
+__device__ __forceinline__ unsigned tf32_hi(float x) { return __float_as_uint(x) & 0xffffe000u; }
+// Not volatile: the compiler may interleave independent products (three into one accumulator
+// in a row would wait on each other; volatile kept that order and halved the tensor rate).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <int NT, bool U8>
+__global__ void __launch_bounds__(kThreads, NT <= 2 ? 2 : 1) conv_tc_pool_kernel(ImplArgs a) {
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  __shared__ float bias_s[NT * 8];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int plane = a.patch_h * a.pitch;
+  const int patch_img = a.CB * plane;
+  const int khkw = a.KH * a.KW;
+  unsigned* raw = reinterpret_cast<unsigned*>(smem + 2 * a.stage_floats);
+  int* tab = reinterpret_cast<int*>(smem + 2 * a.stage_floats + (U8 ? kU8Words * kThreads : 0));
+  for (int k = tid; k < a.k_pad; k += kThreads) {  // tap k -> its offset in the patch (chunk-relative below)
+    int v = 0;
+    if (k < a.K) {
+      const int c = k / khkw, t = k - c * khkw, kh = t / a.KW;
+      v = c * plane + kh * a.pitch + (t - kh * a.KW);
+    }
+    tab[k] = v;
+  }
+  if (tid < NT * 8) bias_s[tid] = tid < a.F ? a.bias[tid] : 0.f;
+
+  // The thread's window in each of its warp's 4 groups: offset in the patch, place in the tile.
+  const int pw = a.OW >> 1, wins_img = (a.R >> 1) * pw, wins = a.G * wins_img;
+  int woff[4];
+  unsigned wplace[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    const int w = warp * 32 + q * 8 + (lane >> 2);
+    const int g = w / wins_img, pr = (w % wins_img) / pw, pc = w % pw;
+    const bool ok = w < wins;
+    woff[q] = (ok ? g * patch_img + 2 * pr * a.pitch + 2 * pc : 0) + a.xs;
+    wplace[q] =
+        ok ? static_cast<unsigned>(g) | static_cast<unsigned>(pr) << 10 | static_cast<unsigned>(pc) << 20
+           : ~0u;
+  }
+
+  float acc[4][2][NT][4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+#pragma unroll
+    for (int dx = 0; dx < 2; ++dx)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[q][dx][nt][i] = 0.f;
+
+  int tile = blockIdx.x, chunk = 0, buf = 0;
+  if (tile >= a.tiles) return;
+  if (U8 || a.row_copy) {  // the padding is zeroed once: these stagings never write it
+    for (int i = tid; i < a.patch_floats; i += kThreads) smem[i] = smem[a.stage_floats + i] = 0.f;
+    __syncthreads();
+  }
+  if (U8) {
+    issue_weights<8>(a, smem, 0, 0, 0);
+    issue_u8(a, raw, tile);
+    cp_async_commit();
+    cp_async_wait_all();
+    store_u8(a, smem, tile, raw);
+  } else {
+    issue_stage<8>(a, smem, tile, 0, 0, 0);
+  }
+  for (;;) {
+    int next_tile = tile, next_chunk = chunk + 1;
+    if (next_chunk == a.chunks) next_chunk = 0, next_tile += gridDim.x;
+    const bool has_next = next_tile < a.tiles;
+    cp_async_wait_all();
+    __syncthreads();
+    if (has_next) {
+      if (U8) {
+        issue_weights<8>(a, smem, next_chunk, buf ^ 1, 0);
+        issue_u8(a, raw, next_tile);
+        cp_async_commit();
+      } else {
+        issue_stage<8>(a, smem, next_tile, next_chunk, buf ^ 1, 0);
+      }
+    }
+
+    const float* patch = smem + buf * a.stage_floats;
+    const float4* wsm = reinterpret_cast<const float4*>(patch + a.patch_floats);
+    const int c0 = chunk * a.CB;
+    const int kbeg = c0 * khkw, kend = min(a.C, c0 + a.CB) * khkw;
+    const int ks0 = kbeg / 8, ks1 = (kend + 7) / 8;
+    const int cshift = c0 * plane;
+#pragma unroll 1
+    for (int ks = ks0; ks < ks1; ++ks) {
+      const int k0 = ks * 8 + (lane & 3), k1 = k0 + 4;
+      const bool v0 = k0 >= kbeg && k0 < kend, v1 = k1 >= kbeg && k1 < kend;
+      const int t0 = v0 ? tab[k0] - cshift : 0, t1 = v1 ? tab[k1] - cshift : 0;
+      unsigned bh[NT][2], bl[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float4 b = wsm[((ks - ks0) * NT + nt) * 32 + lane];
+        bh[nt][0] = __float_as_uint(b.x), bh[nt][1] = __float_as_uint(b.y);
+        bl[nt][0] = __float_as_uint(b.z), bl[nt][1] = __float_as_uint(b.w);
+      }
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+#pragma unroll
+        for (int dx = 0; dx < 2; ++dx) {
+          const float* p = patch + woff[q] + dx;
+          const float x[4] = {v0 ? p[t0] : 0.f, v0 ? p[a.pitch + t0] : 0.f, v1 ? p[t1] : 0.f,
+                              v1 ? p[a.pitch + t1] : 0.f};
+          unsigned ah[4], al[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            ah[i] = tf32_hi(x[i]);
+            al[i] = __float_as_uint(x[i] - __uint_as_float(ah[i]));
+          }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma_tf32(acc[q][dx][nt], al, bh[nt][0], bh[nt][1]);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma_tf32(acc[q][dx][nt], ah, bl[nt][0], bl[nt][1]);
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) mma_tf32(acc[q][dx][nt], ah, bh[nt][0], bh[nt][1]);
+        }
+    }
+
+    if (chunk == a.chunks - 1) {  // pool, bias, ReLU, store; start the next tile afresh
+      const int group = fdiv(tile, a.div_row_tiles), rt = tile - group * a.row_tiles;
+      const int img0 = group * a.G;
+      const int ph = a.OH >> 1, pplane = ph * pw, pr0 = rt * (a.R >> 1);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int g = wplace[q] & 1023, pr = (wplace[q] >> 10) & 1023, pc = wplace[q] >> 20;
+        const bool ok = wplace[q] != ~0u && img0 + g < a.n && pr0 + pr < ph;
+        float* out = a.y + (static_cast<int64_t>(img0 + g) * a.F) * pplane + (pr0 + pr) * pw + pc;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int f = nt * 8 + 2 * (lane & 3) + h;
+            const float v = fmaxf(fmaxf(acc[q][0][nt][h], acc[q][0][nt][2 + h]),
+                                  fmaxf(acc[q][1][nt][h], acc[q][1][nt][2 + h])) +
+                            bias_s[f];
+            if (ok && f < a.F) out[static_cast<int64_t>(f) * pplane] = fmaxf(v, 0.f);
+          }
+#pragma unroll
+        for (int dx = 0; dx < 2; ++dx)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[q][dx][nt][i] = 0.f;
+      }
+    }
+    if (!has_next) break;
+    if (U8) {
+      cp_async_wait_all();
+      store_u8(a, smem + (buf ^ 1) * a.stage_floats, next_tile, raw);
+    }
+    tile = next_tile, chunk = next_chunk, buf ^= 1;
+  }
+}
+
 int sm_count() {
   static const int n = [] {
     int dev = 0, v = 0;
@@ -453,6 +644,29 @@ int blocks_per_sm(size_t smem) {
                 " bytes of shared memory");
   cache[smem] = blocks;
   return blocks;
+}
+
+template <int NT, bool U8>
+void launch_tc(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
+  static std::mutex mu;
+  static std::map<size_t, int> cache;
+  auto kernel = conv_tc_pool_kernel<NT, U8>;
+  int blocks = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(cfg.smem);
+    if (it == cache.end()) {
+      CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTcSmemMax));
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, cfg.smem));
+      if (blocks < 1) throw Error("implicit convolution (tensor cores): the kernel does not fit on an SM");
+      cache[cfg.smem] = blocks;
+    } else {
+      blocks = it->second;
+    }
+  }
+  const int64_t gx = std::min<int64_t>(a.tiles, static_cast<int64_t>(blocks) * sm_count());
+  kernel<<<static_cast<unsigned>(gx), kThreads, cfg.smem, s>>>(a);
+  CUDA_CHECK_LAUNCH("conv_tc_pool_kernel");
 }
 
 template <int BM, int KWT, int EPI, bool U8>
@@ -554,6 +768,18 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
   c.bm = implicit_bm(p.filters);
   c.m_tiles = static_cast<int>((p.filters + c.bm - 1) / c.bm);
   const bool pool = fuse.relu_pool;
+  const int64_t khkw = p.kernel_h * p.kernel_w, kk = p.in_c * khkw;
+  if (fuse.tensor_core) {
+    if (!pool || p.filters > 32 || kk > kTcMaxK) {
+      c.why = "the tensor-core kernel is for the fused pool, at most 32 filters and " +
+              std::to_string(kTcMaxK) + " taps";
+      return c;
+    }
+    c.tc_nt = static_cast<int>((p.filters + 7) / 8);
+    c.k_pad = static_cast<int>((kk + 7) / 8 * 8);
+    c.bm = c.tc_nt * 8;
+    c.m_tiles = 1;
+  }
   int64_t oh = p.out_h, ow = p.out_w;
   int64_t g = 1, r = oh;
   if (pool) {
@@ -588,7 +814,10 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
     else
       g = std::max<int64_t>(1, std::min<int64_t>(kTilePixels / pix, n));
   }
-  const size_t taps_bytes = static_cast<size_t>(p.kernel_h * p.kernel_w * c.bm) * sizeof(float);
+  // Weights per channel in a stage; tensor cores: hi and lo per tap and filter, plus the k-steps
+  // of 8 that straddle a chunk's ends (one at each end).
+  const size_t taps_bytes = static_cast<size_t>(khkw * c.bm) * sizeof(float) * (c.tc_nt ? 2 : 1);
+  const size_t budget = kStageBudget - (c.tc_nt ? static_cast<size_t>(2 * c.tc_nt * 128) * sizeof(float) : 0);
   for (;;) {
     const int64_t ph = (r - 1) * p.stride_h + p.kernel_h, pw = (ow - 1) * p.stride_w + p.kernel_w;
     // The pitch: at least the patch width (even with the pool: its float2 loads), the candidate
@@ -605,7 +834,7 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
     for (int k = 0; k < 16; ++k) {
       const int64_t pitch = pitch0 + (row_copy ? 4 * k : pool ? 2 * k : k);
       const size_t per_c = static_cast<size_t>(g * ph * pitch) * sizeof(float) + taps_bytes;
-      int64_t cb = std::min<int64_t>(p.in_c, static_cast<int64_t>((kStageBudget - 16) / per_c));
+      int64_t cb = std::min<int64_t>(p.in_c, static_cast<int64_t>((budget - 16) / per_c));
       if (cb < 1) break;
       const int64_t chunks = (p.in_c + cb - 1) / cb;
       cb = (p.in_c + chunks - 1) / chunks;  // even chunks
@@ -632,9 +861,11 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
       c.row_copy = row_copy;
       c.xs = row_copy ? static_cast<int>(xs) : 0;
       c.patch_floats = static_cast<int>((g * cb * ph * pitch + 3) / 4 * 4);
-      c.stage_floats = c.patch_floats + static_cast<int>(cb * p.kernel_h * p.kernel_w * c.bm);
+      c.stage_floats = c.patch_floats + static_cast<int>(c.tc_nt ? ((cb * khkw + 7) / 8 + 1) * c.tc_nt * 128
+                                                                 : cb * khkw * c.bm);
       c.smem = 2 * static_cast<size_t>(c.stage_floats) * sizeof(float) +
-               (fuse.u8_input ? static_cast<size_t>(kU8Words * kThreads) * 4 : 0);
+               (fuse.u8_input ? static_cast<size_t>(kU8Words * kThreads) * 4 : 0) +
+               static_cast<size_t>(c.k_pad) * sizeof(int);
       c.chunks = static_cast<int>((p.in_c + cb - 1) / cb);
       c.grid_x = (n + g - 1) / g * c.row_tiles;  // tiles
       c.ok = true;
@@ -663,6 +894,33 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
       return c;
     }
   }
+}
+
+// Round to tf32 as cvt.rna does: to nearest, ties away from zero, on the 13 low mantissa bits.
+float round_tf32(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  b = (b + 0x1000u) & ~0x1fffu;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
+std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight) {
+  const int64_t k = p.in_c * p.kernel_h * p.kernel_w, ksteps = (k + 7) / 8, nt = (p.filters + 7) / 8;
+  std::vector<float> out(static_cast<size_t>(ksteps * nt * 128), 0.f);
+  for (int64_t ks = 0; ks < ksteps; ++ks)
+    for (int64_t t = 0; t < nt; ++t)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int64_t f = t * 8 + lane / 4;
+        float* o = &out[static_cast<size_t>(((ks * nt + t) * 32 + lane) * 4)];
+        for (int h = 0; h < 2; ++h) {  // B rows k = lane % 4 and lane % 4 + 4 of the k-step
+          const int64_t kk = ks * 8 + lane % 4 + 4 * h;
+          const float w = f < p.filters && kk < k ? weight[f * k + kk] : 0.f;
+          o[h] = round_tf32(w);
+          o[2 + h] = round_tf32(w - o[h]);
+        }
+      }
+  return out;
 }
 
 std::vector<float> implicit_weights(const ConvParams& p, const float* weight) {
@@ -720,6 +978,8 @@ void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const 
              chw,
              cfg.xs,
              cfg.row_copy ? 1 : 0,
+             cfg.tc_nt,
+             cfg.k_pad,
              make_fastdiv(static_cast<unsigned>(cfg.pitch)),
              make_fastdiv(static_cast<unsigned>(cfg.patch_h)),
              make_fastdiv(static_cast<unsigned>(cfg.chunk_c)),
@@ -731,6 +991,19 @@ void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const 
              make_fastdiv(static_cast<unsigned>(std::max<int64_t>(1, p.in_w / 4))),
              make_fastdiv(static_cast<unsigned>(p.in_h))};
   const int epi = cfg.fuse.relu_pool ? kEpiReluPool : act == ActKind::kRelu ? kEpiRelu : kEpiNone;
+  if (cfg.tc_nt) {
+    const bool u8 = cfg.fuse.u8_input;
+    switch (cfg.tc_nt) {
+      case 1:
+        return u8 ? launch_tc<1, true>(cfg, a, s) : launch_tc<1, false>(cfg, a, s);
+      case 2:
+        return u8 ? launch_tc<2, true>(cfg, a, s) : launch_tc<2, false>(cfg, a, s);
+      case 3:
+        return u8 ? launch_tc<3, true>(cfg, a, s) : launch_tc<3, false>(cfg, a, s);
+      default:
+        return u8 ? launch_tc<4, true>(cfg, a, s) : launch_tc<4, false>(cfg, a, s);
+    }
+  }
   switch (cfg.bm) {
     case 8:
       launch_bm<8>(cfg, a, epi, s);

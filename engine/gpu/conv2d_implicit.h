@@ -24,6 +24,9 @@ struct ImplicitFusion {
   // float(byte) * scale[c] + shift[c] while it is staged (padding stays 0, as after
   // normalisation). Needs whole images per tile, one channel chunk, and W % 4 == 0.
   bool u8_input = false;
+  // With relu_pool, at most 32 filters: the 3xTF32 tensor-core kernel (weights from
+  // implicit_weights_tc) instead of FFMAs; about FP32 accuracy.
+  bool tensor_core = false;
 };
 
 // How one convolution is cut into thread blocks for a block of n images.
@@ -42,6 +45,7 @@ struct ImplicitConfig {
   int patch_h = 0, patch_w = 0;
   int pitch = 0;                           // floats per patch row (>= patch_w; chosen against bank conflicts)
   bool row_copy = false;                   // stages copy whole input rows, 16 bytes at a time
+  int tc_nt = 0, k_pad = 0;                // tensor cores: n-tiles of 8 filters; taps rounded up to 8
   int xs = 0;                              // patch column of input column -PW (row copies: alignment)
   int patch_floats = 0, stage_floats = 0;  // one stage buffer: patch, then weights
   size_t smem = 0;                         // dynamic shared memory bytes (two stage buffers)
@@ -53,6 +57,9 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
 // Weights rearranged for the kernel: [m_tiles][C*KH*KW][bm], zero-padded past the last filter,
 // so a thread block copies its slice with contiguous 16-byte loads.
 std::vector<float> implicit_weights(const ConvParams& p, const float* weight);
+// For the tensor-core kernel: per k-step of 8 taps, n-tile of 8 filters and lane, the lane's two
+// B values rounded to tf32 and the two remainders, rounded too: [k-steps][n-tiles][32][4].
+std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight);
 int implicit_bm(int64_t filters);
 
 // What the kernel reads and writes. x is float NCHW, or with fuse.u8_input x_u8 (bytes) with

@@ -65,7 +65,8 @@ struct ConvState {
   std::string tuned;    // auto's pick, kept across runs with the same block size
   int64_t tuned_n = 0;  // the block size it was timed on
   std::string tune_note;
-  DevBuf w, wt, bias;
+  DevBuf w, wt, wt_tc, bias;             // wt_tc: for the tensor-core kernel, when the conv can fuse its pool
+  bool tc_ok = false, tc_ok_u8 = false;  // the tensor-core kernel can run it (reading floats / bytes)
   std::unique_ptr<Im2colConv> im2col;
   std::unique_ptr<CudnnConv> cudnn;
 };
@@ -184,6 +185,7 @@ class GpuExecutor : public Executor {
       fuse_pool_ = v.find("pool") == std::string::npos;
       fuse_u8_ = v.find("u8") == std::string::npos;
       graphs_ = v.find("graph") == std::string::npos;
+      tc_ = v.find("tc") == std::string::npos;
     }
     plan();
   }
@@ -224,8 +226,9 @@ class GpuExecutor : public Executor {
   bool any_auto_ = false;
   // Fusions into the implicit kernel; CNNRUN_GPU_OFF=pool,u8 turns them off (to measure).
   bool fuse_pool_ = true, fuse_u8_ = true;
-  // CNNRUN_GPU_OFF=graph: launch every block's kernels directly (to measure what graphs gain).
-  bool graphs_ = true;
+  // CNNRUN_GPU_OFF=graph: launch every block's kernels directly (to measure what graphs gain);
+  // =tc: the FFMA kernel where the 3xTF32 tensor-core one could run.
+  bool graphs_ = true, tc_ = true;
   std::string forced_algo_;  // the last run's RunOptions::conv_algo
 
   // Whether conv step `st` run with `algo` computes its pool / reads the uint8 input.
@@ -234,6 +237,10 @@ class GpuExecutor : public Executor {
   }
   bool fuses_u8(const Step& st, const std::string& algo) const {
     return (fuses_pool(st, algo) ? st.u8_input_pool : st.u8_input) && fuse_u8_ && algo == "implicit";
+  }
+  bool uses_tc(const Step& st, const std::string& algo) const {  // needs the weights uploaded
+    return fuses_pool(st, algo) && tc_ && st.conv->wt_tc.get() != nullptr &&
+           (fuses_u8(st, algo) ? st.conv->tc_ok_u8 : st.conv->tc_ok);
   }
   bool pool_fused(const Step& st) const {  // kPool: computed by its conv this run
     return st.pool_conv >= 0 && fuses_pool(steps_[static_cast<size_t>(st.pool_conv)],
@@ -415,6 +422,17 @@ void GpuExecutor::upload_weights() {
       c.w = upload(w.ptr(), w.data.size());
       std::vector<float> wt = implicit_weights(c.p, w.ptr());
       c.wt = upload(wt.data(), wt.size());
+      if (st.pool_layer >= 0) {
+        ImplicitFusion f;
+        f.relu_pool = f.tensor_core = true;
+        c.tc_ok = implicit_config(c.p, 1, f).ok;
+        f.u8_input = true;
+        c.tc_ok_u8 = st.u8_input_pool && implicit_config(c.p, 1, f).ok;
+        if (c.tc_ok || c.tc_ok_u8) {
+          std::vector<float> wtc = implicit_weights_tc(c.p, w.ptr());
+          c.wt_tc = upload(wtc.data(), wtc.size());
+        }
+      }
       std::vector<float> bias(static_cast<size_t>(c.p.filters), 0.f);
       if (c.p.bias) bias = l.weight("bias").data;
       c.bias = upload(bias.data(), bias.size());
@@ -549,6 +567,7 @@ void GpuExecutor::run_conv(Step& st, Slot& s, int64_t n, const std::string& algo
     ImplicitFusion f;
     f.relu_pool = fuses_pool(st, algo);
     f.u8_input = fuses_u8(st, algo);
+    f.tensor_core = uses_tc(st, algo);
     ImplicitConfig cfg = implicit_config(c.p, n, f);
     ImplicitIo io;
     io.x = x;
@@ -557,7 +576,8 @@ void GpuExecutor::run_conv(Step& st, Slot& s, int64_t n, const std::string& algo
     io.y = f.relu_pool
                ? s.bufs[static_cast<size_t>(steps_[static_cast<size_t>(st.pool_layer)].out)].as<float>()
                : y;
-    launch_conv_implicit(cfg, c.p, io, c.wt.as<float>(), c.bias.as<float>(), n, st.act, s.stream);
+    launch_conv_implicit(cfg, c.p, io, (f.tensor_core ? c.wt_tc : c.wt).as<float>(), c.bias.as<float>(), n,
+                         st.act, s.stream);
   } else if (algo == "im2col") {
     c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(),
                       s.lt_ws.bytes(), s.stream);
@@ -803,8 +823,8 @@ std::string GpuExecutor::step_algo(const Step& st) const {
       std::string relu = st.act == ActKind::kRelu ? "+relu" : "";
       if (fuses_pool(st, c.chosen)) relu += "+maxpool";
       if (c.chosen == "implicit")
-        return std::string("implicit(") + (fuses_u8(st, c.chosen) ? "uint8 input, " : "") + "bias" + relu +
-               " epilogue)";
+        return std::string("implicit(") + (uses_tc(st, c.chosen) ? "3xTF32 tensor cores, " : "") +
+               (fuses_u8(st, c.chosen) ? "uint8 input, " : "") + "bias" + relu + " epilogue)";
       if (c.chosen == "im2col") return c.im2col->algo_name();
       return c.cudnn->algo_name();
     }
