@@ -27,11 +27,12 @@ step() {
   fi
 }
 
-# build DIR TARGET CMAKE-ARGS...: configures and builds TARGET quietly into DIR (log DIR.log),
-# showing the log's tail on failure.
+# build DIR TARGET CMAKE-ARGS...: configures and builds TARGET quietly into DIR (log
+# DIR/build.log), showing the log's tail on failure.
 build() {
-  local dir=$1 log=$1.log target=$2
+  local dir=$1 log=$1/build.log target=$2
   shift 2
+  mkdir -p "$dir"
   echo "building $dir (log: $log)"
   if ! { cmake -S . -B "$dir" "$@" && cmake --build "$dir" -j"$jobs" --target "$target"; } >"$log" 2>&1; then
     tail -40 "$log"
