@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "engine/core/error.h"
+#include "engine/io/npy.h"
 #include "tests/test_util.h"
 
 using namespace cnnrun::test;
@@ -182,4 +184,21 @@ TEST_CASE("regress: a CIFAR-10 data set larger than memory is refused before it 
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   CHECK(contains(r.err, big));
   CHECK(contains(r.err, "4294967296 images = 13194139533312 bytes, more than this machine's"));
+}
+
+TEST_CASE("regress: a .npy header whose shape overflows the byte count is refused") {
+  // 2^62 x 4 floats is 2^66 bytes: unchecked, the byte count wraps to 0 and matches an empty body.
+  std::string tmp = temp_dir("regress-npy"), path = tmp + "/big.npy";
+  std::string h = "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 4), }\n";
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(h.size()) + '\0' + h;
+  write_file(path, bytes);
+  std::vector<int64_t> dims;
+  std::string what;
+  try {
+    cnnrun::read_npy(path, &dims);
+  } catch (const cnnrun::Error& e) {
+    what = e.what();
+  }
+  INFO(what);
+  CHECK(contains(what, path + ": byte 10: shape [4611686018427387904, 4]: size overflow"));
 }

@@ -55,7 +55,13 @@ std::vector<float> read_npy(const std::string& file, std::vector<int64_t>* dims)
     s = end;
     while (*s == ',' || *s == ' ') ++s;
   }
-  size_t n = static_cast<size_t>(numel_of(d));
+  size_t n = 0;
+  try {
+    n = static_cast<size_t>(numel_of(d));
+    checked_mul(static_cast<int64_t>(n), sizeof(float), "data bytes");
+  } catch (const Error& e) {
+    fail_file(file, 10, std::string("shape ") + dims_str(d) + ": " + e.what());
+  }
   if (b.size() - 10 - hl != n * sizeof(float))
     fail_file(file, static_cast<int64_t>(10 + hl), "data size does not match the shape " + dims_str(d));
   std::vector<float> out(n);
