@@ -5,9 +5,11 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "engine/executor.h"
@@ -186,6 +188,18 @@ int convert(const std::string& netdef, const std::string& out, const std::string
   return 0;
 }
 
+// CLI11's PositiveNumber prints the whole double range; this says what is wanted.
+const CLI::Validator kPositiveInt(
+    [](std::string& v) -> std::string {
+      char* end = nullptr;
+      errno = 0;
+      long long x = std::strtoll(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || errno == ERANGE || x < 1)
+        return "expected a positive integer, found '" + v + "'";
+      return "";
+    },
+    "POSITIVE");
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -195,7 +209,7 @@ int main(int argc, char** argv) {
   Options o;
   app.add_option("netdef", o.netdef, "network definition (YAML), e.g. netdefs/cifar10.yaml");
   app.add_option("--batch", o.batch, "run the first N images of the data set (default: all)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveInt);
   app.add_flag("--cycle", o.cycle, "allow --batch beyond the data set's size by running its images again");
   app.add_option("--engine", o.engine, "cpu, gpu or auto (GPU when one is usable)")
       ->check(CLI::IsMember({"cpu", "gpu", "auto"}));
@@ -211,12 +225,11 @@ int main(int argc, char** argv) {
                "compare every layer with the CPU reference (exit 3 if any differs)");
   app.add_option("--validate-images", o.validate_images,
                  "validate on the first N images only (default: all run)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositiveInt);
   app.add_option("--conv-algo", o.conv_algo,
                  "GPU convolution for every conv layer: auto, im2col, implicit, cudnn")
       ->check(CLI::IsMember({"auto", "im2col", "implicit", "cudnn"}));
-  app.add_option("--block", o.block, "images per block (default: chosen from memory)")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--block", o.block, "images per block (default: chosen from memory)")->check(kPositiveInt);
   app.add_option("--streams", o.streams, "GPU streams (default 3)")->check(CLI::Range(1, 64));
   app.add_option("--repeat", o.repeat, "run the batch N times and report the median forward time (default 1)")
       ->check(CLI::Range(1, 1000));

@@ -12,9 +12,7 @@ using namespace cnnrun::test;
 
 namespace {
 
-std::string cnnrun_cmd(const std::string& args) {
-  return std::string(CNNRUN_BINARY) + " " + args;
-}
+std::string cnnrun_cmd(const std::string& args) { return std::string(CNNRUN_BINARY) + " " + args; }
 std::string src(const std::string& p) { return std::string(CNNRUN_SOURCE_DIR) + "/" + p; }
 std::string assets() { return "--assets " + shared_dir(); }
 
@@ -45,8 +43,8 @@ TEST_CASE("cli: the thesis network gives exactly 78.25 % on the first 1200 sampl
 
 TEST_CASE("cli: --json, --dump and --quiet") {
   std::string dir = temp_dir("cli-json");
-  Out o = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 100 --quiet --json " + dir +
-              "/r.json --dump " + dir + "/p.npy");
+  Out o = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 100 --quiet --json " +
+              dir + "/r.json --dump " + dir + "/p.npy");
   INFO(o.text);
   REQUIRE(o.rc == 0);
   CHECK(count_lines(o.text) == 1);
@@ -74,7 +72,8 @@ TEST_CASE("cli: --cycle runs more images than the data set holds, and says so") 
   CHECK(o.text.find("Images: 2500 (2000 distinct, cycled)") != std::string::npos);
   Out bad = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 2500");
   CHECK(bad.rc == 1);
-  CHECK(bad.text == "cnnrun: --batch 2500: the data set has only 2000 images; add --cycle to run them repeatedly\n");
+  CHECK(bad.text ==
+        "cnnrun: --batch 2500: the data set has only 2000 images; add --cycle to run them repeatedly\n");
 }
 
 TEST_CASE("cli: convert to safetensors gives identical results") {
@@ -82,7 +81,8 @@ TEST_CASE("cli: convert to safetensors gives identical results") {
   Out c = run("convert " + src("netdefs/cifar10.yaml") + " " + dir + "/w.safetensors " + assets());
   INFO(c.text);
   REQUIRE(c.rc == 0);
-  Out a = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 300 --dump " + dir + "/a.npy");
+  Out a = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 300 --dump " + dir +
+              "/a.npy");
   Out b = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 300 --weights " + dir +
               "/w.safetensors --dump " + dir + "/b.npy");
   REQUIRE(a.rc == 0);
@@ -147,27 +147,35 @@ TEST_CASE("cli: errors are one line on stderr with a non-zero exit") {
     CHECK(o.text == "cnnrun: " + dir + "/nope.yaml: cannot open the netdef\n");
   }
   SUBCASE("bad netdef") {
-    write_file(dir + "/bad.yaml", "input: {channels: 3, height: 32, width: 32}\nclasses: [a]\nlayers:\n  - {type: fc, outputs: 1, bais: true}\n");
+    write_file(dir + "/bad.yaml",
+               "input: {channels: 3, height: 32, width: 32}\nclasses: [a]\nlayers:\n  - {type: fc, outputs: "
+               "1, bais: true}\n");
     Out o = run(dir + "/bad.yaml");
     CHECK(o.rc == 1);
-    CHECK(o.text == "cnnrun: " + dir + "/bad.yaml:4:28: layer 'fc1' (fc): key 'bais': unknown key; did you mean 'bias'?\n");
+    CHECK(o.text == "cnnrun: " + dir +
+                        "/bad.yaml:4:28: layer 'fc1' (fc): key 'bais': unknown key; did you mean 'bias'?\n");
   }
   SUBCASE("bad option") {
     Out o = run(src("netdefs/cifar10.yaml") + " --engine tpu");
     CHECK(o.rc == 2);
     CHECK(count_lines(o.text) == 1);
+    Out z = run(src("netdefs/cifar10.yaml") + " --batch 0");
+    CHECK(z.rc == 2);
+    CHECK(z.text == "cnnrun: --batch: expected a positive integer, found '0' (see cnnrun --help)\n");
   }
   SUBCASE("netdef path escaping the asset roots") {
-    write_file(dir + "/evil.yaml", std::string("input: {channels: 3, height: 32, width: 32}\nclasses: [a]\n") +
-                                       "weights: {format: safetensors, path: ../../../../../../etc/passwd}\n" +
-                                       "layers:\n  - {type: fc, outputs: 1, bias: false}\n");
+    write_file(dir + "/evil.yaml",
+               std::string("input: {channels: 3, height: 32, width: 32}\nclasses: [a]\n") +
+                   "weights: {format: safetensors, path: ../../../../../../etc/passwd}\n" +
+                   "layers:\n  - {type: fc, outputs: 1, bias: false}\n");
     Out o = run(dir + "/evil.yaml");
     CHECK(o.rc == 1);
     CHECK(count_lines(o.text) == 1);
     CHECK(o.text.find("resolves outside") != std::string::npos);
   }
   SUBCASE("output would overwrite an input") {
-    Out o = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --json " + src("netdefs/cifar10.yaml"));
+    Out o = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --json " +
+                src("netdefs/cifar10.yaml"));
     CHECK(o.rc == 1);
     CHECK(o.text.find("refusing to overwrite an input file") != std::string::npos);
   }
