@@ -81,4 +81,7 @@ fi
 echo "==================== test.sh summary"
 printf '%s\n' "${summary[@]}"
 [[ -n "${fuzz_report:-}" ]] && echo "$fuzz_report"
+passed=$(printf '%s\n' "${summary[@]}" | grep -c '^PASS' || true)
+failed=$(printf '%s\n' "${summary[@]}" | grep -c '^FAIL' || true)
+echo "test.sh: $passed passed, $failed failed"
 exit $status
