@@ -403,16 +403,17 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
   MaxErr err;
   uint32_t seed = 500;
   for (const FusedCase& k : kFusedCases) {
-    // "implicit-ffma": the implicit algorithm with the 3xTF32 tensor-core kernel switched off.
+    // The implicit algorithm with each of its kernels for the fused pool: the 3xTF32
+    // tensor-core one wherever it can run (the default), and the FFMA one ("implicit-ffma").
     for (const char* variant : {"implicit", "implicit-ffma", "cudnn"}) {
       const std::string v = variant;
       const char* algo = v == "cudnn" ? "cudnn" : "implicit";
       struct Env {  // the executor reads CNNRUN_GPU_OFF when it is made
-        explicit Env(bool off) {
-          if (off) setenv("CNNRUN_GPU_OFF", "tc", 1);
+        explicit Env(const char* off) {
+          if (*off) setenv("CNNRUN_GPU_OFF", off, 1);
         }
         ~Env() { unsetenv("CNNRUN_GPU_OFF"); }
-      } env(v == "implicit-ffma");
+      } env(v == "implicit-ffma" ? "tc" : "");
       Network net = parse_netdef_string(fused_netdef(k), "fusetest");
       random_weights(net, seed);
       Dataset data = gpu_random_data(net.input, k.n + 2, 10, seed);

@@ -124,7 +124,7 @@ __device__ __forceinline__ void issue_weights(const ImplArgs& a, float* smem, in
     const int ks0 = c0 * khkw / 8, ks1 = (min(a.C, c0 + a.CB) * khkw + 7) / 8;
     const float4* src = reinterpret_cast<const float4*>(a.wt) + ks0 * a.tc_nt * 32;
     float4* dst = reinterpret_cast<float4*>(wsm);
-    for (int i = threadIdx.x; i < (ks1 - ks0) * a.tc_nt * 32; i += kThreads) cp_async16(dst + i, src + i);
+    for (int i = threadIdx.x; i < (ks1 - ks0) * a.tc_nt * 32; i += blockDim.x) cp_async16(dst + i, src + i);
     return;
   }
   const int cb = min(a.CB, a.C - c0);
@@ -132,7 +132,7 @@ __device__ __forceinline__ void issue_weights(const ImplArgs& a, float* smem, in
   const float4* wsrc =
       reinterpret_cast<const float4*>(a.wt + (static_cast<int64_t>(mt) * a.K + c0 * taps) * BM);
   float4* wdst = reinterpret_cast<float4*>(wsm);
-  for (int i = threadIdx.x; i < cb * taps * BM / 4; i += kThreads) cp_async16(wdst + i, wsrc + i);
+  for (int i = threadIdx.x; i < cb * taps * BM / 4; i += blockDim.x) cp_async16(wdst + i, wsrc + i);
 }
 
 // Issues the copies of one stage (tile, channel chunk) of float input into buffer `buf`, and
@@ -158,7 +158,7 @@ __device__ __forceinline__ void issue_stage(const ImplArgs& a, float* smem, int 
     const int total = min(a.G, a.n - img0) * cb * a.H * w4;
     const float* xt = a.x + (static_cast<int64_t>(img0) * a.C + c0) * a.H * a.W;
 #pragma unroll 1
-    for (int u = threadIdx.x; u < total; u += kThreads) {
+    for (int u = threadIdx.x; u < total; u += blockDim.x) {
       const int t = fdiv(u, a.div_w4), xq = u - t * w4;
       const int t2 = fdiv(t, a.div_h), iy = t - t2 * a.H;
       const int g = fdiv(t2, div_cb), c = t2 - g * cb;
@@ -174,7 +174,7 @@ __device__ __forceinline__ void issue_stage(const ImplArgs& a, float* smem, int 
   const int total = a.G * cb * plane;
   const int gap = (a.CB - cb) * plane;  // a short last chunk leaves room in each image's slot
 #pragma unroll 1                        // issued while the accumulators are live: unrolling would spill them
-  for (int e = threadIdx.x; e < total; e += kThreads) {
+  for (int e = threadIdx.x; e < total; e += blockDim.x) {
     const int row = fdiv(e, a.div_pitch), px = e - row * a.pitch;
     const int t = fdiv(row, a.div_ph), py = row - t * a.patch_h;
     const int g = fdiv(t, div_cb), c = t - g * cb;
@@ -196,7 +196,7 @@ __device__ __forceinline__ void issue_u8(const ImplArgs& a, unsigned* raw, int t
   const unsigned* src = reinterpret_cast<const unsigned*>(a.xu8 + static_cast<int64_t>(img0) * a.chw);
 #pragma unroll
   for (int k = 0; k < kU8Words; ++k) {
-    const int w = threadIdx.x + k * kThreads;
+    const int w = threadIdx.x + k * blockDim.x;
     if (w < words) {
       unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(raw + w));
       asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src + w));
@@ -214,7 +214,7 @@ __device__ __forceinline__ void store_u8(const ImplArgs& a, float* patch, int ti
   const int plane = a.patch_h * a.pitch;
 #pragma unroll
   for (int k = 0; k < kU8Words; ++k) {
-    const int w = threadIdx.x + k * kThreads;
+    const int w = threadIdx.x + k * blockDim.x;
     if (w < words) {
       const unsigned v = raw[w];
       const int b = w * 4;
@@ -441,14 +441,15 @@ __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3))
 // 3xTF32 tensor-core variant of the fused conv + ReLU + 2x2 max-pool (stride-1 convs, at most
 // 32 filters). Same tiles, staging and patch as the FFMA kernel; only the arithmetic differs.
 // The GEMM is M = pixels, N = filters (n-tiles of 8), K = taps (k-steps of 8), one
-// mma.sync.m16n8k8 per (m-tile, n-tile, k-step) and term. Each warp owns 32 pool windows as 4
-// groups of 8; a group is two m-tiles (window column dx = 0, 1) whose rows 0-7 / 8-15 are the
-// windows' dy = 0 / 1 pixels, so every thread holds all 4 pixels of one window for its filters
-// and the pool is again a max over its own registers. A is gathered from the patch (a tap is an
+// mma.sync.m16n8k8 per (m-tile, n-tile, k-step) and term. Each warp owns GPW groups of 8 pool
+// windows (a tile's 256 windows over 8 or 16 warps); a group is two m-tiles (window column dx = 0, 1) whose
+// rows 0-7 / 8-15 are the windows' dy = 0 / 1 pixels, so every thread holds all 4 pixels of one window for
+// its filters and the pool is again a max over its own registers. A is gathered from the patch (a tap is an
 // offset, from a table in shared memory); B comes pre-split into tf32 hi/lo fragments from the
 // host, one float4 per lane and n-tile. Each product is a_lo*b_hi + a_hi*b_lo + a_hi*b_hi with
 // a = a_hi + a_lo, b = b_hi + b_lo split into tf32 parts: about FP32 accuracy (what is dropped is
 // ~2^-20 relative) at tensor-core speed.
+
 // The big part by truncation, one AND (cvt.rna.tf32 is ~4 instructions on sm_90, measured in
 // the SASS); x - hi is exact, and passed as plain FP32 bits: the tensor cores use its top 19
 // bits, so lo loses at most 2^-10 of itself, ~2^-20 of x.
@@ -462,8 +463,22 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// GPW groups of 8 windows per warp (the tile's 256 windows over 32 / GPW warps). 2 (16 warps of
+// at most 128 registers) was tried for more than 16 filters, against 8 warps of ~190 registers:
+// as fast alone (conv2 364 vs 356 us) but 0.8 ms slower over 50000 CIFAR images on three
+// streams, so 4 for all.
+template <int NT>
+constexpr int tc_gpw() {
+  return 4;
+}
+template <int NT>
+constexpr int tc_threads() {
+  return 32 * 32 / tc_gpw<NT>();
+}
+
 template <int NT, bool U8>
-__global__ void __launch_bounds__(kThreads, NT <= 2 ? 2 : 1) conv_tc_pool_kernel(ImplArgs a) {
+__global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 ? 2 : 1) conv_tc_pool_kernel(ImplArgs a) {
+  constexpr int GPW = tc_gpw<NT>(), TPB = tc_threads<NT>();
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   __shared__ float bias_s[NT * 8];
@@ -473,7 +488,7 @@ __global__ void __launch_bounds__(kThreads, NT <= 2 ? 2 : 1) conv_tc_pool_kernel
   const int khkw = a.KH * a.KW;
   unsigned* raw = reinterpret_cast<unsigned*>(smem + 2 * a.stage_floats);
   int* tab = reinterpret_cast<int*>(smem + 2 * a.stage_floats + (U8 ? kU8Words * kThreads : 0));
-  for (int k = tid; k < a.k_pad; k += kThreads) {  // tap k -> its offset in the patch (chunk-relative below)
+  for (int k = tid; k < a.k_pad; k += TPB) {  // tap k -> its offset in the patch (chunk-relative below)
     int v = 0;
     if (k < a.K) {
       const int c = k / khkw, t = k - c * khkw, kh = t / a.KW;
@@ -485,11 +500,11 @@ __global__ void __launch_bounds__(kThreads, NT <= 2 ? 2 : 1) conv_tc_pool_kernel
 
   // The thread's window in each of its warp's 4 groups: offset in the patch, place in the tile.
   const int pw = a.OW >> 1, wins_img = (a.R >> 1) * pw, wins = a.G * wins_img;
-  int woff[4];
-  unsigned wplace[4];
+  int woff[GPW];
+  unsigned wplace[GPW];
 #pragma unroll
-  for (int q = 0; q < 4; ++q) {
-    const int w = warp * 32 + q * 8 + (lane >> 2);
+  for (int q = 0; q < GPW; ++q) {
+    const int w = (warp * GPW + q) * 8 + (lane >> 2);
     const int g = w / wins_img, pr = (w % wins_img) / pw, pc = w % pw;
     const bool ok = w < wins;
     woff[q] = (ok ? g * patch_img + 2 * pr * a.pitch + 2 * pc : 0) + a.xs;
@@ -498,9 +513,9 @@ __global__ void __launch_bounds__(kThreads, NT <= 2 ? 2 : 1) conv_tc_pool_kernel
            : ~0u;
   }
 
-  float acc[4][2][NT][4];
+  float acc[GPW][2][NT][4];
 #pragma unroll
-  for (int q = 0; q < 4; ++q)
+  for (int q = 0; q < GPW; ++q)
 #pragma unroll
     for (int dx = 0; dx < 2; ++dx)
 #pragma unroll
@@ -511,7 +526,7 @@ __global__ void __launch_bounds__(kThreads, NT <= 2 ? 2 : 1) conv_tc_pool_kernel
   int tile = blockIdx.x, chunk = 0, buf = 0;
   if (tile >= a.tiles) return;
   if (U8 || a.row_copy) {  // the padding is zeroed once: these stagings never write it
-    for (int i = tid; i < a.patch_floats; i += kThreads) smem[i] = smem[a.stage_floats + i] = 0.f;
+    for (int i = tid; i < a.patch_floats; i += TPB) smem[i] = smem[a.stage_floats + i] = 0.f;
     __syncthreads();
   }
   if (U8) {
@@ -558,7 +573,7 @@ __global__ void __launch_bounds__(kThreads, NT <= 2 ? 2 : 1) conv_tc_pool_kernel
         bl[nt][0] = __float_as_uint(b.z), bl[nt][1] = __float_as_uint(b.w);
       }
 #pragma unroll
-      for (int q = 0; q < 4; ++q)
+      for (int q = 0; q < GPW; ++q)
 #pragma unroll
         for (int dx = 0; dx < 2; ++dx) {
           const float* p = patch + woff[q] + dx;
@@ -584,7 +599,7 @@ __global__ void __launch_bounds__(kThreads, NT <= 2 ? 2 : 1) conv_tc_pool_kernel
       const int img0 = group * a.G;
       const int ph = a.OH >> 1, pplane = ph * pw, pr0 = rt * (a.R >> 1);
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
+      for (int q = 0; q < GPW; ++q) {
         const int g = wplace[q] & 1023, pr = (wplace[q] >> 10) & 1023, pc = wplace[q] >> 20;
         const bool ok = wplace[q] != ~0u && img0 + g < a.n && pr0 + pr < ph;
         float* out = a.y + (static_cast<int64_t>(img0 + g) * a.F) * pplane + (pr0 + pr) * pw + pc;
@@ -657,7 +672,7 @@ void launch_tc(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
     auto it = cache.find(cfg.smem);
     if (it == cache.end()) {
       CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTcSmemMax));
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kThreads, cfg.smem));
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, tc_threads<NT>(), cfg.smem));
       if (blocks < 1) throw Error("implicit convolution (tensor cores): the kernel does not fit on an SM");
       cache[cfg.smem] = blocks;
     } else {
@@ -665,7 +680,7 @@ void launch_tc(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
     }
   }
   const int64_t gx = std::min<int64_t>(a.tiles, static_cast<int64_t>(blocks) * sm_count());
-  kernel<<<static_cast<unsigned>(gx), kThreads, cfg.smem, s>>>(a);
+  kernel<<<static_cast<unsigned>(gx), tc_threads<NT>(), cfg.smem, s>>>(a);
   CUDA_CHECK_LAUNCH("conv_tc_pool_kernel");
 }
 

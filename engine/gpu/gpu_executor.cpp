@@ -227,7 +227,9 @@ class GpuExecutor : public Executor {
   // Fusions into the implicit kernel; CNNRUN_GPU_OFF=pool,u8 turns them off (to measure).
   bool fuse_pool_ = true, fuse_u8_ = true;
   // CNNRUN_GPU_OFF=graph: launch every block's kernels directly (to measure what graphs gain);
-  // =tc: the FFMA kernel where the 3xTF32 tensor-core one could run.
+  // =tc: the FFMA kernel where the 3xTF32 tensor-core one could run. (Choosing per layer by
+  // timing each kernel alone was tried and dropped: conv3 alone is faster with FFMAs, yet the
+  // whole run on three streams was up to 0.9 ms slower, and erratic over block sizes.)
   bool graphs_ = true, tc_ = true;
   std::string forced_algo_;  // the last run's RunOptions::conv_algo
 
@@ -275,6 +277,7 @@ class GpuExecutor : public Executor {
   void capture(Slot& s, int64_t n, const BlockOut& o);
   void run_conv(Step& st, Slot& s, int64_t n, const std::string& algo);
   void time_conv(Step& st, Slot& s, int64_t n, const std::string& algo);
+  float time_ms(Step& st, Slot& s, int64_t n, const std::string& algo, cudaEvent_t e0, cudaEvent_t e1);
   void tune(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes);
   void warm(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes);
   std::string step_algo(const Step& st) const;
@@ -748,6 +751,23 @@ void GpuExecutor::capture(Slot& s, int64_t n, const BlockOut& o) {
 
 // Auto: on the first block, time each algorithm that can run every auto conv and keep the
 // fastest (layers in order, each on the real output of the layers before it).
+// Best of kTuneRepeats after a warm-up (the warm-up also runs cuDNN's own search).
+float GpuExecutor::time_ms(Step& st, Slot& s, int64_t n, const std::string& algo, cudaEvent_t e0,
+                           cudaEvent_t e1) {
+  time_conv(st, s, n, algo);
+  float ms_min = 1e30f;
+  for (int r = 0; r < kTuneRepeats; ++r) {
+    CUDA_CHECK(cudaEventRecord(e0, s.stream));
+    time_conv(st, s, n, algo);
+    CUDA_CHECK(cudaEventRecord(e1, s.stream));
+    CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    ms_min = std::min(ms_min, ms);
+  }
+  return ms_min;
+}
+
 void GpuExecutor::tune(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes) {
   copy_in(s, data, 0, n, false);
   launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
@@ -768,17 +788,7 @@ void GpuExecutor::tune(Slot& s, const Dataset& data, int64_t n, std::vector<std:
             continue;
           }
           try {
-            time_conv(st, s, n, a);  // warm-up (and cuDNN's own search)
-            float ms_min = 1e30f;
-            for (int r = 0; r < kTuneRepeats; ++r) {
-              CUDA_CHECK(cudaEventRecord(e0, s.stream));
-              time_conv(st, s, n, a);
-              CUDA_CHECK(cudaEventRecord(e1, s.stream));
-              CUDA_CHECK(cudaEventSynchronize(e1));
-              float ms = 0;
-              CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-              ms_min = std::min(ms_min, ms);
-            }
+            const float ms_min = time_ms(st, s, n, a, e0, e1);
             std::ostringstream o;
             o.precision(3);
             o << std::fixed << " " << a << " " << ms_min << " ms;";
