@@ -58,8 +58,11 @@ constexpr int kTilePixels = kThreads * kPix;  // output pixels per tile (and eac
 constexpr int kTileWindows = kThreads;        // pool windows per tile (one per thread)
 constexpr size_t kStageBudget = 40 * 1024;    // shared memory per stage buffer (two of them)
 constexpr int kU8Words = 4;                   // uint8 input: 4-byte words per thread per tile, at most
-constexpr int kTcMaxK = 8192;                 // tensor cores: taps (C*KH*KW) in the offset table, at most
-constexpr int kTcSmemMax = static_cast<int>(2 * kStageBudget) + kU8Words * kThreads * 4 + kTcMaxK * 4 + 64;
+constexpr int kTcMaxK = 2048;                 // tensor cores: taps (C*KH*KW) in the offset table, at most
+// Tensor cores with more than 16 filters run one block per SM (registers), so a stage may use
+// most of the SM's shared memory: fewer chunks, and chunks whose taps start on a k-step of 8.
+constexpr size_t kTcStageBudget = 104 * 1024;
+constexpr int kTcSmemMax = static_cast<int>(2 * kTcStageBudget) + kU8Words * kThreads * 4 + kTcMaxK * 4 + 64;
 
 enum Epi { kEpiNone = 0, kEpiRelu = 1, kEpiReluPool = 2 };
 
@@ -832,7 +835,17 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
   // Weights per channel in a stage; tensor cores: hi and lo per tap and filter, plus the k-steps
   // of 8 that straddle a chunk's ends (one at each end).
   const size_t taps_bytes = static_cast<size_t>(khkw * c.bm) * sizeof(float) * (c.tc_nt ? 2 : 1);
-  const size_t budget = kStageBudget - (c.tc_nt ? static_cast<size_t>(2 * c.tc_nt * 128) * sizeof(float) : 0);
+  const size_t budget = (c.tc_nt >= 3 ? kTcStageBudget : kStageBudget) -
+                        (c.tc_nt ? static_cast<size_t>(2 * c.tc_nt * 128) * sizeof(float) : 0);
+  // Tensor cores: a k-step of 8 taps that straddles two chunks runs in both (conv2 of the CIFAR
+  // net in 3-channel chunks ran 62 k-steps where 50 do), so the chunk size with the fewest
+  // k-steps in all wins.
+  auto ksteps = [&](int64_t cb) {
+    int64_t t = 0;
+    for (int64_t c0 = 0; c0 < p.in_c; c0 += cb)
+      t += (std::min<int64_t>(p.in_c, c0 + cb) * khkw + 7) / 8 - c0 * khkw / 8;
+    return t;
+  };
   for (;;) {
     const int64_t ph = (r - 1) * p.stride_h + p.kernel_h, pw = (ow - 1) * p.stride_w + p.kernel_w;
     // The pitch: at least the patch width (even with the pool: its float2 loads), the candidate
@@ -851,8 +864,15 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
       const size_t per_c = static_cast<size_t>(g * ph * pitch) * sizeof(float) + taps_bytes;
       int64_t cb = std::min<int64_t>(p.in_c, static_cast<int64_t>((budget - 16) / per_c));
       if (cb < 1) break;
-      const int64_t chunks = (p.in_c + cb - 1) / cb;
-      cb = (p.in_c + chunks - 1) / chunks;  // even chunks
+      if (c.tc_nt && cb < p.in_c) {
+        int64_t best = cb;
+        for (int64_t x = cb - 1; x >= 1; --x)
+          if (ksteps(x) < ksteps(best)) best = x;
+        cb = best;  // the last chunk may be the short one
+      } else {
+        const int64_t chunks = (p.in_c + cb - 1) / cb;
+        cb = (p.in_c + chunks - 1) / chunks;  // even chunks
+      }
       const int wf = pixel_wavefronts(pool, p, static_cast<int>(g), static_cast<int>(r), static_cast<int>(ow),
                                       static_cast<int>(pitch), static_cast<int>(cb * ph * pitch),
                                       row_copy ? static_cast<int>(xs) : 0);
