@@ -13,4 +13,44 @@ void preprocess_images(const Network& net, const uint8_t* pixels, int64_t n, flo
     }
 }
 
+void check_ready(const Network& net, const Dataset& data) {
+  if (data.shape != net.input)
+    throw Error("data set images are " + data.shape.str() + " but network '" + net.name + "' takes " +
+                net.input.str());
+  if (data.count < 1) throw Error("data set has no images");
+  if (static_cast<int64_t>(data.pixels.size()) < data.count * data.shape.size())
+    throw Error("data set has " + std::to_string(data.pixels.size()) + " pixel bytes for " +
+                std::to_string(data.count) + " images of " + data.shape.str());
+  if (static_cast<int64_t>(data.labels.size()) < data.count)
+    throw Error("data set has " + std::to_string(data.labels.size()) + " labels for " +
+                std::to_string(data.count) + " images");
+  for (const auto& l : net.layers) {
+    if (!l->has(kCapWeights) || l->folded) continue;
+    for (const WeightSpec& ws : l->weight_specs(l->in_shapes)) {
+      auto it = l->weights.find(ws.name);
+      if (it == l->weights.end())
+        throw Error("layer '" + l->name + "': weight '" + ws.name + "' was not loaded");
+      if (it->second.dims != ws.dims)
+        throw Error("layer '" + l->name + "': weight '" + ws.name + "' is " + it->second.dims_str() +
+                    ", expected " + dims_str(ws.dims));
+    }
+  }
+}
+
+int64_t images_to_run(const Dataset& data, const RunOptions& opt) {
+  const int64_t batch = opt.batch == 0 ? data.count : opt.batch;
+  if (batch < 0) throw Error("batch must be positive, found " + std::to_string(opt.batch));
+  if (batch > data.count && !opt.cycle)
+    throw Error("batch of " + std::to_string(batch) + " images exceeds the data set's " +
+                std::to_string(data.count) + " images (" + data.description +
+                "); cycle through the data to run more");
+  return batch;
+}
+
+void check_range(const Dataset& data, int64_t first, int64_t n) {
+  if (first < 0 || n < 0 || first > data.count || n > data.count - first)
+    throw Error("images " + std::to_string(first) + ".." + std::to_string(first + n - 1) +
+                " are outside the data set's " + std::to_string(data.count) + " images");
+}
+
 }  // namespace cnnrun

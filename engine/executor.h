@@ -60,4 +60,13 @@ class Executor {
 // Preprocesses n images into NCHW floats (the definition every executor must match).
 void preprocess_images(const Network& net, const uint8_t* pixels, int64_t n, float* out);
 
+// The checks every executor makes before it runs: the data set fits the network (image shape,
+// pixel and label counts) and every weight is loaded with its expected shape.
+void check_ready(const Network& net, const Dataset& data);
+// The number of images a run covers (opt.batch, 0 = the whole data set), checked against the
+// data set's size and opt.cycle.
+int64_t images_to_run(const Dataset& data, const RunOptions& opt);
+// Throws unless images first..first+n-1 lie inside the data set (forward_layers does not cycle).
+void check_range(const Dataset& data, int64_t first, int64_t n);
+
 }  // namespace cnnrun

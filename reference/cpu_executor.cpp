@@ -111,16 +111,8 @@ class CpuExecutor : public Executor {
   std::string name() const override { return "cpu"; }
 
   RunResult run(const Dataset& data, const RunOptions& opt) override {
-    check_ready(data);
-    const int64_t batch = opt.batch == 0 ? data.count : opt.batch;
-    if (batch < 0) throw Error("batch must be positive, found " + std::to_string(opt.batch));
-    if (batch > data.count && !opt.cycle)
-      throw Error("batch of " + std::to_string(batch) + " images exceeds the data set's " +
-                  std::to_string(data.count) + " images (" + data.description +
-                  "); cycle through the data to run more");
-    if (static_cast<int64_t>(data.labels.size()) < data.count)
-      throw Error("data set has " + std::to_string(data.labels.size()) + " labels for " +
-                  std::to_string(data.count) + " images");
+    check_ready(net_, data);
+    const int64_t batch = images_to_run(data, opt);
 
     const int64_t block = opt.block > 0 ? opt.block : kDefaultBlock;
     const int threads = thread_count(opt.threads, batch, block);
@@ -177,10 +169,8 @@ class CpuExecutor : public Executor {
   }
 
   std::vector<Tensor> forward_layers(const Dataset& data, int64_t first, int64_t n) override {
-    check_ready(data);
-    if (first < 0 || n < 0 || first > data.count || n > data.count - first)
-      throw Error("images " + std::to_string(first) + ".." + std::to_string(first + n - 1) +
-                  " are outside the data set's " + std::to_string(data.count) + " images");
+    check_ready(net_, data);
+    check_range(data, first, n);
     std::vector<Tensor> outs;
     for (const auto& l : net_.layers)
       outs.emplace_back(std::vector<int64_t>{n, l->out_shape.c, l->out_shape.h, l->out_shape.w});
@@ -198,24 +188,6 @@ class CpuExecutor : public Executor {
  private:
   const Network& net_;
   std::vector<ref::ForwardFn> fns_;
-
-  void check_ready(const Dataset& data) const {
-    if (data.shape != net_.input)
-      throw Error("data set images are " + data.shape.str() + " but network '" + net_.name + "' takes " +
-                  net_.input.str());
-    if (data.count < 1) throw Error("data set has no images");
-    for (const auto& l : net_.layers) {
-      if (!l->has(kCapWeights) || l->folded) continue;
-      for (const WeightSpec& ws : l->weight_specs(l->in_shapes)) {
-        auto it = l->weights.find(ws.name);
-        if (it == l->weights.end())
-          throw Error("layer '" + l->name + "': weight '" + ws.name + "' was not loaded");
-        if (it->second.dims != ws.dims)
-          throw Error("layer '" + l->name + "': weight '" + ws.name + "' is " + it->second.dims_str() +
-                      ", expected " + dims_str(ws.dims));
-      }
-    }
-  }
 
   static int thread_count(int asked, int64_t images, int64_t block) {
     int t = asked > 0 ? asked : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

@@ -259,7 +259,6 @@ class GpuExecutor : public Executor {
 
   void plan();
   void upload_weights();
-  void check_ready(const Dataset& data) const;
   void resolve_algos(const std::string& forced, int64_t block, bool any_tuning);
   void ensure_slots(int streams, int64_t block, int64_t images, std::vector<std::string>* notes);
   bool may_use(const char* algo) const;
@@ -391,26 +390,6 @@ void GpuExecutor::plan() {
   }
 }
 
-void GpuExecutor::check_ready(const Dataset& data) const {
-  if (data.shape != net_.input)
-    throw Error("data set images are " + data.shape.str() + " but network '" + net_.name + "' takes " +
-                net_.input.str());
-  if (data.count < 1) throw Error("data set has no images");
-  if (static_cast<int64_t>(data.pixels.size()) < data.count * data.shape.size())
-    throw Error("data set has " + std::to_string(data.pixels.size()) + " pixel bytes for " +
-                std::to_string(data.count) + " images of " + data.shape.str());
-  for (const auto& l : net_.layers) {
-    if (!l->has(kCapWeights) || l->folded) continue;
-    for (const WeightSpec& ws : l->weight_specs(l->in_shapes)) {
-      auto it = l->weights.find(ws.name);
-      if (it == l->weights.end())
-        throw Error("layer '" + l->name + "': weight '" + ws.name + "' was not loaded");
-      if (it->second.dims != ws.dims)
-        throw Error("layer '" + l->name + "': weight '" + ws.name + "' is " + it->second.dims_str() +
-                    ", expected " + dims_str(ws.dims));
-    }
-  }
-}
 
 // Weights go up once, on first use (tests and the CLI load them after parsing the netdef).
 void GpuExecutor::upload_weights() {
@@ -854,16 +833,8 @@ std::string GpuExecutor::step_algo(const Step& st) const {
 // ---------------------------------------------------------------------------------------------
 
 RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
-  check_ready(data);
-  const int64_t batch = opt.batch == 0 ? data.count : opt.batch;
-  if (batch < 0) throw Error("batch must be positive, found " + std::to_string(opt.batch));
-  if (batch > data.count && !opt.cycle)
-    throw Error("batch of " + std::to_string(batch) + " images exceeds the data set's " +
-                std::to_string(data.count) + " images (" + data.description +
-                "); cycle through the data to run more");
-  if (static_cast<int64_t>(data.labels.size()) < data.count)
-    throw Error("data set has " + std::to_string(data.labels.size()) + " labels for " +
-                std::to_string(data.count) + " images");
+  check_ready(net_, data);
+  const int64_t batch = images_to_run(data, opt);
   if (opt.streams < 0) throw Error("streams must be positive, found " + std::to_string(opt.streams));
   if (opt.block < 0) throw Error("block must be positive, found " + std::to_string(opt.block));
 
@@ -1077,10 +1048,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
 }
 
 std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t first, int64_t n) {
-  check_ready(data);
-  if (first < 0 || n < 0 || first > data.count || n > data.count - first)
-    throw Error("images " + std::to_string(first) + ".." + std::to_string(first + n - 1) +
-                " are outside the data set's " + std::to_string(data.count) + " images");
+  check_ready(net_, data);
+  check_range(data, first, n);
   upload_weights();
   std::vector<Tensor> outs(steps_.size());
   auto alloc = [&] {  // the layers this run materialises (fusions depend on the algorithms)
