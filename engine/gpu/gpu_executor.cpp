@@ -390,7 +390,6 @@ void GpuExecutor::plan() {
   }
 }
 
-
 // Weights go up once, on first use (tests and the CLI load them after parsing the netdef).
 void GpuExecutor::upload_weights() {
   if (uploaded_) return;
