@@ -14,8 +14,10 @@ int main(int argc, char** argv) {
   std::vector<char*> args;
   bool gpu_suite = false;
   for (int i = 0; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--gpu-suite") == 0) gpu_suite = true;
-    else args.push_back(argv[i]);
+    if (std::strcmp(argv[i], "--gpu-suite") == 0)
+      gpu_suite = true;
+    else
+      args.push_back(argv[i]);
   }
   doctest::Context ctx(static_cast<int>(args.size()), args.data());
   int rc = ctx.run();
