@@ -44,6 +44,16 @@ row "fashion-mnist gpu --batch 10000 --validate (rc $r)" "$(grep 'Net accuracy' 
 python3 tests/pytorch_crosscheck.py "$B/cnnrun" "$SRC" "$(dirname "$SRC")/shared" --engine gpu >"$O/xcheck.log" 2>&1; r=$?
 row "pytorch cross-check --engine gpu (rc $r)" "$(tail -1 "$O/xcheck.log")"
 grep -E "images, max abs" "$O/xcheck.log"
+# SANITIZE=1: the GPU test cases under compute-sanitizer memcheck and racecheck (issue 6).
+if [[ -n "${SANITIZE:-}" ]]; then
+  CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+  for tool in memcheck racecheck; do
+    timeout "${SANITIZE_SECONDS:-240}" "$CS" --tool $tool --error-exitcode 3 "$B/cnnrun_tests" -tc="gpu*" \
+      >"$O/sanitize_$tool.log" 2>&1; r=$?
+    row "compute-sanitizer $tool, GPU cases (rc $r)" \
+      "$(grep -E 'test cases:' "$O/sanitize_$tool.log" | tr -s ' ') $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/sanitize_$tool.log" | tail -1)"
+  done
+fi
 cat "$O/c1200.log" | head -40
 echo "================ device_verify summary ================"
 printf '%s\n' "${rows[@]}"
