@@ -480,6 +480,33 @@ TEST_CASE("gpu: an image that cannot fit in GPU memory is a clear error" * docte
   CHECK_THROWS_WITH_AS(gpu->run(data, o), doctest::Contains("GPU memory: one image needs"), Error);
 }
 
+TEST_CASE("gpu: a block larger than GPU memory is cut to fit, with the same predictions" *
+          doctest::skip(!gpu_present())) {
+  // 256 x 512 x 512 floats = 256 MiB per image after the conv: a block of 1000 would need
+  // 256 GiB, more than any GPU has, so the executor must cut it and still run every image.
+  std::ostringstream t;
+  t << "input: {channels: 1, height: 512, width: 512}\nclasses: " << classes(10) << "\nlayers:\n"
+    << "  - {name: c1, type: conv, filters: 256, kernel: 1}\n  - {name: t, type: tanh}\n"
+    << "  - {name: gap, type: avgpool, global: true}\n  - {name: fc, type: fc, outputs: 10}\n";
+  Network net = parse_netdef_string(t.str(), "big");
+  random_weights(net, 7);
+  Dataset data = gpu_random_data(net.input, 300, 10, 7);
+  auto gpu = make_gpu_executor(net);
+  RunOptions big;
+  big.batch = 300;
+  big.block = 1000;
+  RunResult a = gpu->run(data, big);
+  bool cut = false;
+  for (const auto& n : a.notes) cut = cut || n.find("cut to") != std::string::npos;
+  CHECK_MESSAGE(cut, "no note says the block was cut");
+  RunOptions small = big;
+  small.block = 8;
+  RunResult b = gpu->run(data, small);
+  REQUIRE(a.predictions.size() == 300);
+  CHECK(a.predictions == b.predictions);
+  CHECK(a.correct == b.correct);
+}
+
 TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 images cycled" *
           doctest::skip(!gpu_present())) {
   const std::string shared = test::shared_dir();
