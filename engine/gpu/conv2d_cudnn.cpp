@@ -167,10 +167,34 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const f
   CUDNN_CHECK(cudnnSetStream(H(h), s));
   size_t need = 0;
   CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(H(h), m.x, m.w, m.conv, m.y, m.algo, &need));
-  if (need > ws_bytes)
-    throw Error("cudnn convolution: " + std::string(algo_str(m.algo)) + " needs " + std::to_string(need) +
-                " bytes of workspace for " + std::to_string(n) + " images, " + std::to_string(ws_bytes) +
-                " reserved");
+  if (need > ws_bytes) {
+    // The search ran on the tuning block; an algorithm's workspace can grow faster than the
+    // images (FFT_TILING picked on a small block wanted 604 MB for 3847 images). Take cuDNN's
+    // best-ranked heuristic choice that fits, host-side only, so this is safe inside a graph
+    // capture.
+    cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+    int returned = 0;
+    CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithm_v7(H(h), m.x, m.w, m.conv, m.y,
+                                                       CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf));
+    const cudnnConvolutionFwdAlgo_t was = m.algo;
+    for (int i = 0; i < returned; ++i) {
+      size_t mem = 0;
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].mathType != CUDNN_FMA_MATH ||
+          !fp32_accurate(perf[i].algo) ||
+          cudnnGetConvolutionForwardWorkspaceSize(H(h), m.x, m.w, m.conv, m.y, perf[i].algo, &mem) !=
+              CUDNN_STATUS_SUCCESS ||
+          mem > ws_bytes)
+        continue;
+      m.algo = perf[i].algo;
+      m.fused = m.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+      need = mem;
+      break;
+    }
+    if (m.algo == was)
+      throw Error("cudnn convolution: " + std::string(algo_str(m.algo)) + " needs " + std::to_string(need) +
+                  " bytes of workspace for " + std::to_string(n) + " images, " + std::to_string(ws_bytes) +
+                  " reserved, and no other FP32 algorithm fits");
+  }
   const float one = 1.f, zero = 0.f;
   if (m.fused) {
     // z = y with alpha2 = 0: the fused call requires a z tensor, and may alias it with y.
