@@ -13,6 +13,13 @@ void preprocess_images(const Network& net, const uint8_t* pixels, int64_t n, flo
     }
 }
 
+int32_t predicted_class(const float* v, int64_t n) {
+  int32_t best = 0;
+  for (int32_t k = 1; k < n; ++k)
+    if (v[k] > v[best]) best = k;
+  return best;
+}
+
 void check_ready(const Network& net, const Dataset& data) {
   if (data.shape != net.input)
     throw Error("data set images are " + data.shape.str() + " but network '" + net.name + "' takes " +

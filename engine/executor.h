@@ -60,6 +60,10 @@ class Executor {
 // Preprocesses n images into NCHW floats (the definition every executor must match).
 void preprocess_images(const Network& net, const uint8_t* pixels, int64_t n, float* out);
 
+// The predicted class of one image's output values: the index of the first maximum (ties go
+// to the lower class), the rule every executor's predictions follow.
+int32_t predicted_class(const float* v, int64_t n);
+
 // The checks every executor makes before it runs: the data set fits the network (image shape,
 // pixel and label counts) and every weight is loaded with its expected shape.
 void check_ready(const Network& net, const Dataset& data);

@@ -5,15 +5,6 @@
 
 namespace cnnrun {
 
-namespace {
-int64_t argmax(const float* v, int64_t n) {
-  int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (v[i] > v[best]) best = i;
-  return best;
-}
-}  // namespace
-
 Validation validate(Executor& test, Executor& ref, const Network& net, const Dataset& data, int64_t n,
                     double tolerance, int64_t chunk) {
   if (n > data.count) n = data.count;
@@ -51,7 +42,8 @@ Validation validate(Executor& test, Executor& ref, const Network& net, const Dat
     const Tensor& tb = b[static_cast<size_t>(net.output)];
     if (!ta.data.empty())
       for (int64_t k = 0; k < m; ++k)
-        if (argmax(ta.ptr() + k * classes, classes) != argmax(tb.ptr() + k * classes, classes))
+        if (predicted_class(ta.ptr() + k * classes, classes) !=
+            predicted_class(tb.ptr() + k * classes, classes))
           ++v.prediction_mismatches;
   }
   for (auto& c : v.layers) {

@@ -132,12 +132,9 @@ class CpuExecutor : public Executor {
           int64_t good = 0;
           for (int64_t i = 0; i < n; ++i) {
             const float* v = y + i * out_size;
-            // argmax, the first maximum winning ties.
-            int64_t best = 0;
-            for (int64_t k = 1; k < out_size; ++k)
-              if (v[k] > v[best]) best = k;
+            const int32_t best = predicted_class(v, out_size);
             const int64_t img = first + i;
-            r.predictions[static_cast<size_t>(img)] = static_cast<int32_t>(best);
+            r.predictions[static_cast<size_t>(img)] = best;
             if (best == data.labels[static_cast<size_t>(img % data.count)]) ++good;
             if (opt.want_probs) std::copy(v, v + out_size, r.probs.begin() + img * out_size);
           }
