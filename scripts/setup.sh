@@ -30,7 +30,8 @@ fi
 if [[ -x /usr/local/cuda/bin/nvcc && -z "${CUDACXX:-}" ]]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${CNNRUN_CMAKE_ARGS:-} >build-configure.log 2>&1 ||
-  { cat build-configure.log >&2; exit 1; }
-grep "cnnrun:" build-configure.log || true
+mkdir -p build
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${CNNRUN_CMAKE_ARGS:-} >build/configure.log 2>&1 ||
+  { cat build/configure.log >&2; exit 1; }
+grep "cnnrun:" build/configure.log || true
 cmake --build build -j"$(nproc)"
