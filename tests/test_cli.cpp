@@ -65,6 +65,19 @@ TEST_CASE("cli: --json, --dump and --quiet") {
   }
 }
 
+TEST_CASE("cli: a progress bar on a terminal for runs over a second, none otherwise") {
+  // script(1) gives cnnrun a pseudo-terminal; one thread over 8000 images takes seconds.
+  std::string args =
+      src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --threads 1 --batch 8000 --cycle";
+  std::string tty;
+  REQUIRE(run_command("script -qec '" + cnnrun_cmd(args) + "' /dev/null", &tty) == 0);
+  CHECK(tty.find("] ") != std::string::npos);
+  CHECK(tty.find("/8000 images") != std::string::npos);
+  Out piped = run(args);  // stderr is a pipe here: no bar
+  REQUIRE(piped.rc == 0);
+  CHECK(piped.text.find("/8000 images") == std::string::npos);
+}
+
 TEST_CASE("cli: --cycle runs more images than the data set holds, and says so") {
   Out o = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 2500 --cycle");
   INFO(o.text);
