@@ -14,4 +14,13 @@ else
   echo "main: using the 2000-image sample in $shared, cycled to 50000 images"
   args+=(--cycle)
 fi
+# The weights: ../shared's text files, or ConvNetJS's published snapshot when it downloads and
+# fits the netdef (checked on 10 images first).
+if scripts/fetch_convnetjs.sh assets &&
+  build/cnnrun netdefs/cifar10.yaml --assets "$shared" --engine cpu --batch 10 --quiet --cycle \
+    --weights assets/cifar10_snapshot.json >/dev/null; then
+  args+=(--weights assets/cifar10_snapshot.json)
+else
+  echo "main: using the ConvNetJS weights in $shared/models/convnetjs-cifar10"
+fi
 exec build/cnnrun "${args[@]}" "$@"

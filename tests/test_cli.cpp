@@ -4,7 +4,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/io/assets.h"
 #include "engine/io/npy.h"
+#include "engine/io/weights.h"
+#include "engine/layer.h"
+#include "engine/network.h"
 #include "tests/test_util.h"
 
 using namespace cnnrun;
@@ -101,6 +105,69 @@ TEST_CASE("cli: convert to safetensors gives identical results") {
   REQUIRE(a.rc == 0);
   REQUIRE(b.rc == 0);
   CHECK(read_file(dir + "/a.npy") == read_file(dir + "/b.npy"));  // bit-identical
+}
+
+TEST_CASE("cli: a ConvNetJS JSON snapshot gives the same results as the text weights") {
+  // The snapshot is written here from the text files in ConvNetJS's own layout (Vol value
+  // (x, y, d) at w[((sx * y) + x) * depth + d]; an fc filter's inputs in the previous volume's
+  // order), with the input, relu, pool and softmax entries net.toJSON() writes around them.
+  Network net = parse_netdef_file(src("netdefs/cifar10.yaml"));
+  AssetResolver res(net.source_dir, {shared_dir()});
+  load_weights(net, res, "");
+  nlohmann::json layers = nlohmann::json::array();
+  layers.push_back({{"layer_type", "input"}, {"out_sx", 32}, {"out_sy", 32}, {"out_depth", 3}});
+  for (const auto& l : net.layers) {
+    if (!l->has(kCapWeights)) {
+      layers.push_back({{"layer_type", l->type == "maxpool" ? "pool" : l->type}});
+      continue;
+    }
+    const Tensor& w = l->weight("weight");
+    const Tensor& b = l->weight("bias");
+    nlohmann::json filters = nlohmann::json::array();
+    for (int64_t f = 0; f < w.dims[0]; ++f) {
+      nlohmann::json vals = nlohmann::json::object();
+      if (l->type == "conv") {
+        const int64_t c = w.dims[1], kh = w.dims[2], kw = w.dims[3];
+        for (int64_t y = 0; y < kh; ++y)
+          for (int64_t x = 0; x < kw; ++x)
+            for (int64_t d = 0; d < c; ++d)
+              vals[std::to_string((kw * y + x) * c + d)] =
+                  w.data[static_cast<size_t>(((f * c + d) * kh + y) * kw + x)];
+        filters.push_back({{"sx", kw}, {"sy", kh}, {"depth", c}, {"w", vals}});
+      } else {
+        const Shape in = l->in_shapes[0];  // 20x4x4
+        for (int64_t y = 0; y < in.h; ++y)
+          for (int64_t x = 0; x < in.w; ++x)
+            for (int64_t d = 0; d < in.c; ++d)
+              vals[std::to_string((in.w * y + x) * in.c + d)] =
+                  w.data[static_cast<size_t>(f * in.size() + (d * in.h + y) * in.w + x)];
+        filters.push_back({{"sx", 1}, {"sy", 1}, {"depth", in.size()}, {"w", vals}});
+      }
+    }
+    nlohmann::json bias = nlohmann::json::object();
+    for (size_t i = 0; i < b.data.size(); ++i) bias[std::to_string(i)] = b.data[i];
+    layers.push_back({{"layer_type", l->type},
+                      {"filters", filters},
+                      {"biases", {{"sx", 1}, {"sy", 1}, {"depth", b.data.size()}, {"w", bias}}}});
+  }
+  std::string dir = temp_dir("cli-cjson");
+  write_file(dir + "/snap.json", nlohmann::json{{"layers", layers}}.dump());
+  Out a = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 1200 --dump " + dir +
+              "/a.npy");
+  Out b = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 1200 --weights " + dir +
+              "/snap.json --dump " + dir + "/b.npy");
+  INFO(b.text);
+  REQUIRE(a.rc == 0);
+  REQUIRE(b.rc == 0);
+  CHECK(b.text.find("Net accuracy: 78.25 % (939/1200)") != std::string::npos);
+  CHECK(read_file(dir + "/a.npy") == read_file(dir + "/b.npy"));
+  // A snapshot whose layers do not fit the netdef is refused in one line.
+  layers.erase(layers.begin() + 1);  // drop conv1
+  write_file(dir + "/short.json", nlohmann::json{{"layers", layers}}.dump());
+  Out c = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --weights " + dir +
+              "/short.json");
+  CHECK(c.rc == 1);
+  CHECK(c.text.find("the snapshot has 3 conv/fc layers, the netdef 4") != std::string::npos);
 }
 
 TEST_CASE("cli: one binary runs two different netdefs") {

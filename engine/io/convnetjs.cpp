@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "engine/core/error.h"
@@ -178,6 +179,117 @@ std::map<std::string, Tensor> read_convnetjs_fc(const std::string& file, const S
           w.data[static_cast<size_t>(o * inputs + (d * in.h + y) * in.w + x)] = nf.number(n++);
   for (int64_t o = 0; o < outputs; ++o) b.data[static_cast<size_t>(o)] = nf.number(n++);
   return {{"weight", std::move(w)}, {"bias", std::move(b)}};
+}
+
+}  // namespace cnnrun
+
+// ConvNetJS JSON snapshots ------------------------------------------------------------------
+
+namespace cnnrun {
+
+namespace {
+
+// A Vol's "w": an object {"0": v0, "1": v1, ...} (how JSON.stringify writes a Float64Array) or
+// an array.
+std::vector<double> vol_values(const std::string& file, const nlohmann::json& vol, const std::string& what,
+                               int64_t expect) {
+  if (!vol.is_object() || !vol.contains("w"))
+    throw Error(file + ": " + what + ": expected a Vol object with \"w\"");
+  const nlohmann::json& w = vol["w"];
+  std::vector<double> out(static_cast<size_t>(expect));
+  if (static_cast<int64_t>(w.size()) != expect)
+    throw Error(file + ": " + what + ": expected " + std::to_string(expect) + " values, found " +
+                std::to_string(w.size()));
+  for (int64_t i = 0; i < expect; ++i) {
+    const nlohmann::json& v =
+        w.is_array() ? w[static_cast<size_t>(i)] : w.value(std::to_string(i), nlohmann::json());
+    if (!v.is_number() || !std::isfinite(v.get<double>()))
+      throw Error(file + ": " + what + ": value " + std::to_string(i) + " is missing or not a finite number");
+    out[static_cast<size_t>(i)] = v.get<double>();
+  }
+  return out;
+}
+
+int64_t json_dim(const std::string& file, const nlohmann::json& o, const char* key, const std::string& what) {
+  if (!o.contains(key) || !o[key].is_number_integer() || o[key].get<int64_t>() < 1 ||
+      o[key].get<int64_t>() > (1 << 20))
+    throw Error(file + ": " + what + ": \"" + key + "\" must be a positive integer");
+  return o[key].get<int64_t>();
+}
+
+}  // namespace
+
+std::vector<ConvnetjsJsonLayer> read_convnetjs_json(const std::string& file,
+                                                    const std::vector<Shape>& fc_inputs) {
+  std::ifstream f(file, std::ios::binary);
+  if (!f) throw Error(file + ": cannot open the ConvNetJS snapshot");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(f);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(file + ": not a ConvNetJS JSON snapshot: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("layers") || !j["layers"].is_array())
+    throw Error(file + ": not a ConvNetJS JSON snapshot: no \"layers\" list");
+  std::vector<ConvnetjsJsonLayer> out;
+  size_t fc_seen = 0;
+  for (size_t li = 0; li < j["layers"].size(); ++li) {
+    const nlohmann::json& L = j["layers"][li];
+    const std::string type = L.is_object() ? L.value("layer_type", "") : "";
+    if (type != "conv" && type != "fc") continue;
+    const std::string what = "layer " + std::to_string(li) + " (" + type + ")";
+    if (!L.contains("filters") || !L["filters"].is_array() || L["filters"].empty())
+      throw Error(file + ": " + what + ": expected a non-empty \"filters\" list");
+    const nlohmann::json& filters = L["filters"];
+    const int64_t F = static_cast<int64_t>(filters.size());
+    ConvnetjsJsonLayer r;
+    r.type = type;
+    if (type == "conv") {
+      const int64_t kw = json_dim(file, filters[0], "sx", what), kh = json_dim(file, filters[0], "sy", what),
+                    c = json_dim(file, filters[0], "depth", what);
+      Tensor w({F, c, kh, kw});
+      for (int64_t fi = 0; fi < F; ++fi) {
+        if (json_dim(file, filters[static_cast<size_t>(fi)], "sx", what) != kw ||
+            json_dim(file, filters[static_cast<size_t>(fi)], "sy", what) != kh ||
+            json_dim(file, filters[static_cast<size_t>(fi)], "depth", what) != c)
+          throw Error(file + ": " + what + ": filter " + std::to_string(fi) +
+                      " differs in shape from filter 0");
+        std::vector<double> v =
+            vol_values(file, filters[static_cast<size_t>(fi)], what + " filter " + std::to_string(fi),
+                       checked_mul(checked_mul(kw, kh, "filter size"), c, "filter size"));
+        for (int64_t y = 0; y < kh; ++y)
+          for (int64_t x = 0; x < kw; ++x)
+            for (int64_t d = 0; d < c; ++d)
+              w.data[static_cast<size_t>(((fi * c + d) * kh + y) * kw + x)] =
+                  static_cast<float>(v[static_cast<size_t>((kw * y + x) * c + d)]);
+      }
+      r.tensors["weight"] = std::move(w);
+    } else {
+      if (fc_seen >= fc_inputs.size())
+        throw Error(file + ": " + what + ": the snapshot has more fc layers than the netdef");
+      const Shape in = fc_inputs[fc_seen++];
+      const int64_t n = in.size();
+      Tensor w({F, n});
+      for (int64_t o = 0; o < F; ++o) {
+        std::vector<double> v =
+            vol_values(file, filters[static_cast<size_t>(o)], what + " output " + std::to_string(o), n);
+        for (int64_t y = 0; y < in.h; ++y)
+          for (int64_t x = 0; x < in.w; ++x)
+            for (int64_t d = 0; d < in.c; ++d)
+              w.data[static_cast<size_t>(o * n + (d * in.h + y) * in.w + x)] =
+                  static_cast<float>(v[static_cast<size_t>((in.w * y + x) * in.c + d)]);
+      }
+      r.tensors["weight"] = std::move(w);
+    }
+    if (!L.contains("biases")) throw Error(file + ": " + what + ": no \"biases\"");
+    std::vector<double> b = vol_values(file, L["biases"], what + " biases", F);
+    Tensor bt({F});
+    for (int64_t i = 0; i < F; ++i)
+      bt.data[static_cast<size_t>(i)] = static_cast<float>(b[static_cast<size_t>(i)]);
+    r.tensors["bias"] = std::move(bt);
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 }  // namespace cnnrun

@@ -98,6 +98,31 @@ void load_convnetjs(Network& net, const std::string& dir) {
   }
 }
 
+// A ConvNetJS JSON snapshot: its conv and fc layers, in file order, go to the netdef's layers
+// with weights, in execution order; types and every shape must agree.
+void load_convnetjs_json(Network& net, const std::string& file) {
+  std::vector<Layer*> targets;
+  std::vector<Shape> fc_inputs;
+  for (auto& l : net.layers)
+    if (l->has(kCapWeights)) {
+      if (l->type != "conv" && l->type != "fc")
+        throw Error(file + ": layer '" + l->name + "' (" + l->type +
+                    ") cannot take weights from a ConvNetJS snapshot");
+      targets.push_back(l.get());
+      if (l->type == "fc") fc_inputs.push_back(spatial_input(net, *l));
+    }
+  std::vector<ConvnetjsJsonLayer> layers = read_convnetjs_json(file, fc_inputs);
+  if (layers.size() != targets.size())
+    throw Error(file + ": the snapshot has " + std::to_string(layers.size()) +
+                " conv/fc layers, the netdef " + std::to_string(targets.size()));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i].type != targets[i]->type)
+      throw Error(file + ": conv/fc layer " + std::to_string(i + 1) + " of the snapshot is " +
+                  layers[i].type + ", the netdef's '" + targets[i]->name + "' is " + targets[i]->type);
+    assign(*targets[i], std::move(layers[i].tensors), file);
+  }
+}
+
 // scale = weight / sqrt(running_var + eps): a negative variance, or finite values whose scale or
 // shift overflows float, would make outputs NaN or infinite without a word, so they are refused
 // here, where the file can be named.
@@ -222,7 +247,9 @@ void load_weights(Network& net, const AssetResolver& assets, const std::string& 
     }
   } else {
     std::error_code ec;
-    if (ends_with(override_path, ".safetensors") || fs::is_regular_file(override_path, ec)) {
+    if (ends_with(override_path, ".json")) {
+      load_convnetjs_json(net, override_path);
+    } else if (ends_with(override_path, ".safetensors") || fs::is_regular_file(override_path, ec)) {
       load_safetensors(net, override_path);
     } else if (fs::is_directory(override_path, ec)) {
       if (ws.format != "convnetjs")

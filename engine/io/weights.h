@@ -22,6 +22,18 @@ class AssetResolver;
 std::map<std::string, Tensor> read_convnetjs_conv(const std::string& file);
 std::map<std::string, Tensor> read_convnetjs_fc(const std::string& file, const Shape& in);
 
+// A ConvNetJS network snapshot (net.toJSON(), e.g. the CIFAR-10 demo's cifar10_snapshot.json):
+// the "weights" ({"weight", "bias"} in PyTorch layout) of its conv and fc layers in file order.
+// ConvNetJS keeps a Vol's value (x, y, d) at w[((sx * y) + x) * depth + d]: a conv filter is a
+// Vol of KW x KH x C; an fc filter a 1 x 1 x N Vol whose N inputs are the previous volume's w,
+// so `fc_inputs[i]` (the C x H x W that fc i reads) reorders them to CHW.
+struct ConvnetjsJsonLayer {
+  std::string type;  // "conv" or "fc"
+  std::map<std::string, Tensor> tensors;
+};
+std::vector<ConvnetjsJsonLayer> read_convnetjs_json(const std::string& file,
+                                                    const std::vector<Shape>& fc_inputs);
+
 // safetensors: all F32 tensors of the file by name ("conv1.weight"), dims as stored. Any other
 // dtype is an error, except that with skip_batch_counters PyTorch's integer batchnorm counters
 // ("*.num_batches_tracked", I64) are checked for their place in the file and then left out.
