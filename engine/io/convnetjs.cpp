@@ -18,6 +18,13 @@ namespace cnnrun {
 
 namespace {
 
+// ConvNetJS orders a volume's values by row, column, then channel (channel fastest); PyTorch's fc
+// reads its inputs in C,H,W order. Both fc readers map a ConvNetJS input index k through this.
+int64_t chw_of_yxd(const Shape& in, int64_t k) {
+  const int64_t d = k % in.c, x = (k / in.c) % in.w, y = k / (in.c * in.w);
+  return (d * in.h + y) * in.w + x;
+}
+
 struct Token {
   const char* p;
   size_t len;
@@ -173,10 +180,8 @@ std::map<std::string, Tensor> read_convnetjs_fc(const std::string& file, const S
   Tensor b({outputs});
   size_t n = 2;
   for (int64_t o = 0; o < outputs; ++o)
-    for (int64_t y = 0; y < in.h; ++y)
-      for (int64_t x = 0; x < in.w; ++x)
-        for (int64_t d = 0; d < in.c; ++d)
-          w.data[static_cast<size_t>(o * inputs + (d * in.h + y) * in.w + x)] = nf.number(n++);
+    for (int64_t k = 0; k < inputs; ++k)
+      w.data[static_cast<size_t>(o * inputs + chw_of_yxd(in, k))] = nf.number(n++);
   for (int64_t o = 0; o < outputs; ++o) b.data[static_cast<size_t>(o)] = nf.number(n++);
   return {{"weight", std::move(w)}, {"bias", std::move(b)}};
 }
@@ -273,11 +278,9 @@ std::vector<ConvnetjsJsonLayer> read_convnetjs_json(const std::string& file,
       for (int64_t o = 0; o < F; ++o) {
         std::vector<double> v =
             vol_values(file, filters[static_cast<size_t>(o)], what + " output " + std::to_string(o), n);
-        for (int64_t y = 0; y < in.h; ++y)
-          for (int64_t x = 0; x < in.w; ++x)
-            for (int64_t d = 0; d < in.c; ++d)
-              w.data[static_cast<size_t>(o * n + (d * in.h + y) * in.w + x)] =
-                  static_cast<float>(v[static_cast<size_t>((in.w * y + x) * in.c + d)]);
+        for (int64_t k = 0; k < n; ++k)
+          w.data[static_cast<size_t>(o * n + chw_of_yxd(in, k))] =
+              static_cast<float>(v[static_cast<size_t>(k)]);
       }
       r.tensors["weight"] = std::move(w);
     }
