@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 
 #include "engine/executor.h"
 #include "engine/gpu_api.h"
@@ -41,6 +42,7 @@ struct Options {
   bool quiet = false, cycle = false, validate = false;
   int64_t validate_images = 0;  // 0 = all images of the run (up to the data set's size)
   int64_t block = 0;
+  int64_t gpu_memory_mib = 0;  // --gpu-memory; 0 = no cap
   int streams = 0, threads = 0;
   int repeat = 1;  // timed runs; the report keeps the median
 };
@@ -111,6 +113,9 @@ int run_network(const Options& o) {
   ro.block = o.block;
   ro.streams = o.streams;
   ro.threads = o.threads;
+  // MiB to bytes; a cap past 2^63 bytes is no cap (more than any GPU holds).
+  constexpr int64_t kMaxMib = std::numeric_limits<int64_t>::max() >> 20;
+  ro.gpu_memory = o.gpu_memory_mib > kMaxMib ? std::numeric_limits<int64_t>::max() : o.gpu_memory_mib << 20;
   ro.conv_algo = o.conv_algo;
   ro.progress = progress_bar(o.quiet);
   rep.distinct_images = std::min(ro.batch, data.count);
@@ -231,6 +236,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "im2col", "implicit", "cudnn"}));
   app.add_option("--block", o.block, "images per block (default: chosen from memory)")->check(kPositiveInt);
   app.add_option("--streams", o.streams, "GPU streams (default 3)")->check(CLI::Range(1, 64));
+  app.add_option("--gpu-memory", o.gpu_memory_mib,
+                 "GPU memory in MiB the image buffers and workspaces may use; blocks are cut to fit "
+                 "(default: what is free)")
+      ->check(kPositiveInt);
   app.add_option("--repeat", o.repeat, "run the batch N times and report the median forward time (default 1)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));

@@ -21,6 +21,9 @@ struct RunOptions {
   int streams = 0;          // GPU streams (0 = executor's choice)
   std::string conv_algo;    // GPU: "" (auto / netdef), "im2col", "implicit", "cudnn"
   int threads = 0;          // CPU threads (0 = hardware concurrency)
+  // GPU: at most this many bytes for the per-stream image buffers and workspaces (0 = no cap:
+  // what is free); blocks are cut to fit it.
+  int64_t gpu_memory = 0;
   // Called now and then with images done so far (for a progress bar); may be empty.
   std::function<void(int64_t done, int64_t total)> progress;
 };

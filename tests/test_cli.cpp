@@ -260,3 +260,23 @@ TEST_CASE("cli: errors are one line on stderr with a non-zero exit") {
     CHECK(o.text.find("refusing to overwrite an input file") != std::string::npos);
   }
 }
+
+TEST_CASE("cli: --gpu-memory takes a positive number of MiB") {
+  for (const char* bad : {"0", "abc", "1.5", "64MiB"}) {
+    INFO("--gpu-memory " << bad);
+    Out o = run(src("netdefs/cifar10.yaml") + " --gpu-memory " + bad);
+    CHECK(o.rc == 2);
+    CHECK(o.text == std::string("cnnrun: --gpu-memory: expected a positive integer, found '") + bad +
+                        "' (see cnnrun --help)\n");
+  }
+  Out neg = run(src("netdefs/cifar10.yaml") + " --gpu-memory -5");
+  CHECK(neg.rc == 2);
+  CHECK(count_lines(neg.text) == 1);
+  Out h = run("--help");
+  CHECK(h.rc == 0);
+  CHECK(h.text.find("--gpu-memory") != std::string::npos);
+  // The CPU engine has no GPU memory to cap: the option is accepted and changes nothing.
+  Out c =
+      run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet --gpu-memory 64");
+  CHECK(c.rc == 0);
+}

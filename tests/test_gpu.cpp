@@ -34,6 +34,14 @@ bool gpu_present() {
 
 constexpr double kAtol = 1e-4, kRtol = 1e-3;
 
+// CNNRUN_TEST_SANITIZER (non-empty): the suite runs under compute-sanitizer, which slows kernels
+// by 100x or more (racecheck), so the heaviest cases shrink to sizes that run the same kernels
+// and the same code paths in minutes, and say so.
+bool sanitizer_mode() {
+  const char* v = std::getenv("CNNRUN_TEST_SANITIZER");
+  return v != nullptr && *v != '\0';
+}
+
 // Random weights in each layer's PyTorch shapes, scaled by fan-in so activations stay O(1).
 void random_weights(Network& net, uint32_t seed) {
   for (auto& l : net.layers) {
@@ -480,12 +488,65 @@ TEST_CASE("gpu: an image that cannot fit in GPU memory is a clear error" * docte
   CHECK_THROWS_WITH_AS(gpu->run(data, o), doctest::Contains("GPU memory: one image needs"), Error);
 }
 
+TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too small a cap is an error" *
+          doctest::skip(!gpu_present())) {
+  Network net = parse_netdef_string(kSmallNet, "small");
+  random_weights(net, 13);
+  Dataset data = gpu_random_data(net.input, 37, 10, 3);
+  auto gpu = make_gpu_executor(net);
+  auto cut_note = [](const RunResult& r) {
+    for (const auto& n : r.notes)
+      if (n.find("cut to") != std::string::npos) return n;
+    return std::string();
+  };
+  RunOptions free_run;
+  free_run.batch = 2000;
+  free_run.cycle = true;
+  free_run.block = 2000;
+  free_run.conv_algo = "implicit";
+  RunResult a = gpu->run(data, free_run);
+  CHECK(cut_note(a).empty());
+  // About 17 KB per image: 40 MiB less the 32 MiB cuBLASLt workspace holds a few hundred images.
+  RunOptions capped = free_run;
+  capped.gpu_memory = int64_t{40} << 20;
+  RunResult b = gpu->run(data, capped);
+  const std::string note = cut_note(b);
+  CHECK_MESSAGE(note.find("--gpu-memory (41943040 bytes)") != std::string::npos, "notes: " << note);
+  MESSAGE(note);
+  REQUIRE(b.predictions.size() == 2000);
+  CHECK(a.predictions == b.predictions);
+  CHECK(a.correct == b.correct);
+  CHECK(gpu->forward_layers(data, 0, 37).size() == net.layers.size());  // under the last run's cap
+  capped.gpu_memory = int64_t{1} << 20;                                 // less than the workspace alone
+  std::string what;
+  try {
+    gpu->run(data, capped);
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  CHECK(what.find("GPU memory: one image needs") != std::string::npos);
+  CHECK_MESSAGE(what.find("but --gpu-memory allows only 1048576 bytes") != std::string::npos, what);
+  RunResult c = gpu->run(data, free_run);  // the slots are made again without the cap
+  CHECK(cut_note(c).empty());
+  CHECK(a.predictions == c.predictions);
+}
+
 TEST_CASE("gpu: a block larger than GPU memory is cut to fit, with the same predictions" *
           doctest::skip(!gpu_present())) {
   // 256 x 512 x 512 floats = 256 MiB per image after the conv: a block of 1000 would need
   // 256 GiB, more than any GPU has, so the executor must cut it and still run every image.
+  // Under the sanitizer, 150 GiB of activations take far too long: the same layers on 64x64
+  // images (8 MiB of activations each) under a 512 MiB gpu_memory cap run the same kernels and
+  // the same cut.
+  const bool shrink = sanitizer_mode();
+  const int side = shrink ? 64 : 512;
+  if (shrink)
+    MESSAGE(
+        "shrunk for CNNRUN_TEST_SANITIZER: 64x64 images under a 512 MiB gpu_memory cap instead of "
+        "512x512 images against all free GPU memory (too slow under compute-sanitizer)");
   std::ostringstream t;
-  t << "input: {channels: 1, height: 512, width: 512}\nclasses: " << classes(10) << "\nlayers:\n"
+  t << "input: {channels: 1, height: " << side << ", width: " << side << "}\nclasses: " << classes(10)
+    << "\nlayers:\n"
     << "  - {name: c1, type: conv, filters: 256, kernel: 1}\n  - {name: t, type: tanh}\n"
     << "  - {name: gap, type: avgpool, global: true}\n  - {name: fc, type: fc, outputs: 10}\n";
   Network net = parse_netdef_string(t.str(), "big");
@@ -495,12 +556,16 @@ TEST_CASE("gpu: a block larger than GPU memory is cut to fit, with the same pred
   RunOptions big;
   big.batch = 300;
   big.block = 1000;
+  if (shrink) big.gpu_memory = int64_t{512} << 20;
   RunResult a = gpu->run(data, big);
   bool cut = false;
-  for (const auto& n : a.notes) cut = cut || n.find("cut to") != std::string::npos;
+  for (const auto& n : a.notes)
+    cut = cut ||
+          (n.find("cut to") != std::string::npos && (!shrink || n.find("--gpu-memory") != std::string::npos));
   CHECK_MESSAGE(cut, "no note says the block was cut");
   RunOptions small = big;
   small.block = 8;
+  small.gpu_memory = 0;
   RunResult b = gpu->run(data, small);
   REQUIRE(a.predictions.size() == 300);
   CHECK(a.predictions == b.predictions);
@@ -523,6 +588,14 @@ TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 image
   load_weights(net, assets, "");
   Dataset data = load_dataset(net, assets, "");
   REQUIRE(data.count == 2000);
+  // Under the sanitizer, 4000 images in blocks of 1500: still every algorithm, three streams,
+  // the captured graphs and a shorter last block launched directly, as 50000 images run them.
+  const bool shrink = sanitizer_mode();
+  const int64_t images = shrink ? 4000 : 50000;
+  if (shrink)
+    MESSAGE(
+        "shrunk for CNNRUN_TEST_SANITIZER: 4000 images cycled in blocks of 1500 instead of 50000 "
+        "(too slow under compute-sanitizer)");
 
   auto cpu = make_cpu_executor(net);
   RunOptions co;
@@ -541,19 +614,20 @@ TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 image
   for (const char* algo : {"im2col", "implicit", "cudnn", ""}) {
     INFO("algo '" << algo << "'");
     RunOptions o;
-    o.batch = 50000;
+    o.batch = images;
     o.cycle = true;
+    if (shrink) o.block = 1500;
     o.conv_algo = algo;
     RunResult r = gpu->run(data, o);
     int64_t differ = 0;
-    for (int64_t i = 0; i < 50000; ++i)
+    for (int64_t i = 0; i < images; ++i)
       differ += r.predictions[static_cast<size_t>(i)] != ref.predictions[static_cast<size_t>(i % 2000)];
     CHECK(differ == 0);
-    CHECK(r.correct == 25 * ref.correct);
+    CHECK(r.correct == images / 2000 * ref.correct);
     std::ostringstream o2;
-    o2 << "cifar10 50000 images, conv " << (*algo ? algo : "auto") << ": forward " << r.forward_seconds * 1e3
-       << " ms, copies not hidden " << r.transfer_seconds * 1e3 << " ms, accuracy "
-       << 100.0 * static_cast<double>(r.correct) / 50000.0 << " %; layers:";
+    o2 << "cifar10 " << images << " images, conv " << (*algo ? algo : "auto") << ": forward "
+       << r.forward_seconds * 1e3 << " ms, copies not hidden " << r.transfer_seconds * 1e3 << " ms, accuracy "
+       << 100.0 * static_cast<double>(r.correct) / static_cast<double>(images) << " %; layers:";
     for (const LayerTime& t : r.layers)
       o2 << " " << t.name << "=" << t.seconds * 1e3 << "ms[" << t.algo << "]";
     for (const std::string& n : r.notes) o2 << "\n    " << n;

@@ -222,6 +222,7 @@ class GpuExecutor : public Executor {
   std::vector<std::unique_ptr<Slot>> slots_;
   int slot_streams_ = 0;
   int64_t slot_block_ = 0;
+  int64_t slot_cap_ = 0;                        // the RunOptions::gpu_memory the slots were sized for
   bool slot_col_ = false, slot_cudnn_ = false;  // the slots have im2col / cuDNN workspaces
   bool any_auto_ = false;
   // Fusions into the implicit kernel; CNNRUN_GPU_OFF=pool,u8 turns them off (to measure).
@@ -232,6 +233,7 @@ class GpuExecutor : public Executor {
   // whole run on three streams was up to 0.9 ms slower, and erratic over block sizes.)
   bool graphs_ = true, tc_ = true;
   std::string forced_algo_;  // the last run's RunOptions::conv_algo
+  int64_t gpu_memory_ = 0;   // the last run's RunOptions::gpu_memory
 
   // Whether conv step `st` run with `algo` computes its pool / reads the uint8 input.
   bool fuses_pool(const Step& st, const std::string& algo) const {
@@ -260,7 +262,7 @@ class GpuExecutor : public Executor {
   void plan();
   void upload_weights();
   void resolve_algos(const std::string& forced, int64_t block, bool any_tuning);
-  void ensure_slots(int streams, int64_t block, int64_t images, std::vector<std::string>* notes);
+  void ensure_slots(int streams, int64_t block, int64_t images, int64_t cap, std::vector<std::string>* notes);
   bool may_use(const char* algo) const;
 
   void copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged);
@@ -468,13 +470,14 @@ bool GpuExecutor::may_use(const char* algo) const {
   return false;
 }
 
-// Streams and blocks that fit the GPU's free memory.
-void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, std::vector<std::string>* notes) {
+// Streams and blocks that fit the GPU's free memory, and the cap (bytes, 0 = none) if one is set.
+void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, int64_t cap,
+                               std::vector<std::string>* notes) {
   const int64_t want_blocks = (images + block - 1) / block;
   streams = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(streams, want_blocks)));
   const bool use_im2col = may_use("im2col"), use_cudnn = may_use("cudnn");
-  if (!slots_.empty() && slot_streams_ == streams && slot_block_ == block && (slot_col_ || !use_im2col) &&
-      (slot_cudnn_ || !use_cudnn))
+  if (!slots_.empty() && slot_streams_ == streams && slot_block_ == block && slot_cap_ == cap &&
+      (slot_col_ || !use_im2col) && (slot_cudnn_ || !use_cudnn))
     return;
   slots_.clear();  // give the memory back before measuring what is free
 
@@ -486,7 +489,9 @@ void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, std::
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   // Room for the libraries' own allocations (cuDNN/cuBLAS handles, kernels' modules).
   const size_t reserve = std::min<size_t>(free_b, (512u << 20) + free_b / 20);
-  const size_t usable = free_b - reserve;
+  size_t usable = free_b - reserve;
+  const bool capped = cap > 0 && static_cast<uint64_t>(cap) < usable;
+  if (capped) usable = static_cast<size_t>(cap);
   size_t col = use_im2col ? std::max(max_col, std::min(kColBudget, usable / 16)) : 0;
   size_t cudnn_ws = use_cudnn ? std::min(kCudnnWorkspace, usable / 16) : 0;
   const size_t fixed = kLtWorkspace + col + cudnn_ws;
@@ -506,12 +511,15 @@ void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, std::
   }
   if (fit < 1)
     throw Error("GPU memory: one image needs " + std::to_string(per_image) + " bytes of buffers plus " +
-                std::to_string(fixed) + " bytes of workspace, but only " + std::to_string(free_b) +
-                " bytes of the " + prop_.name + "'s " + std::to_string(total_b) + " are free");
+                std::to_string(fixed) + " bytes of workspace, but " +
+                (capped ? "--gpu-memory allows only " + std::to_string(cap) + " bytes"
+                        : "only " + std::to_string(free_b) + " bytes of the " + prop_.name + "'s " +
+                              std::to_string(total_b) + " are free"));
   if (block > fit) {
     if (notes)
       notes->push_back("gpu: block of " + std::to_string(block) + " images cut to " + std::to_string(fit) +
-                       " to fit free GPU memory");
+                       (capped ? " to fit --gpu-memory (" + std::to_string(cap) + " bytes)"
+                               : std::string(" to fit free GPU memory")));
     block = fit;
   }
 
@@ -533,6 +541,7 @@ void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, std::
   }
   slot_streams_ = streams;
   slot_block_ = block;
+  slot_cap_ = cap;
   slot_col_ = use_im2col;
   slot_cudnn_ = use_cudnn;
 }
@@ -836,6 +845,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   const int64_t batch = images_to_run(data, opt);
   if (opt.streams < 0) throw Error("streams must be positive, found " + std::to_string(opt.streams));
   if (opt.block < 0) throw Error("block must be positive, found " + std::to_string(opt.block));
+  if (opt.gpu_memory < 0)
+    throw Error("gpu_memory must not be negative, found " + std::to_string(opt.gpu_memory));
 
   RunResult r;
   auto setup_t0 = Clock::now();
@@ -848,7 +859,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   block = std::min(block, batch);
   resolve_algos(opt.conv_algo, block, false);
   forced_algo_ = opt.conv_algo;
-  ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, &r.notes);
+  gpu_memory_ = opt.gpu_memory;
+  ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, gpu_memory_, &r.notes);
   block = slot_block_;
   const int S = slot_streams_;
   // Equal blocks but the last; every full block runs the slot's captured graph. (A short first
@@ -1064,7 +1076,7 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
   }
   int64_t block = std::min(n, kDefaultBlock);
   resolve_algos(forced_algo_, block, true);  // the last run's --conv-algo, so validation checks it
-  ensure_slots(1, block, n, nullptr);
+  ensure_slots(1, block, n, gpu_memory_, nullptr);
   block = slot_block_;
   Slot& s = *slots_[0];
   if (any_auto_) tune(s, data, std::min(block, n), nullptr);  // else no warm-up: nothing is timed
