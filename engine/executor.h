@@ -21,6 +21,10 @@ struct RunOptions {
   int streams = 0;          // GPU streams (0 = executor's choice)
   std::string conv_algo;    // GPU: "" (auto / netdef), "im2col", "implicit", "cudnn"
   int threads = 0;          // CPU threads (0 = hardware concurrency)
+  // GPU: upload the images the run reads (0..min(batch, count)-1) to device memory before the
+  // clock, so that the forward time has no host-to-device copy in it; the predictions (and the
+  // output values, with want_probs) still come back to host memory. The CPU executor rejects it.
+  bool resident = false;
   // GPU: at most this many bytes for the per-stream image buffers and workspaces (0 = no cap:
   // what is free); blocks are cut to fit it.
   int64_t gpu_memory = 0;

@@ -113,6 +113,7 @@ class CpuExecutor : public Executor {
   RunResult run(const Dataset& data, const RunOptions& opt) override {
     check_ready(net_, data);
     const int64_t batch = images_to_run(data, opt);
+    if (opt.resident) throw Error("--resident needs --engine gpu: the CPU executor has no device memory");
 
     const int64_t block = opt.block > 0 ? opt.block : kDefaultBlock;
     const int threads = thread_count(opt.threads, batch, block);

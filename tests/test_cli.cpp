@@ -280,3 +280,12 @@ TEST_CASE("cli: --gpu-memory takes a positive number of MiB") {
       run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet --gpu-memory 64");
   CHECK(c.rc == 0);
 }
+
+TEST_CASE("cli: --resident needs the GPU engine: one line, exit 2 with --engine cpu") {
+  Out o = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --resident");
+  CHECK(o.rc == 2);
+  CHECK(o.text == "cnnrun: --resident needs --engine gpu\n");
+  Out h = run("--help");
+  CHECK(h.rc == 0);
+  CHECK(h.text.find("--resident") != std::string::npos);
+}

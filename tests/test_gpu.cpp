@@ -634,3 +634,104 @@ TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 image
     MESSAGE(o2.str());
   }
 }
+
+namespace {
+
+// One run with RunOptions::resident against the same run copying from host memory, on one
+// executor: everything after each block's copy is the same launches, so the predictions, the
+// count of correct ones and the output values must be identical.
+void check_resident_same(Executor& gpu, const Dataset& data, RunOptions o) {
+  RunResult host = gpu.run(data, o);
+  o.resident = true;
+  RunResult dev = gpu.run(data, o);
+  REQUIRE(dev.images == o.batch);
+  REQUIRE(host.images == o.batch);
+  CHECK(dev.predictions == host.predictions);
+  CHECK(dev.correct == host.correct);
+  REQUIRE(dev.probs.size() == host.probs.size());
+  if (!dev.probs.empty()) {
+    test::Compare cmp = test::compare(dev.probs.data(), host.probs.data(), dev.probs.size(), 0.0, 0.0);
+    CHECK_MESSAGE(cmp.ok, "output value " << cmp.worst << " differs by " << cmp.max_abs);
+  }
+  CHECK(dev.engine.find(", input resident on GPU)") != std::string::npos);
+  CHECK(host.engine.find("resident") == std::string::npos);
+  auto has = [](const RunResult& r, const char* text) {
+    for (const std::string& n : r.notes)
+      if (n.find(text) != std::string::npos) return true;
+    return false;
+  };
+  CHECK(has(dev, "gpu: timed: forward, input resident on GPU"));
+  CHECK(has(dev, "pixels from device memory (--resident)"));
+  CHECK(has(host, "gpu: timed: end to end"));
+  CHECK(!has(dev, "capture failed"));
+  CHECK(dev.forward_seconds > 0.0);
+}
+
+}  // namespace
+
+TEST_CASE("gpu: --resident gives the same predictions as copying from host memory" *
+          doctest::skip(!gpu_present())) {
+  // Small blocks on several streams, cycling (blocks that wrap past the last distinct image,
+  // copied in pieces) and not (only the batch's images on the GPU), every algorithm: with
+  // implicit conv1 reads the uint8 pixels itself, the others run the preprocess pass first.
+  Network net = parse_netdef_string(kSmallNet, "small");
+  random_weights(net, 23);
+  Dataset data = gpu_random_data(net.input, 37, 10, 9);
+  struct Variant {
+    int64_t batch, block;
+    int streams;
+    bool cycle;
+    std::string algo;
+  };
+  const Variant variants[] = {
+      {100, 7, 3, true, "implicit"}, {101, 16, 2, true, "im2col"},  {90, 8, 4, true, "cudnn"},
+      {100, 9, 3, true, ""},         {23, 5, 2, false, "implicit"}, {37, 37, 1, false, ""},
+  };
+  auto gpu = make_gpu_executor(net);
+  for (const Variant& v : variants) {
+    INFO("batch " << v.batch << " block " << v.block << " streams " << v.streams << " cycle " << v.cycle
+                  << " algo '" << v.algo << "'");
+    RunOptions o;
+    o.batch = v.batch;
+    o.block = v.block;
+    o.streams = v.streams;
+    o.cycle = v.cycle;
+    o.conv_algo = v.algo;
+    o.want_probs = true;
+    check_resident_same(*gpu, data, o);
+  }
+
+  // The CIFAR-10 network at the size the benchmark times (default blocks, three streams,
+  // graphs), when the sample is there.
+  const std::string shared = test::shared_dir();
+  if (!test::have_file(shared + "/data/cifar10-sample/train_2000.bin") ||
+      !test::have_file(shared + "/models/convnetjs-cifar10/layer1_conv.txt")) {
+    MESSAGE("CIFAR-10 sample not found under " << shared << "; the 50000-image part skipped");
+    return;
+  }
+  std::string netdef = std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml";
+  if (!test::have_file(netdef)) netdef = "netdefs/cifar10.yaml";
+  Network cifar = parse_netdef_file(netdef);
+  AssetResolver assets(cifar.source_dir, {shared});
+  load_weights(cifar, assets, "");
+  Dataset cdata = load_dataset(cifar, assets, "");
+  auto cgpu = make_gpu_executor(cifar);
+  for (const char* algo : {"implicit", ""}) {
+    INFO("cifar10 50000 images, algo '" << algo << "'");
+    RunOptions o;
+    o.batch = 50000;
+    o.cycle = true;
+    o.conv_algo = algo;
+    check_resident_same(*cgpu, cdata, o);
+  }
+}
+
+TEST_CASE("the CPU executor refuses RunOptions::resident") {
+  Network net = parse_netdef_string(kSmallNet, "small");
+  random_weights(net, 1);
+  Dataset data = gpu_random_data(net.input, 3, 10, 1);
+  RunOptions o;
+  o.resident = true;
+  CHECK_THROWS_WITH_AS(make_cpu_executor(net)->run(data, o),
+                       "--resident needs --engine gpu: the CPU executor has no device memory", Error);
+}

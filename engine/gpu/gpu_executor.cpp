@@ -8,7 +8,8 @@
 // only the predictions (and the output layer's values when asked) come back. Before a slot
 // takes its next block the host waits for the slot's previous one, so at most S blocks are in
 // flight: copies of one block overlap the compute of the others, and the host reads each
-// block's events while the GPU works on the rest.
+// block's events while the GPU works on the rest. With RunOptions::resident the pixels are
+// uploaded to device memory before the clock and each block's copy is device to device.
 //
 // Timing. CUDA events are recorded between the stages of every block on its own stream, all
 // read relative to one start event, so each stage is an interval on one GPU timeline. A
@@ -265,7 +266,9 @@ class GpuExecutor : public Executor {
   void ensure_slots(int streams, int64_t block, int64_t images, int64_t cap, std::vector<std::string>* notes);
   bool may_use(const char* algo) const;
 
-  void copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged);
+  DevBuf upload_resident(const Dataset& data, int64_t count);
+  void copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged,
+               const uint8_t* resident = nullptr);
   void run_layers(Slot& s, int64_t n, bool events, int ev_base);
   void run_step(Step& st, Slot& s, int64_t n);
   struct BlockOut {  // what a block's launches after its H2D copy write to
@@ -676,14 +679,47 @@ void GpuExecutor::run_layers(Slot& s, int64_t n, bool events, int ev_base) {
   }
 }
 
-// Raw pixels of images first..first+n-1 (modulo the count) into the slot's uint8 buffer.
-void GpuExecutor::copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged) {
+// --resident: images 0..count-1 of the data set in device memory, copied once before the clock
+// and before the slots are sized, so that the blocks fit around them. Slots of an earlier run
+// that leave less room than ensure_slots' own reserve are given back first (and made again,
+// smaller); images that do not fit in the free memory even then are an error, not a silent
+// fallback to host copies, since the run would then time something else than it says.
+DevBuf GpuExecutor::upload_resident(const Dataset& data, int64_t count) {
+  const size_t bytes = static_cast<size_t>(count * data.shape.size());
+  constexpr size_t kHeadroom = 512u << 20;  // as ensure_slots keeps back for the libraries
+  size_t free_b = 0, total_b = 0;
+  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  if (!slots_.empty() && free_b < bytes + kHeadroom + free_b / 20) {
+    slots_.clear();
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  }
+  if (bytes > free_b)
+    throw Error("--resident: the " + std::to_string(count) + " distinct images need " +
+                std::to_string(bytes) + " bytes of GPU memory, but only " + std::to_string(free_b) +
+                " of the " + prop_.name + "'s " + std::to_string(total_b) +
+                " are free; run without --resident");
+  DevBuf b(bytes);
+  CUDA_CHECK(cudaMemcpy(b.get(), data.pixels.data(), bytes, cudaMemcpyHostToDevice));
+  return b;
+}
+
+// Raw pixels of images first..first+n-1 (modulo the count) into the slot's uint8 buffer: from
+// host memory (through the slot's pinned staging buffer when `staged`), or device to device
+// from `resident`, which holds images 0..min(batch, count)-1: every index modulo the count.
+void GpuExecutor::copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged,
+                          const uint8_t* resident) {
   const size_t img = static_cast<size_t>(data.shape.size());
   int64_t done = 0;
   while (done < n) {
     int64_t idx = (first + done) % data.count;
     int64_t run = std::min(n - done, data.count - idx);
     uint8_t* dst = s.in_u8.as<uint8_t>() + static_cast<size_t>(done) * img;
+    if (resident) {
+      CUDA_CHECK(cudaMemcpyAsync(dst, resident + static_cast<size_t>(idx) * img,
+                                 static_cast<size_t>(run) * img, cudaMemcpyDeviceToDevice, s.stream));
+      done += run;
+      continue;
+    }
     const uint8_t* src = data.image(idx);
     if (staged) {
       uint8_t* st = s.staging.as<uint8_t>() + static_cast<size_t>(done) * img;
@@ -860,7 +896,18 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   resolve_algos(opt.conv_algo, block, false);
   forced_algo_ = opt.conv_algo;
   gpu_memory_ = opt.gpu_memory;
-  ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, gpu_memory_, &r.notes);
+  // --resident: the pixels every block reads, on the GPU before the clock (and before the slots,
+  // which are then sized around them).
+  const int64_t resident_count = std::min(batch, data.count);
+  DevBuf resident;
+  if (opt.resident) resident = upload_resident(data, resident_count);
+  try {
+    ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, gpu_memory_, &r.notes);
+  } catch (const Error& e) {
+    if (!opt.resident) throw;
+    throw Error("--resident (the " + std::to_string(resident_count) + " distinct images take " +
+                std::to_string(resident.bytes()) + " bytes of GPU memory): " + e.what());
+  }
   block = slot_block_;
   const int S = slot_streams_;
   // Equal blocks but the last; every full block runs the slot's captured graph. (A short first
@@ -871,17 +918,20 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   const int64_t out_size = out_layer.out_shape.size();
   const int out_buf = steps_[static_cast<size_t>(net_.output)].out;
 
-  // Host memory the copies read: the data set's own pixels, page-locked in place.
+  // Host memory the copies read: the data set's own pixels, page-locked in place (not with
+  // --resident: the timed copies read device memory).
   const bool whole = opt.cycle || batch >= data.count;
   const size_t reg_bytes = static_cast<size_t>((whole ? data.count : batch) * data.shape.size());
   void* reg_ptr = const_cast<uint8_t*>(data.pixels.data());
   bool registered = false, staged = false;
-  cudaError_t re = cudaHostRegister(reg_ptr, reg_bytes, cudaHostRegisterDefault);
-  if (re == cudaSuccess) {
-    registered = true;
-  } else {
-    (void)cudaGetLastError();
-    staged = re != cudaErrorHostMemoryAlreadyRegistered;
+  if (!opt.resident) {
+    cudaError_t re = cudaHostRegister(reg_ptr, reg_bytes, cudaHostRegisterDefault);
+    if (re == cudaSuccess) {
+      registered = true;
+    } else {
+      (void)cudaGetLastError();
+      staged = re != cudaErrorHostMemoryAlreadyRegistered;
+    }
   }
   struct Unregister {
     void* p;
@@ -897,8 +947,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     Slot& s = *sp;
     if (staged && s.staging.bytes() < s.in_u8.bytes()) s.staging.alloc(s.in_u8.bytes());
     if (opt.want_probs) s.probs_host.alloc(static_cast<size_t>(block * out_size) * sizeof(float));
-    // events: [0] before H2D, [1] after H2D, [2] after preprocess, [3..3+L) after each layer,
-    // [3+L] after argmax, [4+L] after D2H
+    // events: [0] before H2D (D2D with --resident), [1] after it, [2] after preprocess,
+    // [3..3+L) after each layer, [3+L] after argmax, [4+L] after D2H
     const size_t need = steps_.size() + 5;
     while (s.ev.size() < need) {
       cudaEvent_t e;
@@ -1002,7 +1052,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     harvest(s);  // the slot's previous block: its buffers and events are free again
     const int64_t n = std::min(block, batch - first);
     CUDA_CHECK(cudaEventRecord(s.ev[0], s.stream));
-    copy_in(s, data, first, n, staged);
+    copy_in(s, data, first, n, staged, resident.as<uint8_t>());
     for (int64_t d = 0; d < n;) {  // the block's labels (the data set's, cycled)
       const int64_t idx = (first + d) % data.count, m = std::min(n - d, data.count - idx);
       CUDA_CHECK(cudaMemcpyAsync(s.labels.as<uint8_t>() + d, labels.as<uint8_t>() + idx,
@@ -1030,7 +1080,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
 
   r.engine = "gpu (" + std::string(prop_.name) + ", sm_" + std::to_string(prop_.major) +
              std::to_string(prop_.minor) + ", " + std::to_string(S) + (S == 1 ? " stream" : " streams") +
-             ", blocks of " + std::to_string(block) + " images)";
+             ", blocks of " + std::to_string(block) + " images" +
+             (opt.resident ? ", input resident on GPU)" : ")");
   for (size_t i = 0; i < L; ++i) {
     const Layer& l = *net_.layers[i];
     LayerTime lt;
@@ -1042,15 +1093,32 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   }
   double sum_layers = 0;
   for (double x : layer_s) sum_layers += x;
+  // What the forward time covers, first, in the report and the JSON.
+  const std::string back =
+      "the predictions (4 bytes per image)" +
+      (opt.want_probs ? " and the output values (" + std::to_string(out_size * 4) + " bytes per image)"
+                      : std::string()) +
+      " copied to host memory";
+  r.notes.insert(r.notes.begin(),
+                 opt.resident
+                     ? "gpu: timed: forward, input resident on GPU: the " + std::to_string(resident_count) +
+                           " distinct images' uint8 pixels (" + std::to_string(resident.bytes()) +
+                           " bytes) were uploaded before the clock; each block's device-to-device copy "
+                           "of its pixels, preprocess, every layer, argmax and " +
+                           back + " are timed"
+                     : "gpu: timed: end to end, from the uint8 pixels in host memory to " + back);
   r.notes.push_back("gpu: " + std::to_string(nblocks) + " blocks on " + std::to_string(S) + " streams; " +
                     cudnn_version_string() + "; pixels from " +
-                    (registered ? "the data set's buffer, page-locked in place (cudaHostRegister)"
-                     : staged   ? "a pinned staging buffer (cudaHostRegister failed)"
-                                : "already page-locked memory"));
-  r.notes.push_back("gpu: setup (weights, workspaces, algorithm search, page-locking) " + fmt_ms(setup_s) +
-                    ", not in the forward time");
-  r.notes.push_back("gpu: preprocess " + fmt_ms(pre_s) + ", argmax+accuracy " + fmt_ms(argmax_s) + ", H2D " +
-                    fmt_ms(h2d_s) + ", D2H " + fmt_ms(d2h_s) + " (event intervals summed over blocks)");
+                    (opt.resident ? "device memory (--resident)"
+                     : registered ? "the data set's buffer, page-locked in place (cudaHostRegister)"
+                     : staged     ? "a pinned staging buffer (cudaHostRegister failed)"
+                                  : "already page-locked memory"));
+  r.notes.push_back(std::string("gpu: setup (weights, workspaces, algorithm search, ") +
+                    (opt.resident ? "upload of the resident pixels" : "page-locking") + ") " +
+                    fmt_ms(setup_s) + ", not in the forward time");
+  r.notes.push_back("gpu: preprocess " + fmt_ms(pre_s) + ", argmax+accuracy " + fmt_ms(argmax_s) +
+                    (opt.resident ? ", D2D pixels " : ", H2D ") + fmt_ms(h2d_s) + ", D2H " + fmt_ms(d2h_s) +
+                    " (event intervals summed over blocks)");
   r.notes.push_back("gpu: per-layer times sum to " + fmt_ms(sum_layers) + "; GPU busy with compute " +
                     fmt_ms(length(cm)) + " of the " + fmt_ms(r.forward_seconds) +
                     " wall (with several streams, layers of different blocks overlap, so the sum can exceed "
