@@ -38,6 +38,7 @@ struct Options {
   int64_t batch = 0;
   std::string engine = "auto";
   std::string data, weights, json, dump, conv_algo;
+  std::string precision = "fp32";  // --precision
   std::vector<std::string> assets;
   bool quiet = false, cycle = false, validate = false;
   bool resident = false;        // --resident: the GPU times the forward pass from device memory
@@ -122,6 +123,7 @@ int run_network(const Options& o) {
   constexpr int64_t kMaxMib = std::numeric_limits<int64_t>::max() >> 20;
   ro.gpu_memory = o.gpu_memory_mib > kMaxMib ? std::numeric_limits<int64_t>::max() : o.gpu_memory_mib << 20;
   ro.conv_algo = o.conv_algo;
+  ro.precision = *parse_precision(o.precision);  // checked by the option's validator
   ro.resident = o.resident;
   ro.progress = progress_bar(o.quiet);
   rep.distinct_images = std::min(ro.batch, data.count);
@@ -161,7 +163,7 @@ int run_network(const Options& o) {
     if (ex->name() == ref->name())
       rep.notes.push_back("--validate with the CPU engine compares the reference with itself");
     int64_t n = o.validate_images ? std::min(o.validate_images, rep.distinct_images) : rep.distinct_images;
-    rep.validation = validate(*ex, *ref, net, data, n);
+    rep.validation = validate(*ex, *ref, net, data, n, validation_tolerance(ro.precision));
     rep.validated = true;
     if (!rep.validation.pass) status = 3;
   }
@@ -240,6 +242,11 @@ int main(int argc, char** argv) {
   app.add_option("--conv-algo", o.conv_algo,
                  "GPU convolution for every conv layer: auto, im2col, implicit, cudnn")
       ->check(CLI::IsMember({"auto", "im2col", "implicit", "cudnn"}));
+  app.add_option("--precision", o.precision,
+                 "GPU: the format conv and fc operands may be rounded to, with FP32 accumulation: fp32 "
+                 "(default, 3xTF32 on tensor cores), tf32, fp16 or bf16; --validate then allows 16 of its "
+                 "unit roundoffs")
+      ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16"}));
   app.add_option("--block", o.block, "images per block (default: chosen from memory)")->check(kPositiveInt);
   app.add_option("--streams", o.streams, "GPU streams (default 3)")->check(CLI::Range(1, 64));
   app.add_option("--gpu-memory", o.gpu_memory_mib,
@@ -277,6 +284,11 @@ int main(int argc, char** argv) {
     if (o.conv_algo == "auto") o.conv_algo.clear();
     if (o.resident && o.engine == "cpu") {
       std::fprintf(stderr, "cnnrun: --resident needs --engine gpu\n");
+      return 2;
+    }
+    if (o.precision != "fp32" && o.engine == "cpu") {
+      std::fprintf(stderr, "cnnrun: --precision %s needs --engine gpu: the CPU reference computes in FP32\n",
+                   o.precision.c_str());
       return 2;
     }
     return run_network(o);

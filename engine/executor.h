@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/precision.h"
 #include "engine/core/tensor.h"
 #include "engine/io/dataset.h"
 #include "engine/network.h"
@@ -21,6 +22,9 @@ struct RunOptions {
   int streams = 0;          // GPU streams (0 = executor's choice)
   std::string conv_algo;    // GPU: "" (auto / netdef), "im2col", "implicit", "cudnn"
   int threads = 0;          // CPU threads (0 = hardware concurrency)
+  // GPU: the operands' format the convolutions and fully-connected layers may round to
+  // (engine/core/precision.h); the CPU executor computes in FP32 and rejects anything else.
+  Precision precision = Precision::kFp32;
   // GPU: upload the images the run reads (0..min(batch, count)-1) to device memory before the
   // clock, so that the forward time has no host-to-device copy in it; the predictions (and the
   // output values, with want_probs) still come back to host memory. The CPU executor rejects it.
@@ -41,12 +45,13 @@ struct RunResult {
   std::string engine;  // "cpu (eigen, 2 threads)", "gpu (NVIDIA H100 ...)"
   int64_t images = 0;
   int64_t correct = 0;
-  std::vector<int32_t> predictions;  // one per image
-  std::vector<float> probs;          // images x output size, when asked
-  std::vector<LayerTime> layers;     // in execution order
-  double forward_seconds = 0;        // wall time of the forward pass over all images
-  double transfer_seconds = 0;       // GPU: host<->device copies not hidden behind compute
-  std::vector<std::string> notes;    // free-form lines for the report
+  std::vector<int32_t> predictions;        // one per image
+  std::vector<float> probs;                // images x output size, when asked
+  std::vector<LayerTime> layers;           // in execution order
+  double forward_seconds = 0;              // wall time of the forward pass over all images
+  double transfer_seconds = 0;             // GPU: host<->device copies not hidden behind compute
+  Precision precision = Precision::kFp32;  // what the run allowed (each layer's algo says what ran)
+  std::vector<std::string> notes;          // free-form lines for the report
 };
 
 class Executor {

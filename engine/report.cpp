@@ -53,6 +53,10 @@ std::string report_text(const Report& r) {
   std::string s;
   s += "cnnrun " + r.version + ": " + r.net_name + " (" + r.netdef + ")\n";
   s += "Engine: " + r.run.engine + "\n";
+  if (r.run.precision != Precision::kFp32)
+    s += std::string("Precision: ") + precision_name(r.run.precision) +
+         " (conv and fc operands may be rounded to it, FP32 accumulation; each layer's algorithm says what "
+         "ran)\n";
   for (const auto& n : r.notes) s += "Note: " + n + "\n";
   for (const auto& n : r.run.notes) s += "Note: " + n + "\n";
   s += "Data: " + r.data_description + "\n";
@@ -125,6 +129,7 @@ std::string report_json(const Report& r) {
                       {"cpu", cpu_model()},
                       {"hardware_threads", std::thread::hardware_concurrency()},
                       {"engine", r.run.engine}};
+  j["precision"] = precision_name(r.run.precision);
   j["notes"] = r.notes;
   for (const auto& n : r.run.notes) j["notes"].push_back(n);
   j["data"] = r.data_description;

@@ -114,6 +114,9 @@ class CpuExecutor : public Executor {
     check_ready(net_, data);
     const int64_t batch = images_to_run(data, opt);
     if (opt.resident) throw Error("--resident needs --engine gpu: the CPU executor has no device memory");
+    if (opt.precision != Precision::kFp32)
+      throw Error(std::string("--precision ") + precision_name(opt.precision) +
+                  " needs --engine gpu: the CPU reference computes in FP32");
 
     const int64_t block = opt.block > 0 ? opt.block : kDefaultBlock;
     const int threads = thread_count(opt.threads, batch, block);

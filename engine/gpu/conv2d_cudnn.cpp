@@ -74,7 +74,24 @@ struct CudnnConv::Impl {
   int64_t n_set = -1;  // batch size the x/y descriptors hold
   bool found = false;
   cudnnConvolutionFwdAlgo_t algo = CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM;
+  cudnnMathType_t math = CUDNN_FMA_MATH;  // the picked algorithm's (set on the descriptor)
   bool fused = false;
+  Precision prec = Precision::kFp32;
+
+  // The math type the descriptor allows for the precision.
+  cudnnMathType_t allowed() const {
+    return prec == Precision::kFp32   ? CUDNN_FMA_MATH
+           : prec == Precision::kFp16 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
+                                      : CUDNN_DEFAULT_MATH;
+  }
+  // Whether a search result's math type stays within the precision: FMA math always; TF32
+  // tensor cores (default / tensor-op math on float data) unless FP32; conversion to FP16 only
+  // for FP16.
+  bool math_ok(cudnnMathType_t t) const {
+    if (t == CUDNN_FMA_MATH) return true;
+    if (prec == Precision::kFp32) return false;
+    return t != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || prec == Precision::kFp16;
+  }
 
   void set_n(int64_t n) {
     if (n == n_set) return;
@@ -145,18 +162,28 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const floa
       H(h), m.x, x, m.w, w, m.conv, m.y, y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &returned, perf, ws, ws_bytes));
   int pick = -1;
   for (int i = 0; i < returned && pick < 0; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_bytes &&
-        perf[i].mathType == CUDNN_FMA_MATH && fp32_accurate(perf[i].algo))
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_bytes && m.math_ok(perf[i].mathType) &&
+        fp32_accurate(perf[i].algo))
       pick = i;
   if (pick < 0)
-    throw Error(
-        "cudnn convolution: cudnnFindConvolutionForwardAlgorithmEx found no FP32 (FMA math) algorithm for " +
-        std::to_string(m.p.in_c) + "x" + std::to_string(m.p.in_h) + "x" + std::to_string(m.p.in_w) + " -> " +
-        std::to_string(m.p.filters) + " filters " + std::to_string(m.p.kernel_h) + "x" +
-        std::to_string(m.p.kernel_w));
+    throw Error(std::string("cudnn convolution: cudnnFindConvolutionForwardAlgorithmEx found no ") +
+                (m.prec == Precision::kFp32 ? "FP32 (FMA math)" : precision_name(m.prec)) +
+                " algorithm for " + std::to_string(m.p.in_c) + "x" + std::to_string(m.p.in_h) + "x" +
+                std::to_string(m.p.in_w) + " -> " + std::to_string(m.p.filters) + " filters " +
+                std::to_string(m.p.kernel_h) + "x" + std::to_string(m.p.kernel_w));
   m.algo = perf[pick].algo;
+  m.math = perf[pick].mathType;
+  CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, m.math));
   m.fused = m.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
   m.found = true;
+}
+
+void CudnnConv::set_precision(Precision p) {
+  Impl& m = *impl_;
+  if (p == m.prec) return;
+  m.prec = p;
+  m.found = false;
+  CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, m.allowed()));
 }
 
 void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w,
@@ -179,13 +206,14 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const f
     const cudnnConvolutionFwdAlgo_t was = m.algo;
     for (int i = 0; i < returned; ++i) {
       size_t mem = 0;
-      if (perf[i].status != CUDNN_STATUS_SUCCESS || perf[i].mathType != CUDNN_FMA_MATH ||
+      if (perf[i].status != CUDNN_STATUS_SUCCESS || !m.math_ok(perf[i].mathType) ||
           !fp32_accurate(perf[i].algo) ||
           cudnnGetConvolutionForwardWorkspaceSize(H(h), m.x, m.w, m.conv, m.y, perf[i].algo, &mem) !=
               CUDNN_STATUS_SUCCESS ||
           mem > ws_bytes)
         continue;
       m.algo = perf[i].algo;
+      m.math = perf[i].mathType;
       m.fused = m.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
       need = mem;
       break;
@@ -194,6 +222,7 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const f
       throw Error("cudnn convolution: " + std::string(algo_str(m.algo)) + " needs " + std::to_string(need) +
                   " bytes of workspace for " + std::to_string(n) + " images, " + std::to_string(ws_bytes) +
                   " reserved, and no other FP32 algorithm fits");
+    CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, m.math));
   }
   const float one = 1.f, zero = 0.f;
   if (m.fused) {
@@ -210,8 +239,11 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const f
 std::string CudnnConv::algo_name() const {
   const Impl& m = *impl_;
   if (!m.found) return "cudnn";
+  const char* math = m.math == CUDNN_FMA_MATH                          ? ""
+                     : m.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? " [fp16 tensor cores]"
+                                                                       : " [tf32 tensor cores allowed]";
   return std::string("cudnn:") + algo_str(m.algo) +
-         (m.fused ? (m.act == ActKind::kRelu ? "(fused bias+relu)" : "(fused bias)") : "+bias kernel");
+         (m.fused ? (m.act == ActKind::kRelu ? "(fused bias+relu)" : "(fused bias)") : "+bias kernel") + math;
 }
 
 }  // namespace cnnrun::gpu

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/core/precision.h"
 #include "engine/layers/activation.h"
 #include "engine/layers/conv.h"
 
@@ -45,6 +46,10 @@ class CudnnConv {
   void forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w,
                const float* bias, float* y, void* ws, size_t ws_bytes);
   std::string algo_name() const;
+  // The arithmetic cuDNN may use from now on (the next forward searches again): FP32 is FMA
+  // math only; TF32 (and BF16, which cuDNN's float path does not offer: TF32 is within what it
+  // allows) default math, TF32 tensor cores allowed; FP16 tensor-op math with conversion.
+  void set_precision(Precision p);
 
  private:
   struct Impl;

@@ -79,6 +79,7 @@ Im2colConv::Plan& Im2colConv::plan(cublasLtHandle_t lt, int64_t images, size_t w
   s.ldd = P, s.stride_d = F * P;
   s.epilogue = act_ == ActKind::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
   s.bias = bias_;
+  s.precision = prec_;
   pl->bias_epilogue = pl->gemm.init(lt, s, ws_bytes);
   if (!pl->bias_epilogue) {
     GemmSpec c;  // column-major: D^T (P x F) = cols^T (P x K+1) * [W | bias]^T (K+1 x F)
@@ -88,9 +89,11 @@ Im2colConv::Plan& Im2colConv::plan(cublasLtHandle_t lt, int64_t images, size_t w
     c.ldb = K + 1, c.stride_b = 0;
     c.ldd = P, c.stride_d = F * P;
     c.epilogue = act_ == ActKind::kRelu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
+    c.precision = prec_;
     if (!pl->gemm.init(lt, c, ws_bytes))
-      throw Error("im2col convolution: cuBLASLt has no FP32 algorithm for a " + std::to_string(F) + "x" +
-                  std::to_string(K) + " by " + std::to_string(K) + "x" + std::to_string(P) + " batched GEMM");
+      throw Error("im2col convolution: cuBLASLt has no " + std::string(precision_name(prec_)) +
+                  " algorithm for a " + std::to_string(F) + "x" + std::to_string(K) + " by " +
+                  std::to_string(K) + "x" + std::to_string(P) + " batched GEMM");
   }
   return *plans_.emplace(images, std::move(pl)).first->second;
 }
@@ -124,11 +127,17 @@ void Im2colConv::forward(cublasLtHandle_t lt, const float* x, const float* w, fl
   }
 }
 
+void Im2colConv::set_precision(Precision p) {
+  if (p != prec_) plans_.clear();
+  prec_ = p;
+}
+
 std::string Im2colConv::algo_name() const {
   const std::string relu = act_ == ActKind::kRelu ? "+relu" : "";
-  return last_bias_epilogue_
-             ? "im2col+gemm(epilogue bias" + relu + ")"
-             : "im2col+gemm(bias as K row" + (relu.empty() ? std::string(")") : ", epilogue relu)");
+  return (last_bias_epilogue_
+              ? "im2col+gemm(epilogue bias" + relu + ")"
+              : "im2col+gemm(bias as K row" + (relu.empty() ? std::string(")") : ", epilogue relu)")) +
+         precision_tag(prec_);
 }
 
 }  // namespace cnnrun::gpu

@@ -29,6 +29,8 @@ class Im2colConv {
   void forward(cublasLtHandle_t lt, const float* x, const float* w, float* y, int64_t n, float* col,
                size_t col_bytes, void* ws, size_t ws_bytes, cudaStream_t s);
   std::string algo_name() const;
+  // The operands' format for the GEMMs from now on (drops the plans made for another).
+  void set_precision(Precision p);
 
  private:
   // By images per GEMM call. `bias_epilogue` false when cuBLASLt refused the row-major form
@@ -44,6 +46,7 @@ class Im2colConv {
   DevBuf w_ext_;  // [F][K+1]: the weights with the bias as the last column
   std::map<int64_t, std::unique_ptr<Plan>> plans_;
   bool last_bias_epilogue_ = true;
+  Precision prec_ = Precision::kFp32;
 };
 
 }  // namespace cnnrun::gpu

@@ -42,11 +42,15 @@
 // - For conv + ReLU + pool with at most 32 filters a second kernel (conv_tc_pool_kernel, below)
 //   does the same on the tensor cores in 3xTF32: FFMAs had stalled at ~60% of the FMA pipe,
 //   and three TF32 products per multiply still keep FP32-level accuracy.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_implicit.h"
@@ -68,6 +72,9 @@ constexpr size_t kTcStageBudget = 104 * 1024;
 constexpr int kTcSmemMax = static_cast<int>(2 * kTcStageBudget) + kU8Words * kThreads * 4 + kTcMaxK * 4 + 64;
 
 enum Epi { kEpiNone = 0, kEpiRelu = 1, kEpiReluPool = 2 };
+// The tensor-core kernel's arithmetic (Precision's order): 3xTF32 with FP32 flushes, TF32,
+// FP16 or BF16 operands.
+enum TcPrec { kTcFp32 = 0, kTcTf32 = 1, kTcFp16 = 2, kTcBf16 = 3 };
 
 // n / d for 0 <= n < 2^31 as a multiply-high and a shift (Granlund-Montgomery): the staging
 // and tile arithmetic divide by run-time sizes, and a hardware-less integer division costs ~20
@@ -478,6 +485,36 @@ __device__ __forceinline__ void mma_tf32_first(float (&d)[4], const unsigned (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
 }
 
+// Operands rounded to tf32 to nearest (ties away), two integer ops: what cvt.rna does.
+__device__ __forceinline__ unsigned tf32_rn(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
+
+// Two floats as one register of two 16-bit values, lo in the low half (the lower k-slot).
+template <int PREC>
+__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  if constexpr (PREC == kTcFp16) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&h);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&h);
+  }
+}
+
+// d += a * b, m16n8k16, FP16 or BF16 operands, FP32 accumulator.
+template <int PREC>
+__device__ __forceinline__ void mma_16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  if constexpr (PREC == kTcFp16)
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // GPW groups of 8 windows per warp (the tile's 256 windows over 32 / GPW warps). 2 (16 warps of
 // at most 128 registers) was tried for more than 16 filters, against 8 warps of ~190 registers:
 // as fast alone (conv2 364 vs 356 us) but 0.8 ms slower over 50000 CIFAR images on three
@@ -491,7 +528,7 @@ constexpr int tc_threads() {
   return 32 * 32 / tc_gpw<NT>();
 }
 
-template <int NT, bool U8>
+template <int NT, bool U8, int PREC, int FL>
 __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 ? 2 : 1) conv_tc_pool_kernel(ImplArgs a) {
   constexpr int GPW = tc_gpw<NT>(), TPB = tc_threads<NT>();
   extern __shared__ float4 smem4[];
@@ -514,6 +551,8 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 ? 2 : 1) conv_tc_poo
   if (tid < NT * 8) bias_s[tid] = tid < a.F ? a.bias[tid] : 0.f;
 
   // The thread's window in each of its warp's 4 groups: offset in the patch, place in the tile.
+  // (Recomputing the place in the epilogue instead of keeping it spilled more: 12 bytes for the
+  // 16-filter uint8 kernel at its 128-register bound instead of 4.)
   const int pw = a.OW >> 1, wins_img = (a.R >> 1) * pw, wins = a.G * wins_img;
   int woff[GPW];
   unsigned wplace[GPW];
@@ -575,48 +614,94 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 ? 2 : 1) conv_tc_poo
     const int kbeg = c0 * khkw, kend = min(a.C, c0 + a.CB) * khkw;
     const int ks0 = kbeg / 8, ks1 = (kend + 7) / 8;
     const int cshift = c0 * plane;
+    // KSI k-steps of 8 per iteration: FP32 flushes its partial sums every FL k-steps, FP16 and
+    // BF16 take two per m16n8k16 product, TF32 one. A k-step past ks1 reads zeros (A masked by
+    // v0/v1, B set to zero: never stale shared memory, which could hold a NaN).
+    constexpr int KSI = PREC == kTcFp32 ? FL : PREC == kTcTf32 ? 1 : 2;
 #pragma unroll 1
-    for (int ks = ks0; ks < ks1; ++ks) {
-      const int k0 = ks * 8 + (lane & 3), k1 = k0 + 4;
-      const bool v0 = k0 >= kbeg && k0 < kend, v1 = k1 >= kbeg && k1 < kend;
-      const int t0 = v0 ? tab[k0] - cshift : 0, t1 = v1 ? tab[k1] - cshift : 0;
-      unsigned bh[NT][2], bl[NT][2];
+    for (int ks = ks0; ks < ks1; ks += KSI) {
+      int t0[KSI], t1[KSI];
+      bool v0[KSI], v1[KSI];
+      // B: per k-step and n-tile the lane's float4 {b0 hi, b1 hi, b0 lo, b1 lo} (FP32), {b0, b1}
+      // rounded to tf32 (TF32), or {b0 b1 as a half2 / bfloat162} (FP16, BF16).
+      float4 b[KSI][NT];
 #pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const float4 b = wsm[((ks - ks0) * NT + nt) * 32 + lane];
-        bh[nt][0] = __float_as_uint(b.x), bh[nt][1] = __float_as_uint(b.y);
-        bl[nt][0] = __float_as_uint(b.z), bl[nt][1] = __float_as_uint(b.w);
+      for (int j = 0; j < KSI; ++j) {
+        const int k0 = (ks + j) * 8 + (lane & 3), k1 = k0 + 4;
+        v0[j] = k0 >= kbeg && k0 < kend, v1[j] = k1 >= kbeg && k1 < kend;
+        t0[j] = v0[j] ? tab[k0] - cshift : 0, t1[j] = v1[j] ? tab[k1] - cshift : 0;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          b[j][nt] = KSI == 1 || ks + j < ks1 ? wsm[((ks + j - ks0) * NT + nt) * 32 + lane]
+                                              : make_float4(0.f, 0.f, 0.f, 0.f);
       }
 #pragma unroll
       for (int q = 0; q < GPW; ++q)
 #pragma unroll
         for (int dx = 0; dx < 2; ++dx) {
           const float* p = patch + woff[q] + dx;
-          const float x[4] = {v0 ? p[t0] : 0.f, v0 ? p[a.pitch + t0] : 0.f, v1 ? p[t1] : 0.f,
-                              v1 ? p[a.pitch + t1] : 0.f};
-          unsigned ah[4], al[4];
+          // The thread's A values of k-step j: rows g / g + 8 (the window's dy = 0 / 1 pixel),
+          // taps k0 / k1.
+          float x[KSI][4];
 #pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            ah[i] = tf32_hi(x[i]);
-            al[i] = __float_as_uint(x[i] - __uint_as_float(ah[i]));
+          for (int j = 0; j < KSI; ++j) {
+            x[j][0] = v0[j] ? p[t0[j]] : 0.f, x[j][1] = v0[j] ? p[a.pitch + t0[j]] : 0.f;
+            x[j][2] = v1[j] ? p[t1[j]] : 0.f, x[j][3] = v1[j] ? p[a.pitch + t1[j]] : 0.f;
           }
-          // Each k-step's three products go into a fresh partial sum that is then added to
-          // the accumulator in FP32 (round to nearest). The tensor cores round their sums toward
-          // zero: accumulating all 150-odd products of conv2 in the mma accumulator itself let
-          // that bias add up to ~1e-5 relative (CIFAR-10 probabilities 1.01e-5 from PyTorch's,
-          // over tests/pytorch_crosscheck.py's 1e-5); a k-step's partial is small beside the
-          // total, so its truncation no longer shows.
-          float part[NT][4];
+          if constexpr (PREC == kTcFp32) {
+            // Each group of FL k-steps' three products per k-step go into a fresh partial sum
+            // that is then added to the accumulator in FP32 (round to nearest). The tensor cores
+            // round their sums toward zero: accumulating all 150-odd products of conv2 in the
+            // mma accumulator itself let that bias add up to ~1e-5 relative (CIFAR-10
+            // probabilities 1.01e-5 from PyTorch's, over tests/pytorch_crosscheck.py's 1e-5); a
+            // partial over a few k-steps is small beside the total, so its truncation no longer
+            // shows.
+            float part[NT][4];
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mma_tf32_first(part[nt], al, bh[nt][0], bh[nt][1]);
+            for (int j = 0; j < KSI; ++j) {
+              unsigned ah[4], al[4];
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mma_tf32(part[nt], ah, bl[nt][0], bl[nt][1]);
+              for (int i = 0; i < 4; ++i) {
+                ah[i] = tf32_hi(x[j][i]);
+                al[i] = __float_as_uint(x[j][i] - __uint_as_float(ah[i]));
+              }
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) mma_tf32(part[nt], ah, bh[nt][0], bh[nt][1]);
+              for (int nt = 0; nt < NT; ++nt) {
+                const unsigned bh0 = __float_as_uint(b[j][nt].x), bh1 = __float_as_uint(b[j][nt].y);
+                if (j == 0)
+                  mma_tf32_first(part[nt], al, bh0, bh1);
+                else
+                  mma_tf32(part[nt], al, bh0, bh1);
+              }
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
+              for (int nt = 0; nt < NT; ++nt)
+                mma_tf32(part[nt], ah, __float_as_uint(b[j][nt].z), __float_as_uint(b[j][nt].w));
 #pragma unroll
-            for (int i = 0; i < 4; ++i) acc[q][dx][nt][i] += part[nt][i];
+              for (int nt = 0; nt < NT; ++nt)
+                mma_tf32(part[nt], ah, __float_as_uint(b[j][nt].x), __float_as_uint(b[j][nt].y));
+            }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) acc[q][dx][nt][i] += part[nt][i];
+          } else if constexpr (PREC == kTcTf32) {
+            // One product, operands rounded to tf32 (to nearest), accumulated by the tensor
+            // cores (their truncation is far below tf32's own rounding).
+            unsigned ar[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) ar[i] = tf32_rn(x[0][i]);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+              mma_tf32(acc[q][dx][nt], ar, __float_as_uint(b[0][nt].x), __float_as_uint(b[0][nt].y));
+          } else {
+            // m16n8k16 over two k-steps of 8: its k-slots 2t, 2t+1, 2t+8, 2t+9 are the taps
+            // k0, k1 of k-step 0 and k0, k1 of k-step 1 (B is packed in the same order).
+            const unsigned af[4] = {pack2<PREC>(x[0][0], x[0][2]), pack2<PREC>(x[0][1], x[0][3]),
+                                    pack2<PREC>(x[1][0], x[1][2]), pack2<PREC>(x[1][1], x[1][3])};
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+              mma_16<PREC>(acc[q][dx][nt], af, __float_as_uint(b[0][nt].x), __float_as_uint(b[1][nt].x));
+          }
         }
     }
 
@@ -687,11 +772,11 @@ int blocks_per_sm(size_t smem) {
   return blocks;
 }
 
-template <int NT, bool U8>
+template <int NT, bool U8, int PREC, int FL>
 void launch_tc(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
   static std::mutex mu;
   static std::map<size_t, int> cache;
-  auto kernel = conv_tc_pool_kernel<NT, U8>;
+  auto kernel = conv_tc_pool_kernel<NT, U8, PREC, FL>;
   int blocks = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -708,6 +793,46 @@ void launch_tc(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
   const int64_t gx = std::min<int64_t>(a.tiles, static_cast<int64_t>(blocks) * sm_count());
   kernel<<<static_cast<unsigned>(gx), tc_threads<NT>(), cfg.smem, s>>>(a);
   CUDA_CHECK_LAUNCH("conv_tc_pool_kernel");
+}
+
+// FP32's flush interval in k-steps: CNNRUN_TC_FLUSH=1 or 2 for every kernel (an A/B switch
+// for measuring), else 2 where the registers allow it (more than 16 filters).
+int tc_flush(int nt) {
+  static const int f = [] {
+    const char* e = std::getenv("CNNRUN_TC_FLUSH");
+    return e && std::string(e) == "1" ? 1 : e && std::string(e) == "2" ? 2 : 0;
+  }();
+  return f ? f : nt >= 3 ? 2 : 1;
+}
+
+template <int NT, bool U8>
+void launch_tc_prec(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
+  switch (cfg.fuse.precision) {
+    case Precision::kTf32:
+      return launch_tc<NT, U8, kTcTf32, 1>(cfg, a, s);
+    case Precision::kFp16:
+      return launch_tc<NT, U8, kTcFp16, 1>(cfg, a, s);
+    case Precision::kBf16:
+      return launch_tc<NT, U8, kTcBf16, 1>(cfg, a, s);
+    case Precision::kFp32:
+      break;
+  }
+  if (tc_flush(NT) == 1) return launch_tc<NT, U8, kTcFp32, 1>(cfg, a, s);
+  launch_tc<NT, U8, kTcFp32, 2>(cfg, a, s);
+}
+
+void launch_tc_nt(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
+  const bool u8 = cfg.fuse.u8_input;
+  switch (cfg.tc_nt) {
+    case 1:
+      return u8 ? launch_tc_prec<1, true>(cfg, a, s) : launch_tc_prec<1, false>(cfg, a, s);
+    case 2:
+      return u8 ? launch_tc_prec<2, true>(cfg, a, s) : launch_tc_prec<2, false>(cfg, a, s);
+    case 3:
+      return u8 ? launch_tc_prec<3, true>(cfg, a, s) : launch_tc_prec<3, false>(cfg, a, s);
+    default:
+      return u8 ? launch_tc_prec<4, true>(cfg, a, s) : launch_tc_prec<4, false>(cfg, a, s);
+  }
 }
 
 template <int BM, int KWT, int EPI, bool U8>
@@ -803,7 +928,36 @@ int implicit_bm(int64_t filters) {
   return bm < 8 ? 8 : bm;
 }
 
+ImplicitConfig implicit_config_uncached(const ConvParams& p, int64_t n, ImplicitFusion fuse);
+
+// The executor asks for a config at every launch (and auto times launches, host work included);
+// the pitch search simulates bank conflicts with small maps, so configs are kept by their inputs.
 ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fuse) {
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, int64_t, int64_t, int>;
+  const Key key{p.filters, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
+                p.in_c,    p.in_h,     p.in_w,     p.out_h,    p.out_w,    n};
+  const int flags =
+      (fuse.relu_pool ? 1 : 0) | (fuse.u8_input ? 2 : 0) | (fuse.tensor_core ? 4 : 0) | (rows_off() ? 8 : 0);
+  static std::mutex mu;
+  static std::map<std::pair<Key, int>, ImplicitConfig> cache;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find({key, flags});
+    if (it != cache.end()) {
+      ImplicitConfig c = it->second;
+      c.fuse = fuse;  // the precision is not part of the shape
+      return c;
+    }
+  }
+  ImplicitConfig c = implicit_config_uncached(p, n, fuse);
+  std::lock_guard<std::mutex> lock(mu);
+  if (cache.size() > 4096) cache.clear();  // block sizes vary little; never grow without bound
+  cache.emplace(std::make_pair(key, flags), c);
+  return c;
+}
+
+ImplicitConfig implicit_config_uncached(const ConvParams& p, int64_t n, ImplicitFusion fuse) {
   ImplicitConfig c;
   c.fuse = fuse;
   c.bm = implicit_bm(p.filters);
@@ -882,6 +1036,8 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
         !fuse.u8_input && r >= oh && p.in_w % 4 == 0 && (!pool || xs % 2 == 0) && !rows_off();
     const int64_t need_w = std::max<int64_t>(pool ? (pw + 1) / 2 * 2 : pw, row_copy ? p.pad_w + p.in_w : 0);
     const int64_t pitch0 = row_copy ? (xs + need_w + 3) / 4 * 4 : need_w;
+    // (A search for the tensor-core kernel's own load pattern, over any pitch, found pitches with
+    // fewer simulated conflicts that ran 30 % slower: reverted, see docs/performance.md.)
     for (int k = 0; k < 16; ++k) {
       const int64_t pitch = pitch0 + (row_copy ? 4 * k : pool ? 2 * k : k);
       const size_t per_c = static_cast<size_t>(g * ph * pitch) * sizeof(float) + taps_bytes;
@@ -963,7 +1119,22 @@ float round_tf32(float x) {
   return x;
 }
 
-std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight) {
+// Two values as the bits of a half2 / bfloat162 (lo in the low half), rounded to nearest even.
+float pack_pair(Precision prec, float lo, float hi) {
+  uint32_t v = 0;
+  if (prec == Precision::kFp16) {
+    const __half2 h = __floats2half2_rn(lo, hi);
+    std::memcpy(&v, &h, 4);
+  } else {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    std::memcpy(&v, &h, 4);
+  }
+  float f;
+  std::memcpy(&f, &v, 4);
+  return f;
+}
+
+std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight, Precision prec) {
   const int64_t k = p.in_c * p.kernel_h * p.kernel_w, ksteps = (k + 7) / 8, nt = (p.filters + 7) / 8;
   std::vector<float> out(static_cast<size_t>(ksteps * nt * 128), 0.f);
   for (int64_t ks = 0; ks < ksteps; ++ks)
@@ -971,11 +1142,22 @@ std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight)
       for (int lane = 0; lane < 32; ++lane) {
         const int64_t f = t * 8 + lane / 4;
         float* o = &out[static_cast<size_t>(((ks * nt + t) * 32 + lane) * 4)];
+        float w[2];
         for (int h = 0; h < 2; ++h) {  // B rows k = lane % 4 and lane % 4 + 4 of the k-step
           const int64_t kk = ks * 8 + lane % 4 + 4 * h;
-          const float w = f < p.filters && kk < k ? weight[f * k + kk] : 0.f;
-          o[h] = round_tf32(w);
-          o[2 + h] = round_tf32(w - o[h]);
+          w[h] = f < p.filters && kk < k ? weight[f * k + kk] : 0.f;
+        }
+        switch (prec) {
+          case Precision::kFp32:
+            for (int h = 0; h < 2; ++h) o[h] = round_tf32(w[h]), o[2 + h] = round_tf32(w[h] - o[h]);
+            break;
+          case Precision::kTf32:
+            o[0] = round_tf32(w[0]), o[1] = round_tf32(w[1]);
+            break;
+          case Precision::kFp16:
+          case Precision::kBf16:
+            o[0] = pack_pair(prec, w[0], w[1]);
+            break;
         }
       }
   return out;
@@ -1049,19 +1231,7 @@ void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const 
              make_fastdiv(static_cast<unsigned>(std::max<int64_t>(1, p.in_w / 4))),
              make_fastdiv(static_cast<unsigned>(p.in_h))};
   const int epi = cfg.fuse.relu_pool ? kEpiReluPool : act == ActKind::kRelu ? kEpiRelu : kEpiNone;
-  if (cfg.tc_nt) {
-    const bool u8 = cfg.fuse.u8_input;
-    switch (cfg.tc_nt) {
-      case 1:
-        return u8 ? launch_tc<1, true>(cfg, a, s) : launch_tc<1, false>(cfg, a, s);
-      case 2:
-        return u8 ? launch_tc<2, true>(cfg, a, s) : launch_tc<2, false>(cfg, a, s);
-      case 3:
-        return u8 ? launch_tc<3, true>(cfg, a, s) : launch_tc<3, false>(cfg, a, s);
-      default:
-        return u8 ? launch_tc<4, true>(cfg, a, s) : launch_tc<4, false>(cfg, a, s);
-    }
-  }
+  if (cfg.tc_nt) return launch_tc_nt(cfg, a, s);
   switch (cfg.bm) {
     case 8:
       launch_bm<8>(cfg, a, epi, s);

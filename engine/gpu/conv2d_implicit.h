@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/precision.h"
 #include "engine/layers/activation.h"
 #include "engine/layers/conv.h"
 
@@ -27,6 +28,9 @@ struct ImplicitFusion {
   // With relu_pool, at most 32 filters: the 3xTF32 tensor-core kernel (weights from
   // implicit_weights_tc) instead of FFMAs; about FP32 accuracy.
   bool tensor_core = false;
+  // With tensor_core: the operands' format. FP32 is 3xTF32 as above; TF32 one product of
+  // tf32-rounded operands; FP16 / BF16 m16n8k16 products; all accumulate in FP32.
+  Precision precision = Precision::kFp32;
 };
 
 // How one convolution is cut into thread blocks for a block of n images.
@@ -57,9 +61,11 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
 // Weights rearranged for the kernel: [m_tiles][C*KH*KW][bm], zero-padded past the last filter,
 // so a thread block copies its slice with contiguous 16-byte loads.
 std::vector<float> implicit_weights(const ConvParams& p, const float* weight);
-// For the tensor-core kernel: per k-step of 8 taps, n-tile of 8 filters and lane, the lane's two
-// B values rounded to tf32 and the two remainders, rounded too: [k-steps][n-tiles][32][4].
-std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight);
+// For the tensor-core kernel: per k-step of 8 taps, n-tile of 8 filters and lane, a float4 with
+// the lane's two B values (taps lane % 4 and lane % 4 + 4, filter lane / 4): for FP32 rounded to
+// tf32 and then the two remainders, rounded too; for TF32 the two rounded; for FP16 / BF16 the
+// pair as the bits of one half2 / bfloat162. [k-steps][n-tiles][32][4].
+std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight, Precision prec);
 int implicit_bm(int64_t filters);
 
 // What the kernel reads and writes. x is float NCHW, or with fuse.u8_input x_u8 (bytes) with

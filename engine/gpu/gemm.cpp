@@ -27,6 +27,24 @@ cublasLtMatrixLayout_t make_layout(int64_t rows, int64_t cols, int64_t ld, bool 
 
 }  // namespace
 
+cublasComputeType_t compute_type(Precision p) {
+  switch (p) {
+    case Precision::kTf32:
+      return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case Precision::kFp16:
+      return CUBLAS_COMPUTE_32F_FAST_16F;
+    case Precision::kBf16:
+      return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case Precision::kFp32:
+      break;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
+std::string precision_tag(Precision p) {
+  return p == Precision::kFp32 ? std::string() : std::string(" [") + precision_name(p) + "]";
+}
+
 LtGemm::~LtGemm() { destroy(); }
 
 void LtGemm::destroy() {
@@ -42,8 +60,9 @@ void LtGemm::destroy() {
 bool LtGemm::init(cublasLtHandle_t lt, const GemmSpec& s, size_t workspace_bytes) {
   destroy();
   spec_ = s;
-  // The exactness rule: FP32 compute, so no TF32 whatever the math-mode defaults are.
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // The exactness rule: FP32 compute, so no TF32 whatever the math-mode defaults are, unless
+  // the run's precision allows a faster one.
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, compute_type(s.precision), CUDA_R_32F));
   cublasOperation_t ta = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));

@@ -1,12 +1,16 @@
 // One cuBLASLt matmul, planned once (descriptor, layouts, the heuristic's algorithm) and run
 // many times: D = op(A) * op(B) (+ bias per row of D, then ReLU, in the epilogue), optionally
-// a strided batch. FP32 in, FP32 compute (CUBLAS_COMPUTE_32F, never _FAST_TF32), FP32 out.
+// a strided batch. FP32 in and out; FP32 compute (CUBLAS_COMPUTE_32F, never _FAST_TF32) unless
+// the run's --precision allows cuBLAS to round the operands (CUBLAS_COMPUTE_32F_FAST_*).
 #pragma once
 
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <string>
+
+#include "engine/core/precision.h"
 
 namespace cnnrun::gpu {
 
@@ -19,7 +23,13 @@ struct GemmSpec {
   int64_t stride_a = 0, stride_b = 0, stride_d = 0;  // elements between batch members
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const float* bias = nullptr;  // length m, for the BIAS epilogues
+  Precision precision = Precision::kFp32;
 };
+
+// The cuBLAS compute type for a precision: 32F, 32F_FAST_TF32, 32F_FAST_16F, 32F_FAST_16BF.
+cublasComputeType_t compute_type(Precision p);
+// " [tf32]" etc. for a layer's algorithm name; empty for FP32.
+std::string precision_tag(Precision p);
 
 class LtGemm {
  public:

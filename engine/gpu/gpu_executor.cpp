@@ -66,7 +66,8 @@ struct ConvState {
   std::string tuned;    // auto's pick, kept across runs with the same block size
   int64_t tuned_n = 0;  // the block size it was timed on
   std::string tune_note;
-  DevBuf w, wt, wt_tc, bias;             // wt_tc: for the tensor-core kernel, when the conv can fuse its pool
+  DevBuf w, wt, bias;
+  DevBuf wt_tc[4];  // for the tensor-core kernel per Precision, when the conv can fuse its pool
   bool tc_ok = false, tc_ok_u8 = false;  // the tensor-core kernel can run it (reading floats / bytes)
   std::unique_ptr<Im2colConv> im2col;
   std::unique_ptr<CudnnConv> cudnn;
@@ -233,8 +234,9 @@ class GpuExecutor : public Executor {
   // timing each kernel alone was tried and dropped: conv3 alone is faster with FFMAs, yet the
   // whole run on three streams was up to 0.9 ms slower, and erratic over block sizes.)
   bool graphs_ = true, tc_ = true;
-  std::string forced_algo_;  // the last run's RunOptions::conv_algo
-  int64_t gpu_memory_ = 0;   // the last run's RunOptions::gpu_memory
+  std::string forced_algo_;            // the last run's RunOptions::conv_algo
+  Precision prec_ = Precision::kFp32;  // the last run's RunOptions::precision (forward_layers uses it)
+  int64_t gpu_memory_ = 0;             // the last run's RunOptions::gpu_memory
 
   // Whether conv step `st` run with `algo` computes its pool / reads the uint8 input.
   bool fuses_pool(const Step& st, const std::string& algo) const {
@@ -243,8 +245,37 @@ class GpuExecutor : public Executor {
   bool fuses_u8(const Step& st, const std::string& algo) const {
     return (fuses_pool(st, algo) ? st.u8_input_pool : st.u8_input) && fuse_u8_ && algo == "implicit";
   }
+  // The tensor-core kernel's arithmetic for this run's precision, as the report names it.
+  std::string tc_name() const {
+    switch (prec_) {
+      case Precision::kTf32:
+        return "TF32 tensor cores, ";
+      case Precision::kFp16:
+        return "FP16 tensor cores, ";
+      case Precision::kBf16:
+        return "BF16 tensor cores, ";
+      case Precision::kFp32:
+        break;
+    }
+    return "3xTF32 tensor cores, ";
+  }
+  // The operands' format from now on: plans made for another are dropped (cuBLASLt's, cuDNN's
+  // search, auto's picks, the captured graphs).
+  void set_precision(Precision p) {
+    if (p == prec_) return;
+    prec_ = p;
+    for (Step& st : steps_) {
+      st.fc_plans.clear();
+      if (!st.conv) continue;
+      st.conv->tuned.clear();
+      st.conv->tuned_n = 0;
+      if (st.conv->im2col) st.conv->im2col->set_precision(p);
+      if (st.conv->cudnn) st.conv->cudnn->set_precision(p);
+    }
+    for (auto& sp : slots_) sp->drop_graph();
+  }
   bool uses_tc(const Step& st, const std::string& algo) const {  // needs the weights uploaded
-    return fuses_pool(st, algo) && tc_ && st.conv->wt_tc.get() != nullptr &&
+    return fuses_pool(st, algo) && tc_ && st.conv->wt_tc[0].get() != nullptr &&
            (fuses_u8(st, algo) ? st.conv->tc_ok_u8 : st.conv->tc_ok);
   }
   bool pool_fused(const Step& st) const {  // kPool: computed by its conv this run
@@ -414,16 +445,19 @@ void GpuExecutor::upload_weights() {
         c.tc_ok = implicit_config(c.p, 1, f).ok;
         f.u8_input = true;
         c.tc_ok_u8 = st.u8_input_pool && implicit_config(c.p, 1, f).ok;
-        if (c.tc_ok || c.tc_ok_u8) {
-          std::vector<float> wtc = implicit_weights_tc(c.p, w.ptr());
-          c.wt_tc = upload(wtc.data(), wtc.size());
-        }
+        if (c.tc_ok || c.tc_ok_u8)
+          for (Precision pr : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+            std::vector<float> wtc = implicit_weights_tc(c.p, w.ptr(), pr);
+            c.wt_tc[static_cast<int>(pr)] = upload(wtc.data(), wtc.size());
+          }
       }
       std::vector<float> bias(static_cast<size_t>(c.p.filters), 0.f);
       if (c.p.bias) bias = l.weight("bias").data;
       c.bias = upload(bias.data(), bias.size());
       c.im2col = std::make_unique<Im2colConv>(c.p, st.act, w.ptr(), bias.data(), c.bias.as<float>());
       c.cudnn = std::make_unique<CudnnConv>(c.p, st.act);
+      c.im2col->set_precision(prec_);
+      c.cudnn->set_precision(prec_);
     } else if (st.op == Op::kFc) {
       const auto& fp = dynamic_cast<const FcLayer&>(l).p;
       const Tensor& w = l.weight("weight");
@@ -561,6 +595,7 @@ void GpuExecutor::run_conv(Step& st, Slot& s, int64_t n, const std::string& algo
     f.relu_pool = fuses_pool(st, algo);
     f.u8_input = fuses_u8(st, algo);
     f.tensor_core = uses_tc(st, algo);
+    f.precision = prec_;
     ImplicitConfig cfg = implicit_config(c.p, n, f);
     ImplicitIo io;
     io.x = x;
@@ -569,8 +604,8 @@ void GpuExecutor::run_conv(Step& st, Slot& s, int64_t n, const std::string& algo
     io.y = f.relu_pool
                ? s.bufs[static_cast<size_t>(steps_[static_cast<size_t>(st.pool_layer)].out)].as<float>()
                : y;
-    launch_conv_implicit(cfg, c.p, io, (f.tensor_core ? c.wt_tc : c.wt).as<float>(), c.bias.as<float>(), n,
-                         st.act, s.stream);
+    launch_conv_implicit(cfg, c.p, io, (f.tensor_core ? c.wt_tc[static_cast<int>(prec_)] : c.wt).as<float>(),
+                         c.bias.as<float>(), n, st.act, s.stream);
   } else if (algo == "im2col") {
     c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(),
                       s.lt_ws.bytes(), s.stream);
@@ -624,9 +659,11 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
         g.lda = p.inputs, g.ldb = p.inputs, g.ldd = p.outputs;
         g.epilogue = st.act == ActKind::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
         g.bias = st.b.as<float>();
+        g.precision = prec_;
         if (!plan->init(lt_, g, s.lt_ws.bytes()))
-          throw Error("layer '" + l.name + "': cuBLASLt has no FP32 algorithm for its " +
-                      std::to_string(p.outputs) + "x" + std::to_string(p.inputs) + " GEMM");
+          throw Error("layer '" + l.name + "': cuBLASLt has no " + precision_name(prec_) +
+                      " algorithm for its " + std::to_string(p.outputs) + "x" + std::to_string(p.inputs) +
+                      " GEMM");
       }
       plan->run(lt_, st.w.as<float>(), buf(st.ins[0]), buf(st.out), s.lt_ws.get(), s.lt_ws.bytes(), s.stream);
       return;
@@ -856,13 +893,14 @@ std::string GpuExecutor::step_algo(const Step& st) const {
       std::string relu = st.act == ActKind::kRelu ? "+relu" : "";
       if (fuses_pool(st, c.chosen)) relu += "+maxpool";
       if (c.chosen == "implicit")
-        return std::string("implicit(") + (uses_tc(st, c.chosen) ? "3xTF32 tensor cores, " : "") +
+        return std::string("implicit(") + (uses_tc(st, c.chosen) ? tc_name() : "") +
                (fuses_u8(st, c.chosen) ? "uint8 input, " : "") + "bias" + relu + " epilogue)";
       if (c.chosen == "im2col") return c.im2col->algo_name();
       return c.cudnn->algo_name();
     }
     case Op::kFc:
-      return std::string("cublasLt(epilogue bias") + (st.act == ActKind::kRelu ? "+relu)" : ")");
+      return std::string("cublasLt(epilogue bias") + (st.act == ActKind::kRelu ? "+relu)" : ")") +
+             precision_tag(prec_);
     case Op::kFused:
       return "fused into " + net_.layers[static_cast<size_t>(st.fused_producer)]->name;
     case Op::kPool:
@@ -887,6 +925,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   RunResult r;
   auto setup_t0 = Clock::now();
   upload_weights();
+  set_precision(opt.precision);
+  r.precision = prec_;
   int64_t block = opt.block;
   if (block == 0) {  // near kDefaultBlock, cut into equal blocks
     int64_t nb = (batch + kDefaultBlock - 1) / kDefaultBlock;
