@@ -14,7 +14,9 @@
 # Environment: CARRY (default .carry) holds cnnrun and shared/ (models/convnetjs-cifar10,
 # data/cifar10-sample/train_2000.bin), the layout of scripts/device_check.sh; REPEATS (default
 # 7, at least 5); ALGOS (default "implicit im2col cudnn auto"); RESIDENT_ALGOS (default
-# "implicit auto"; empty for none): the algorithms also timed with --resident; PYTHON (default
+# "implicit auto"; empty for none): the algorithms also timed with --resident; PRECISIONS (default
+# "tf32 fp16 bf16"; empty for none): implicit --resident rows at those --precision values (their
+# validation tolerance is the format's, see docs/performance.md); PYTHON (default
 # python3, the one with torch); CUDNN_LIB (default: the cuDNN inside PyTorch's venv when it is
 # there), put first on cnnrun's library path so that both sides run the same cuDNN; LOGS
 # (default /tmp/gpu_bench, /tmp/gpu_bench_fashion): where logs, JSON and .npy files go; with OUT
@@ -47,6 +49,7 @@ PY=${PYTHON:-python3}
 SIZES=${*:-10000 50000}
 ALGOS=${ALGOS:-implicit im2col cudnn auto}
 RESIDENT_ALGOS=${RESIDENT_ALGOS-implicit auto}
+PRECISIONS=${PRECISIONS-tf32 fp16 bf16}
 [ "$R" -ge 5 ] || { echo "gpu_bench: REPEATS must be at least 5" >&2; exit 2; }
 [ -x "$C/cnnrun" ] || { echo "gpu_bench: need $C/cnnrun" >&2; exit 1; }
 case $NET in
@@ -109,16 +112,18 @@ bench() {
 for n in $SIZES; do
   for algo in $ALGOS; do bench "$algo" "$n" "$algo"; done
   for algo in $RESIDENT_ALGOS; do bench "$algo" "$n" "${algo}_resident" --resident; done
+  for p in $PRECISIONS; do bench implicit "$n" "implicit_${p}_resident" --resident --precision "$p"; done
 done
 
 PYTHONUNBUFFERED=1 $PY bench/pytorch_gpu.py "${torch_net[@]}" --sizes $SIZES --repeats "$R" \
   --ref "$O/ref.npy" >"$O/torch.jsonl" 2>"$O/torch.err" || { echo "pytorch failed:"; tail -5 "$O/torch.err"; }
 
-$PY - "$O" "$SIZES" "$ALGOS" "$RESIDENT_ALGOS" "$what" "$NET" <<'PY' | tee "$O/table$tag.txt"
+$PY - "$O" "$SIZES" "$ALGOS" "$RESIDENT_ALGOS" "$what" "$NET" "$PRECISIONS" <<'PY' | tee "$O/table$tag.txt"
 import glob, json, os, sys
 import numpy as np
 out, sizes, algos = sys.argv[1], [int(s) for s in sys.argv[2].split()], sys.argv[3].split()
 resident, images_from, net = sys.argv[4].split(), sys.argv[5], sys.argv[6]
+precisions = sys.argv[7].split()
 ref = np.load(f"{out}/ref.npy")
 torch_rows = [json.loads(l) for l in open(f"{out}/torch.jsonl") if l.strip().startswith("{")]
 gpu = open(f"{out}/gpu.txt").read().strip().replace("\n", "; ")
@@ -127,7 +132,8 @@ print(f"\n=== gpu_bench: {gpu}" if net == "cifar10" else f"\n=== gpu_bench ({net
 for n in sizes:
     rows = []
     for algo, name, timed in [(a, a, "uint8 host -> host preds") for a in algos] + \
-                             [(a, f"{a}_resident", "forward, input on GPU") for a in resident]:
+                             [(a, f"{a}_resident", "forward, input on GPU") for a in resident] + \
+                             [("implicit", f"implicit_{p}_resident", "forward, input on GPU") for p in precisions]:
         variant = "cnnrun " + name.replace("_", " ")
         path = f"{out}/cnnrun_{name}_{n}.json"
         if not os.path.exists(path):
@@ -154,17 +160,17 @@ for n in sizes:
     e2e = next((r[2] for r in rows if r[0] == "pytorch e2e fp32"), None)
     runs = next((r[7] for r in rows if r[7]), "?")
     print(f"\n{n} images ({images_from}); {cudnn}; medians of {runs} runs")
-    print(f"{'variant':<24} {'timed':<34} {'median ms':>9} {'min..max':>13} {'vs eager':>8} {'vs e2e':>7} "
+    print(f"{'variant':<30} {'timed':<34} {'median ms':>9} {'min..max':>13} {'vs eager':>8} {'vs e2e':>7} "
           f"{'accuracy':>8} {'max|dp| vs CPU':>14} {'validate max rel':>16}")
     for name, what, ms, mm, acc, dp, val, _ in rows:
         if ms is None:
-            print(f"{name:<24} {what}")
+            print(f"{name:<30} {what}")
             continue
         sp = f"{eager / ms:.2f}x" if eager else "-"
         se = f"{e2e / ms:.2f}x" if e2e else "-"
         mms = f"{mm[0]:.2f}..{mm[1]:.2f}" if mm else "-"
         dps = f"{dp:.1e}" if dp is not None else "-"
-        print(f"{name:<24} {what:<34} {ms:>9.2f} {mms:>13} {sp:>8} {se:>7} {acc:>7.2f}% {dps:>14} {val:>16}")
+        print(f"{name:<30} {what:<34} {ms:>9.2f} {mms:>13} {sp:>8} {se:>7} {acc:>7.2f}% {dps:>14} {val:>16}")
 PY
 [ -n "${OUT:-}" ] && tar czf "$OUT/gpu_bench$tag.tgz" -C "$O" . && cp "$O/table$tag.txt" "$OUT/"
 exit 0
