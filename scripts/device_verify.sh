@@ -7,9 +7,10 @@
 #   fashion-mnist/              the t10k IDX files of Debian's dataset-fashion-mnist
 # The binaries carry the build machine's absolute paths (source dir, cnnrun path): links recreate
 # them. Logs go to $OUT; a short table is printed last.
-# SANITIZE=1 adds the GPU test cases under compute-sanitizer memcheck and racecheck, each for at
-# most SANITIZE_SECONDS (default 280), with CNNRUN_TEST_SANITIZER=1 so the heaviest cases shrink;
-# SANITIZE=only runs just that part (about 10 minutes: one device call).
+# SANITIZE=1 adds the GPU test cases (SANITIZE_FILTER, a doctest -tc filter, default "gpu*") under
+# compute-sanitizer memcheck and racecheck (SANITIZE_TOOLS), one process per case, SANITIZE_JOBS at a
+# time, each for at most SANITIZE_SECONDS (default 280), with CNNRUN_TEST_SANITIZER=1 so the
+# heaviest cases shrink; SANITIZE=only runs just that part.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -52,14 +53,38 @@ if (( ! only )); then
   grep -E "images, max abs" "$O/xcheck.log"
 fi
 # SANITIZE=1 or only: the GPU test cases under compute-sanitizer memcheck and racecheck (issue 6),
-# shrunk for it by CNNRUN_TEST_SANITIZER (the test cases say which, in doctest MESSAGEs).
+# shrunk for it by CNNRUN_TEST_SANITIZER (the test cases say which, in doctest MESSAGEs). Each
+# test case runs as its own sanitizer process, SANITIZE_JOBS (default 16) at a time, each for at
+# most SANITIZE_SECONDS (default 280): racecheck of the whole suite in one process took longer
+# than a device call may run.
 if [[ -n "${SANITIZE:-}" ]]; then
   CS=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
-  for tool in memcheck racecheck; do
-    CNNRUN_TEST_SANITIZER=1 timeout "${SANITIZE_SECONDS:-280}" "$CS" --tool $tool --error-exitcode 3 "$B/cnnrun_tests" -tc="gpu*" \
-      >"$O/sanitize_$tool.log" 2>&1; r=$?
-    row "compute-sanitizer $tool, GPU cases (rc $r$( ((r == 124)) && echo ', timed out'))" \
-      "$(grep -E 'test cases:' "$O/sanitize_$tool.log" | tr -s ' ') $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$O/sanitize_$tool.log" | tail -1) ($(grep -c 'shrunk for CNNRUN_TEST_SANITIZER' "$O/sanitize_$tool.log") cases shrunk)"
+  # Case names as filters: doctest splits filters at commas, so a comma becomes the '?' wildcard.
+  mapfile -t cases < <("$B/cnnrun_tests" --list-test-cases -tc="${SANITIZE_FILTER:-gpu*}" | sed -n '/^====/,/^====/p' |
+    grep -v '^====' | sed 's/,/?/g')
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+    i=0
+    for c in "${cases[@]}"; do
+      i=$((i + 1))
+      echo "$i|$c"
+    done | xargs -P "${SANITIZE_JOBS:-16}" -d '\n' -I{} bash -c '
+      n=${1%%|*} c=${1#*|}
+      CNNRUN_TEST_SANITIZER=1 timeout "$2" "$3" --tool "$4" --error-exitcode 3 "$5" -tc="$c" >"$6/sanitize_$4_$n.log" 2>&1
+      echo "$?" >"$6/sanitize_$4_$n.rc"' _ {} "${SANITIZE_SECONDS:-280}" "$CS" "$tool" "$B/cnnrun_tests" "$O"
+    pass=0 fail=0 timeouts=0 errs=0 shrunk=0
+    for n in $(seq 1 "${#cases[@]}"); do
+      r=$(cat "$O/sanitize_${tool}_$n.rc" 2>/dev/null || echo missing)
+      log=$O/sanitize_${tool}_$n.log
+      if [[ "$r" == 0 ]] && grep -q '1 passed | 0 failed' "$log"; then pass=$((pass + 1)); else
+        fail=$((fail + 1)); echo "sanitizer $tool: case '${cases[$((n - 1))]}' rc $r"; grep -E 'SUMMARY|ERROR|FAILED' "$log" | head -5
+      fi
+      [[ "$r" == 124 ]] && timeouts=$((timeouts + 1))
+      e=$(grep -oE '(ERROR|RACECHECK) SUMMARY: [0-9]+' "$log" | grep -oE '[0-9]+$' | tail -1)
+      errs=$((errs + ${e:-0}))
+      shrunk=$((shrunk + $(grep -c 'shrunk for CNNRUN_TEST_SANITIZER' "$log")))
+    done
+    row "compute-sanitizer $tool, ${#cases[@]} GPU cases" \
+      "$pass passed, $fail failed ($timeouts timed out after ${SANITIZE_SECONDS:-280} s); $errs errors/hazards reported; $shrunk shrunk"
   done
 fi
 (( only )) || head -40 "$O/c1200.log"

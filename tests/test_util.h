@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/io/dataset.h"
 
 namespace cnnrun::test {
 
@@ -43,6 +44,15 @@ struct Compare {
 };
 // |a-b| <= atol + rtol*|b| for every element; NaN never passes.
 Compare compare(const float* a, const float* b, size_t n, double atol, double rtol);
+
+// The data set's first n images (for the GPU cases' shrunk runs under compute-sanitizer).
+inline Dataset first_images(const Dataset& d, int64_t n) {
+  Dataset s = d;
+  s.count = n;
+  s.pixels.resize(static_cast<size_t>(n * d.shape.size()));
+  s.labels.resize(static_cast<size_t>(n));
+  return s;
+}
 
 // Runs a shell command, returns its exit status; stdout+stderr go to *out.
 int run_command(const std::string& cmd, std::string* out);
