@@ -54,7 +54,8 @@ if (( ! only )); then
 fi
 # SANITIZE=1 or only: the GPU test cases under compute-sanitizer memcheck and racecheck (issue 6),
 # shrunk for it by CNNRUN_TEST_SANITIZER (the test cases say which, in doctest MESSAGEs). Each
-# test case runs as its own sanitizer process, SANITIZE_JOBS (default 16) at a time, each for at
+# test case runs as its own sanitizer process, SANITIZE_JOBS (default 5; 16 at once slowed
+# racecheck past 240 s) at a time, each for at
 # most SANITIZE_SECONDS (default 280): racecheck of the whole suite in one process took longer
 # than a device call may run.
 if [[ -n "${SANITIZE:-}" ]]; then
@@ -67,7 +68,7 @@ if [[ -n "${SANITIZE:-}" ]]; then
     for c in "${cases[@]}"; do
       i=$((i + 1))
       echo "$i|$c"
-    done | xargs -P "${SANITIZE_JOBS:-16}" -d '\n' -I{} bash -c '
+    done | xargs -P "${SANITIZE_JOBS:-5}" -d '\n' -I{} bash -c '
       n=${1%%|*} c=${1#*|}
       CNNRUN_TEST_SANITIZER=1 timeout "$2" "$3" --tool "$4" --error-exitcode 3 "$5" -tc="$c" >"$6/sanitize_$4_$n.log" 2>&1
       echo "$?" >"$6/sanitize_$4_$n.rc"' _ {} "${SANITIZE_SECONDS:-280}" "$CS" "$tool" "$B/cnnrun_tests" "$O"
