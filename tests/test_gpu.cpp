@@ -11,9 +11,7 @@
 #include <sstream>
 
 #include "engine/gpu_api.h"
-#include "engine/io/assets.h"
 #include "engine/io/dataset.h"
-#include "engine/io/weights.h"
 #include "engine/network.h"
 #include "reference/cpu_executor.h"
 #include "tests/test_util.h"
@@ -22,25 +20,10 @@ using namespace cnnrun;
 
 namespace {
 
-bool gpu_present() {
-  static const bool present = [] {
-    std::string why;
-    bool ok = gpu_available(&why);
-    if (!ok) std::fprintf(stderr, "GPU tests skipped: %s\n", why.c_str());
-    return ok;
-  }();
-  return present;
-}
+using test::gpu_present;
+using test::sanitizer_mode;
 
 constexpr double kAtol = 1e-4, kRtol = 1e-3;
-
-// CNNRUN_TEST_SANITIZER (non-empty): the suite runs under compute-sanitizer, which slows kernels
-// by 100x or more (racecheck), so the heaviest cases shrink to sizes that run the same kernels
-// and the same code paths in minutes, and say so.
-bool sanitizer_mode() {
-  const char* v = std::getenv("CNNRUN_TEST_SANITIZER");
-  return v != nullptr && *v != '\0';
-}
 
 // Random weights in each layer's PyTorch shapes, scaled by fan-in so activations stay O(1).
 void random_weights(Network& net, uint32_t seed) {
@@ -574,19 +557,9 @@ TEST_CASE("gpu: a block larger than GPU memory is cut to fit, with the same pred
 
 TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 images cycled" *
           doctest::skip(!gpu_present())) {
-  const std::string shared = test::shared_dir();
-  if (!test::have_file(shared + "/data/cifar10-sample/train_2000.bin") ||
-      !test::have_file(shared + "/models/convnetjs-cifar10/layer1_conv.txt")) {
-    MESSAGE("CIFAR-10 sample not found under " << shared << "; skipping");
-    return;
-  }
-  // The source tree as built, or the current directory (a checkout copied to a GPU machine).
-  std::string netdef = std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml";
-  if (!test::have_file(netdef)) netdef = "netdefs/cifar10.yaml";
-  Network net = parse_netdef_file(netdef);
-  AssetResolver assets(net.source_dir, {shared});
-  load_weights(net, assets, "");
-  Dataset data = load_dataset(net, assets, "");
+  Network net;
+  Dataset data;
+  if (!test::load_cifar_sample(net, data, "this case")) return;
   REQUIRE(data.count == 2000);
   // Under the sanitizer, the GPU runs take the first 200 images cycled to 260 in blocks of 100:
   // still every algorithm, three streams, the captured graphs, a shorter last block and blocks
@@ -708,18 +681,9 @@ TEST_CASE("gpu: --resident gives the same predictions as copying from host memor
 
   // The CIFAR-10 network at the size the benchmark times (default blocks, three streams,
   // graphs), when the sample is there.
-  const std::string shared = test::shared_dir();
-  if (!test::have_file(shared + "/data/cifar10-sample/train_2000.bin") ||
-      !test::have_file(shared + "/models/convnetjs-cifar10/layer1_conv.txt")) {
-    MESSAGE("CIFAR-10 sample not found under " << shared << "; the 50000-image part skipped");
-    return;
-  }
-  std::string netdef = std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml";
-  if (!test::have_file(netdef)) netdef = "netdefs/cifar10.yaml";
-  Network cifar = parse_netdef_file(netdef);
-  AssetResolver assets(cifar.source_dir, {shared});
-  load_weights(cifar, assets, "");
-  Dataset cdata = load_dataset(cifar, assets, "");
+  Network cifar;
+  Dataset cdata;
+  if (!test::load_cifar_sample(cifar, cdata, "the 50000-image part")) return;
   auto cgpu = make_gpu_executor(cifar);
   const bool shrink = sanitizer_mode();
   if (shrink)

@@ -5,15 +5,13 @@
 // wrong operand packing, would fail one way or the other).
 #include <doctest/doctest.h>
 
-#include <cstdio>
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "engine/core/precision.h"
 #include "engine/gpu_api.h"
-#include "engine/io/assets.h"
 #include "engine/io/dataset.h"
-#include "engine/io/weights.h"
 #include "engine/network.h"
 #include "engine/validate.h"
 #include "reference/cpu_executor.h"
@@ -22,14 +20,6 @@
 using namespace cnnrun;
 
 namespace {
-
-bool have_gpu() {
-  static const bool ok = [] {
-    std::string why;
-    return gpu_available(&why);
-  }();
-  return ok;
-}
 
 std::string run_cli(const std::string& args, int* rc) {
   std::string out;
@@ -64,15 +54,9 @@ TEST_CASE("precision: the CPU engine refuses anything but fp32, on the command l
   CHECK(out.find("--precision") != std::string::npos);
   CHECK(std::count(out.begin(), out.end(), '\n') == 1);
 
-  const std::string shared = test::shared_dir();
-  if (!test::have_file(shared + "/data/cifar10-sample/train_2000.bin")) {
-    MESSAGE("CIFAR-10 sample not found under " << shared << "; RunOptions part skipped");
-    return;
-  }
-  Network n = parse_netdef_file(net);
-  AssetResolver assets(n.source_dir, {shared});
-  load_weights(n, assets, "");
-  Dataset data = load_dataset(n, assets, "");
+  Network n;
+  Dataset data;
+  if (!test::load_cifar_sample(n, data, "the RunOptions part")) return;
   auto cpu = make_cpu_executor(n);
   RunOptions o;
   o.batch = 4;
@@ -81,24 +65,14 @@ TEST_CASE("precision: the CPU engine refuses anything but fp32, on the command l
 }
 
 TEST_CASE("gpu: the CIFAR-10 network at every precision and algorithm validates at its tolerance" *
-          doctest::skip(!have_gpu())) {
-  const std::string shared = test::shared_dir();
-  if (!test::have_file(shared + "/data/cifar10-sample/train_2000.bin") ||
-      !test::have_file(shared + "/models/convnetjs-cifar10/layer1_conv.txt")) {
-    MESSAGE("CIFAR-10 sample not found under " << shared << "; skipping");
-    return;
-  }
-  std::string netdef = std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml";
-  if (!test::have_file(netdef)) netdef = "netdefs/cifar10.yaml";
-  Network net = parse_netdef_file(netdef);
-  AssetResolver assets(net.source_dir, {shared});
-  load_weights(net, assets, "");
-  Dataset data = load_dataset(net, assets, "");
+          doctest::skip(!test::gpu_present())) {
+  Network net;
+  Dataset data;
+  if (!test::load_cifar_sample(net, data, "this case")) return;
   auto cpu = make_cpu_executor(net);
   auto gpu = make_gpu_executor(net);
   // Under compute-sanitizer (CNNRUN_TEST_SANITIZER), 64 images validated on 32.
-  const char* san = std::getenv("CNNRUN_TEST_SANITIZER");
-  const bool shrink = san != nullptr && *san != '\0';
+  const bool shrink = test::sanitizer_mode();
   const int64_t batch = shrink ? 64 : 2000, n = shrink ? 32 : 500;
   if (shrink) MESSAGE("shrunk for CNNRUN_TEST_SANITIZER: 64 images, 32 validated, instead of 2000 and 500");
 

@@ -8,7 +8,42 @@
 #include <filesystem>
 #include <sstream>
 
+#include "engine/gpu_api.h"
+#include "engine/io/assets.h"
+#include "engine/io/weights.h"
+
 namespace cnnrun::test {
+
+bool gpu_present() {
+  static const bool present = [] {
+    std::string why;
+    bool ok = gpu_available(&why);
+    if (!ok) std::fprintf(stderr, "GPU tests skipped: %s\n", why.c_str());
+    return ok;
+  }();
+  return present;
+}
+
+bool sanitizer_mode() {
+  const char* v = std::getenv("CNNRUN_TEST_SANITIZER");
+  return v != nullptr && *v != '\0';
+}
+
+bool load_cifar_sample(Network& net, Dataset& data, const std::string& what) {
+  const std::string shared = shared_dir();
+  if (!have_file(shared + "/data/cifar10-sample/train_2000.bin") ||
+      !have_file(shared + "/models/convnetjs-cifar10/layer1_conv.txt")) {
+    MESSAGE("CIFAR-10 sample not found under " << shared << "; " << what << " skipped");
+    return false;
+  }
+  std::string netdef = std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml";
+  if (!have_file(netdef)) netdef = "netdefs/cifar10.yaml";
+  net = parse_netdef_file(netdef);
+  AssetResolver assets(net.source_dir, {shared});
+  load_weights(net, assets, "");
+  data = load_dataset(net, assets, "");
+  return true;
+}
 
 std::string temp_dir(const std::string& tag) {
   static int counter = 0;

@@ -14,6 +14,7 @@
 
 #include "engine/core/tensor.h"
 #include "engine/io/dataset.h"
+#include "engine/network.h"
 
 namespace cnnrun::test {
 
@@ -53,6 +54,20 @@ inline Dataset first_images(const Dataset& d, int64_t n) {
   s.labels.resize(static_cast<size_t>(n));
   return s;
 }
+
+// Whether a usable GPU is there (the reason it is not goes to stderr once): the GPU cases'
+// doctest::skip condition.
+bool gpu_present();
+
+// CNNRUN_TEST_SANITIZER (non-empty): the suite runs under compute-sanitizer, which slows kernels
+// by 100x or more (racecheck), so the heaviest GPU cases shrink to sizes that run the same kernels
+// and the same code paths in minutes, and say so.
+bool sanitizer_mode();
+
+// The thesis network (netdefs/cifar10.yaml of the source tree as built, or of the current
+// directory: a checkout copied to a GPU machine) with ../shared's ConvNetJS weights and 2000
+// sample images. False, with a MESSAGE that `what` is skipped, when the sample is not there.
+bool load_cifar_sample(Network& net, Dataset& data, const std::string& what);
 
 // Runs a shell command, returns its exit status; stdout+stderr go to *out.
 int run_command(const std::string& cmd, std::string* out);
