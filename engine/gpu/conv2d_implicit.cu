@@ -488,16 +488,19 @@ __device__ __forceinline__ void mma_tf32_first(float (&d)[4], const unsigned (&a
 // Operands rounded to tf32 to nearest (ties away), two integer ops: what cvt.rna does.
 __device__ __forceinline__ unsigned tf32_rn(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 
-// Two floats as one register of two 16-bit values, lo in the low half (the lower k-slot).
+// Two floats as one register of two 16-bit values, lo in the low half (the lower k-slot),
+// rounded to nearest even: the kernel's A operands and, on the host, the packed weights.
 template <int PREC>
-__device__ __forceinline__ unsigned pack2(float lo, float hi) {
+__host__ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
+  unsigned v;
   if constexpr (PREC == kTcFp16) {
     const __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&h);
+    memcpy(&v, &h, 4);
   } else {
     const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const unsigned*>(&h);
+    memcpy(&v, &h, 4);
   }
+  return v;
 }
 
 // d += a * b, m16n8k16, FP16 or BF16 operands, FP32 accumulator.
@@ -1139,16 +1142,10 @@ float round_tf32(float x) {
   return x;
 }
 
-// Two values as the bits of a half2 / bfloat162 (lo in the low half), rounded to nearest even.
+// Two weights as the bits of a half2 / bfloat162 (pack2, the kernel's own packing of A), stored
+// in a float of the weights array.
 float pack_pair(Precision prec, float lo, float hi) {
-  uint32_t v = 0;
-  if (prec == Precision::kFp16) {
-    const __half2 h = __floats2half2_rn(lo, hi);
-    std::memcpy(&v, &h, 4);
-  } else {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-    std::memcpy(&v, &h, 4);
-  }
+  const uint32_t v = prec == Precision::kFp16 ? pack2<kTcFp16>(lo, hi) : pack2<kTcBf16>(lo, hi);
   float f;
   std::memcpy(&f, &v, 4);
   return f;
