@@ -4,7 +4,10 @@
 # "label|ENV=... ENV2=...|cnnrun options", run on the CIFAR-10 network over N images of the
 # sample cycled (default 50000), --repeat R (default 7), validated on 500 images:
 #
-#   scripts/device_ab.sh "flush 1|CNNRUN_TC_FLUSH=1|" "tf32||--precision tf32"
+#   scripts/device_ab.sh "no exact pixels|CNNRUN_GPU_OFF=exact|" "tf32||--precision tf32"
+#
+# BIN=path among a variant's ENV words runs another cnnrun binary (relative to CARRY), e.g. the
+# build before a change: "before|BIN=bin/cnnrun_before|".
 #
 # Environment: CARRY (default .carry-lead) with bin/cnnrun and shared/ as for
 # scripts/device_verify.sh; N, R; NETDEF (default netdefs/cifar10.yaml); OUT for the logs.
@@ -22,8 +25,13 @@ for v in "$@"; do
   IFS='|' read -r label envs args <<<"$v"
   i=$((i + 1))
   log=$O/ab_$i.log
-  # shellcheck disable=SC2086  # envs and args are word lists on purpose
-  env $envs "$C/bin/cnnrun" "$NETDEF" --engine gpu --batch "$N" --cycle --repeat "$R" --validate \
+  bin=$C/bin/cnnrun
+  vars=()
+  for e in $envs; do
+    if [[ $e == BIN=* ]]; then bin=$C/${e#BIN=}; else vars+=("$e"); fi
+  done
+  # shellcheck disable=SC2086  # args is a word list on purpose
+  env ${vars[@]+"${vars[@]}"} "$bin" "$NETDEF" --engine gpu --batch "$N" --cycle --repeat "$R" --validate \
     --validate-images 500 --assets "$C/shared" $args >"$log" 2>&1
   rc=$?
   ms=$(grep -o 'forward time = median [0-9.]*' "$log" | awk '{print $5}')

@@ -394,9 +394,11 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
   MaxErr err;
   uint32_t seed = 500;
   for (const FusedCase& k : kFusedCases) {
-    // The implicit algorithm with each of its kernels for the fused pool: the 3xTF32
-    // tensor-core one wherever it can run (the default), and the FFMA one ("implicit-ffma").
-    for (const char* variant : {"implicit", "implicit-ffma", "cudnn"}) {
+    // The implicit algorithm with each of its kernels for the fused pool: the tensor-core one
+    // wherever it can run (the default; conv1 reading bytes takes exact pixels with FP16
+    // products, as every mean/std here has exact offsets), the same with 3xTF32 for conv1 too
+    // ("implicit-3xtf32"), and the FFMA one ("implicit-ffma").
+    for (const char* variant : {"implicit", "implicit-3xtf32", "implicit-ffma", "cudnn"}) {
       const std::string v = variant;
       const char* algo = v == "cudnn" ? "cudnn" : "implicit";
       struct Env {  // the executor reads CNNRUN_GPU_OFF when it is made
@@ -404,7 +406,7 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
           if (*off) setenv("CNNRUN_GPU_OFF", off, 1);
         }
         ~Env() { unsetenv("CNNRUN_GPU_OFF"); }
-      } env(v == "implicit-ffma" ? "tc" : "");
+      } env(v == "implicit-ffma" ? "tc" : v == "implicit-3xtf32" ? "exact" : "");
       Network net = parse_netdef_string(fused_netdef(k), "fusetest");
       random_weights(net, seed);
       Dataset data = gpu_random_data(net.input, k.n + 2, 10, seed);
@@ -443,8 +445,9 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
       CHECK(r.layers[2].algo == (pool1 ? "fused into conv1" : ""));
       CHECK((r.layers[0].algo.find("uint8 input") != std::string::npos) == u8);
       CHECK((r.layers[0].algo.find("maxpool") != std::string::npos) == pool1);
-      CHECK((r.layers[0].algo.find("3xTF32") != std::string::npos) ==
-            (pool1 && k.f1 <= 32 && v == "implicit"));
+      const bool tc1 = pool1 && k.f1 <= 32 && v != "implicit-ffma";
+      CHECK((r.layers[0].algo.find("exact pixels") != std::string::npos) == (tc1 && u8 && v == "implicit"));
+      CHECK((r.layers[0].algo.find("3xTF32") != std::string::npos) == (tc1 && !(u8 && v == "implicit")));
       if (pool1) CHECK(r.layers[2].seconds == 0.0);
       compare_layers(net, *gpu, *cpu, data, 1, k.n, what.str(), err);
       seed += 3;

@@ -41,11 +41,15 @@
 //   written once, coalesced along the output row.
 // - For conv + ReLU + pool with at most 32 filters a second kernel (conv_tc_pool_kernel, below)
 //   does the same on the tensor cores in 3xTF32: FFMAs had stalled at ~60% of the FMA pipe,
-//   and three TF32 products per multiply still keep FP32-level accuracy.
+//   and three TF32 products per multiply still keep FP32-level accuracy. Where the first conv
+//   reads bytes whose preprocessing has an exact offset (exact_input_offsets), it stages
+//   byte - offset, exact in FP16, and two FP16 products (the weights' high and low parts) per 16
+//   taps replace six TF32 ones, at the same accuracy.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -74,7 +78,9 @@ constexpr int kTcSmemMax = static_cast<int>(2 * kTcStageBudget) + kU8Words * kTh
 enum Epi { kEpiNone = 0, kEpiRelu = 1, kEpiReluPool = 2 };
 // The tensor-core kernel's arithmetic (Precision's order): 3xTF32 with FP32 flushes, TF32,
 // FP16 or BF16 operands.
-enum TcPrec { kTcFp32 = 0, kTcTf32 = 1, kTcFp16 = 2, kTcBf16 = 3 };
+// kTcX16: FP32 results for uint8 input staged exactly as byte - offset (ImplicitFusion::u8_exact):
+// FP16 products of those exact values and of weights split in two FP16 parts.
+enum TcPrec { kTcFp32 = 0, kTcTf32 = 1, kTcFp16 = 2, kTcBf16 = 3, kTcX16 = 4 };
 
 // n / d for 0 <= n < 2^31 as a multiply-high and a shift (Granlund-Montgomery): the staging
 // and tile arithmetic divide by run-time sizes, and a hardware-less integer division costs ~20
@@ -114,6 +120,7 @@ struct ImplArgs {
   FastDiv div_pitch, div_ph, div_cb, div_cb_last, div_row_tiles;
   FastDiv div_chw, div_hw, div_w;  // uint8 input: decoding a byte offset in the tile
   FastDiv div_w4, div_h;           // row copies: decoding a 16-byte unit in the tile
+  float out_scale;                 // kTcX16: the accumulators' scale (a power of two)
 };
 
 __device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
@@ -518,6 +525,15 @@ __device__ __forceinline__ void mma_16(float (&d)[4], const unsigned (&a)[4], un
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The FP16 product with a zero accumulator: it starts a partial sum (kTcX16).
+__device__ __forceinline__ void mma_f16_first(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                              unsigned b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+}
+
 // GPW groups of 8 windows per warp (the tile's 256 windows over 32 / GPW warps). 2 (16 warps of
 // at most 128 registers) was tried for more than 16 filters, against 8 warps of ~190 registers:
 // as fast alone (conv2 364 vs 356 us) but 0.8 ms slower over 50000 CIFAR images on three
@@ -533,9 +549,16 @@ constexpr int tc_threads() {
 
 // Two blocks per SM (128 registers) only where the accumulators fit: at most 16 filters with a
 // flush every k-step.
-template <int NT, bool U8, int PREC, int FL>
+// PK (FP32 only): the last n-tile holds at most 4 filters, its B columns 0-3 their tf32 high
+// parts and 4-7 their low parts (implicit_weights_tc), so two products (a_hi and a_lo times
+// that B) give all of a_hi*b_hi + a_lo*b_hi + a_hi*b_lo + a_lo*b_lo once columns c and c + 4
+// are added in the epilogue: 2 mma for that n-tile instead of 3 (conv2 and conv3 of the CIFAR
+// net: 20 filters, 8 mma per k-step instead of 9).
+template <int NT, bool U8, int PREC, int FL, bool PK>
 __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
     conv_tc_pool_kernel(ImplArgs a) {
+  static_assert(!PK || PREC == kTcFp32, "packed low parts are a 3xTF32 layout");
+  static_assert(PREC != kTcX16 || (U8 && FL == 1), "exact products need the uint8 input");
   constexpr int GPW = tc_gpw<NT>(), TPB = tc_threads<NT>();
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -620,9 +643,11 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
     const int kbeg = c0 * khkw, kend = min(a.C, c0 + a.CB) * khkw;
     const int ks0 = kbeg / 8, ks1 = (kend + 7) / 8;
     const int cshift = c0 * plane;
-    // KSI k-steps of 8 per iteration: FP32 flushes its partial sums every FL k-steps, FP16 and
-    // BF16 take two per m16n8k16 product, TF32 one. A k-step past ks1 reads zeros (A masked by
-    // v0/v1, B set to zero: never stale shared memory, which could hold a NaN).
+    // KSI k-steps of 8 per iteration: FP32 flushes its partial sums every FL k-steps, FP16,
+    // BF16 and X16 take two per m16n8k16 product, TF32 one. A k-step past ks1 reads zeros (A
+    // masked by v0/v1, or B set to zero: never stale shared memory, which could hold a NaN).
+    // (X16 has one chunk whose taps past K have zero weights, and reads finite pixels there.)
+    constexpr bool UNPRED = PREC == kTcFp32 || PREC == kTcX16;  // A loads without predicates
     constexpr int KSI = PREC == kTcFp32 ? FL : PREC == kTcTf32 ? 1 : 2;
 #pragma unroll 1
     for (int ks = ks0; ks < ks1; ks += KSI) {
@@ -661,7 +686,7 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
           float x[KSI][4];
 #pragma unroll
           for (int j = 0; j < KSI; ++j) {
-            if constexpr (PREC == kTcFp32) {
+            if constexpr (UNPRED) {
               x[j][0] = p[t0[j]], x[j][1] = p[a.pitch + t0[j]];
               x[j][2] = p[t1[j]], x[j][3] = p[a.pitch + t1[j]];
             } else {
@@ -695,12 +720,29 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
                   mma_tf32(part[nt], al, bh0, bh1);
               }
 #pragma unroll
-              for (int nt = 0; nt < NT; ++nt)
+              for (int nt = 0; nt < (PK ? NT - 1 : NT); ++nt)
                 mma_tf32(part[nt], ah, __float_as_uint(b[j][nt].z), __float_as_uint(b[j][nt].w));
 #pragma unroll
               for (int nt = 0; nt < NT; ++nt)
                 mma_tf32(part[nt], ah, __float_as_uint(b[j][nt].x), __float_as_uint(b[j][nt].y));
             }
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int i = 0; i < 4; ++i) acc[q][dx][nt][i] += part[nt][i];
+          } else if constexpr (PREC == kTcX16) {
+            // The staged values are byte - offset, exact in FP16, and the weights come as two
+            // FP16 parts (b.x high, b.y low; implicit_weights_x16): two exact-product m16n8k16
+            // per 16 taps into a fresh partial sum, added in FP32 as above.
+            const unsigned af[4] = {pack2<kTcFp16>(x[0][0], x[0][2]), pack2<kTcFp16>(x[0][1], x[0][3]),
+                                    pack2<kTcFp16>(x[1][0], x[1][2]), pack2<kTcFp16>(x[1][1], x[1][3])};
+            float part[NT][4];
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+              mma_f16_first(part[nt], af, __float_as_uint(b[0][nt].y), __float_as_uint(b[1][nt].y));
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+              mma_16<kTcFp16>(part[nt], af, __float_as_uint(b[0][nt].x), __float_as_uint(b[1][nt].x));
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -735,15 +777,22 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
         const int g = wplace[q] & 1023, pr = (wplace[q] >> 10) & 1023, pc = wplace[q] >> 20;
         const bool ok = wplace[q] != ~0u && img0 + g < a.n && pr0 + pr < ph;
         float* out = a.y + (static_cast<int64_t>(img0 + g) * a.F) * pplane + (pr0 + pr) * pw + pc;
+        if constexpr (PK)  // column c += column c + 4 (lane + 2 holds it), before the pool's max
+#pragma unroll
+          for (int dx = 0; dx < 2; ++dx)
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+              acc[q][dx][NT - 1][i] += __shfl_xor_sync(0xffffffffu, acc[q][dx][NT - 1][i], 2);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int f = nt * 8 + 2 * (lane & 3) + h;
-            const float v = fmaxf(fmaxf(acc[q][0][nt][h], acc[q][0][nt][2 + h]),
-                                  fmaxf(acc[q][1][nt][h], acc[q][1][nt][2 + h])) +
-                            bias_s[f];
-            if (ok && f < a.F) out[static_cast<int64_t>(f) * pplane] = fmaxf(v, 0.f);
+            const float m = fmaxf(fmaxf(acc[q][0][nt][h], acc[q][0][nt][2 + h]),
+                                  fmaxf(acc[q][1][nt][h], acc[q][1][nt][2 + h]));
+            const float v = (PREC == kTcX16 ? m * a.out_scale : m) + bias_s[f];
+            const bool mine = !(PK && nt == NT - 1) || (lane & 3) < 2;  // PK: lanes of columns 0-3
+            if (ok && mine && f < a.F) out[static_cast<int64_t>(f) * pplane] = fmaxf(v, 0.f);
           }
 #pragma unroll
         for (int dx = 0; dx < 2; ++dx)
@@ -760,6 +809,17 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
     }
     tile = next_tile, chunk = next_chunk, buf ^= 1;
   }
+}
+
+// Whether the 3xTF32 weights of `filters` filters carry the last n-tile's low parts in its spare
+// columns (PK above): at most 4 filters in that n-tile. CNNRUN_GPU_OFF=pack turns it off (to
+// measure); the weights and the launch both ask here.
+bool tc_packs_lo(int64_t filters) {
+  static const bool off = [] {
+    const char* v = std::getenv("CNNRUN_GPU_OFF");
+    return v && std::string(v).find("pack") != std::string::npos;
+  }();
+  return !off && filters > 0 && (filters - 1) % 8 < 4;
 }
 
 int sm_count() {
@@ -793,11 +853,11 @@ int blocks_per_sm(size_t smem) {
   return blocks;
 }
 
-template <int NT, bool U8, int PREC, int FL>
+template <int NT, bool U8, int PREC, int FL, bool PK = false>
 void launch_tc(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
   static std::mutex mu;
   static std::map<size_t, int> cache;
-  auto kernel = conv_tc_pool_kernel<NT, U8, PREC, FL>;
+  auto kernel = conv_tc_pool_kernel<NT, U8, PREC, FL, PK>;
   int blocks = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -816,16 +876,12 @@ void launch_tc(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
   CUDA_CHECK_LAUNCH("conv_tc_pool_kernel");
 }
 
-// FP32's flush interval in k-steps: 2 where there are more than 8 filters (H200, 50000 CIFAR
-// images, input resident: 8.66 -> 8.39 ms with the 16-filter kernel at one block per SM, where
-// its 128-register bound for two had it spill), else 1; CNNRUN_TC_FLUSH=1 or 2 sets it for every
-// kernel (an A/B switch for measuring).
-int tc_flush(int nt) {
-  static const int f = [] {
-    const char* e = std::getenv("CNNRUN_TC_FLUSH");
-    return e && std::string(e) == "1" ? 1 : e && std::string(e) == "2" ? 2 : 0;
-  }();
-  return f ? f : nt >= 2 ? 2 : 1;
+// FP32 flushes its partial sums every 2 k-steps where there are more than 8 filters (H200, 50000
+// CIFAR images, input resident: 8.66 -> 8.39 ms with the 16-filter kernel at one block per SM,
+// where its 128-register bound for two had it spill), else every k-step.
+template <int NT>
+constexpr int tc_flush() {
+  return NT >= 2 ? 2 : 1;
 }
 
 template <int NT, bool U8>
@@ -840,8 +896,12 @@ void launch_tc_prec(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s
     case Precision::kFp32:
       break;
   }
-  if (tc_flush(NT) == 1) return launch_tc<NT, U8, kTcFp32, 1>(cfg, a, s);
-  launch_tc<NT, U8, kTcFp32, 2>(cfg, a, s);
+  if (cfg.fuse.u8_exact) {
+    if constexpr (U8) return launch_tc<NT, true, kTcX16, 1>(cfg, a, s);
+    throw Error("implicit convolution: exact products need the uint8 input");
+  }
+  if (tc_packs_lo(a.F)) return launch_tc<NT, U8, kTcFp32, tc_flush<NT>(), true>(cfg, a, s);
+  launch_tc<NT, U8, kTcFp32, tc_flush<NT>(), false>(cfg, a, s);
 }
 
 void launch_tc_nt(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
@@ -1153,6 +1213,7 @@ float pack_pair(Precision prec, float lo, float hi) {
 
 std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight, Precision prec) {
   const int64_t k = p.in_c * p.kernel_h * p.kernel_w, ksteps = (k + 7) / 8, nt = (p.filters + 7) / 8;
+  const bool pack_lo = tc_packs_lo(p.filters);
   std::vector<float> out(static_cast<size_t>(ksteps * nt * 128), 0.f);
   for (int64_t ks = 0; ks < ksteps; ++ks)
     for (int64_t t = 0; t < nt; ++t)
@@ -1166,6 +1227,14 @@ std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight,
         }
         switch (prec) {
           case Precision::kFp32:
+            if (pack_lo && t == nt - 1) {  // columns 0-3: filters' high parts; 4-7: their low parts
+              for (int h = 0; h < 2; ++h) {
+                const int64_t kk = ks * 8 + lane % 4 + 4 * h, fp = t * 8 + (lane / 4) % 4;
+                const float v = fp < p.filters && kk < k ? weight[fp * k + kk] : 0.f;
+                o[h] = lane / 4 < 4 ? round_tf32(v) : round_tf32(v - round_tf32(v));
+              }
+              break;
+            }
             for (int h = 0; h < 2; ++h) o[h] = round_tf32(w[h]), o[2 + h] = round_tf32(w[h] - o[h]);
             break;
           case Precision::kTf32:
@@ -1177,6 +1246,87 @@ std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight,
             break;
         }
       }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact uint8 input (kTcX16).
+
+namespace {
+
+// Whether v is a finite FP16 value (normal or zero): at most 11 significant bits, exponent in range.
+bool fp16_exact(double v) {
+  if (v == 0) return true;
+  if (!std::isfinite(v) || std::fabs(v) > 65504.0) return false;
+  int e = 0;
+  const double m = std::frexp(std::fabs(v), &e);  // v = m * 2^e, m in [0.5, 1)
+  return e - 1 >= -14 && std::ldexp(m, 11) == std::floor(std::ldexp(m, 11));
+}
+
+}  // namespace
+
+bool exact_input_offsets(const std::vector<float>& scale, const std::vector<float>& shift,
+                         std::vector<float>* offset) {
+  if (scale.size() != shift.size() || scale.empty()) return false;
+  std::vector<float> off(scale.size());
+  for (size_t c = 0; c < scale.size(); ++c) {
+    const double sc = scale[c], sh = shift[c];
+    if (!std::isfinite(sc) || !std::isfinite(sh) || sc == 0) return false;
+    const double o_true = -sh / sc;                   // byte * sc + sh == sc * (byte - o_true)
+    const double o = std::nearbyint(o_true * 8) / 8;  // a multiple of 1/8: bytes - o stay in 11 bits
+    double big = 0;
+    for (int b = 0; b < 256; ++b) {
+      if (!fp16_exact(b - o)) return false;
+      big = std::max(big, std::fabs(b - o_true));
+    }
+    // What moving the offset changes is below the FP32 rounding of the largest inputs.
+    if (std::fabs(o - o_true) > std::ldexp(big, -22)) return false;
+    off[c] = static_cast<float>(o);
+  }
+  if (offset) *offset = off;
+  return true;
+}
+
+std::vector<float> implicit_weights_x16(const ConvParams& p, const float* weight,
+                                        const std::vector<float>& scale, float* out_scale) {
+  const int64_t khkw = p.kernel_h * p.kernel_w, k = p.in_c * khkw, ksteps = (k + 7) / 8,
+                nt = (p.filters + 7) / 8;
+  if (static_cast<int64_t>(scale.size()) != p.in_c) return {};
+  double big = 0;
+  for (int64_t f = 0; f < p.filters; ++f)
+    for (int64_t kk = 0; kk < k; ++kk) {
+      const double v = static_cast<double>(weight[f * k + kk]) * scale[static_cast<size_t>(kk / khkw)];
+      if (!std::isfinite(v)) return {};
+      big = std::max(big, std::fabs(v));
+    }
+  // The largest weight near 2^14: every high part a normal FP16, low parts normal down to
+  // weights 2^-17 of it, and no product or 16-tap sum near FP16's or FP32's range limits
+  // (|byte - offset| < 2048 and the sums are kept in FP32).
+  int e = 0;
+  if (big > 0) std::frexp(big, &e);
+  const int sh = 14 - e;
+  if (sh < -100 || sh > 100) return {};
+  std::vector<float> out(static_cast<size_t>(ksteps * nt * 128), 0.f);
+  for (int64_t ks = 0; ks < ksteps; ++ks)
+    for (int64_t t = 0; t < nt; ++t)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int64_t f = t * 8 + lane / 4;
+        float hi[2], lo[2];
+        for (int h = 0; h < 2; ++h) {
+          const int64_t kk = ks * 8 + lane % 4 + 4 * h;
+          const double v =
+              f < p.filters && kk < k
+                  ? std::ldexp(
+                        static_cast<double>(weight[f * k + kk]) * scale[static_cast<size_t>(kk / khkw)], sh)
+                  : 0.0;
+          hi[h] = __half2float(__float2half_rn(static_cast<float>(v)));
+          lo[h] = __half2float(__float2half_rn(static_cast<float>(v - hi[h])));
+        }
+        float* o = &out[static_cast<size_t>(((ks * nt + t) * 32 + lane) * 4)];
+        o[0] = pack_pair(Precision::kFp16, hi[0], hi[1]);
+        o[1] = pack_pair(Precision::kFp16, lo[0], lo[1]);
+      }
+  if (out_scale) *out_scale = std::ldexp(1.f, -sh);
   return out;
 }
 
@@ -1246,7 +1396,8 @@ void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const 
              make_fastdiv(static_cast<unsigned>(p.in_h * p.in_w)),
              make_fastdiv(static_cast<unsigned>(p.in_w)),
              make_fastdiv(static_cast<unsigned>(std::max<int64_t>(1, p.in_w / 4))),
-             make_fastdiv(static_cast<unsigned>(p.in_h))};
+             make_fastdiv(static_cast<unsigned>(p.in_h)),
+             io.out_scale};
   const int epi = cfg.fuse.relu_pool ? kEpiReluPool : act == ActKind::kRelu ? kEpiRelu : kEpiNone;
   if (cfg.tc_nt) return launch_tc_nt(cfg, a, s);
   switch (cfg.bm) {

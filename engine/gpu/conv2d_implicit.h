@@ -31,6 +31,12 @@ struct ImplicitFusion {
   // With tensor_core: the operands' format. FP32 is 3xTF32 as above; TF32 one product of
   // tf32-rounded operands; FP16 / BF16 m16n8k16 products; all accumulate in FP32.
   Precision precision = Precision::kFp32;
+  // With u8_input, tensor_core and FP32: the bytes are staged as byte - offset[c], exact in FP16
+  // (the ImplicitIo's scale is 1 and shift -offset, from exact_input_offsets), and the products
+  // are FP16 m16n8k16 of those exact values and of the weights times the preprocessing scale in
+  // two FP16 parts (implicit_weights_x16): 2 products per 16 taps instead of 3xTF32's 6, with
+  // FP32-level results.
+  bool u8_exact = false;
 };
 
 // How one convolution is cut into thread blocks for a block of n images.
@@ -65,7 +71,21 @@ std::vector<float> implicit_weights(const ConvParams& p, const float* weight);
 // the lane's two B values (taps lane % 4 and lane % 4 + 4, filter lane / 4): for FP32 rounded to
 // tf32 and then the two remainders, rounded too; for TF32 the two rounded; for FP16 / BF16 the
 // pair as the bits of one half2 / bfloat162. [k-steps][n-tiles][32][4].
+// FP32: where the last n-tile has at most 4 filters, its columns 4-7 hold the low parts of its
+// columns 0-3 instead of zeros (one product fewer per k-step for that n-tile).
 std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight, Precision prec);
+
+// For u8_exact: per input channel an offset o with byte - o exact in FP16 for every byte and
+// scale * (byte - o) equal to byte * scale + shift up to a change below FP32 rounding (o a
+// multiple of 1/8 within 2^-22 of the exact -shift/scale, relative to the largest |byte - o|).
+// ConvNetJS's byte / 255 - 0.5 has one (127.5); mean/std normalisations usually do not.
+bool exact_input_offsets(const std::vector<float>& scale, const std::vector<float>& shift,
+                         std::vector<float>* offset);
+// The weights for u8_exact, laid out as implicit_weights_tc's FP16 (one k-step per float4) with
+// {high pair, low pair, 0, 0}: weight * scale[c] * 2^s in two FP16 parts, 2^s putting the largest
+// near 2^14; *out_scale = 2^-s. Empty when the weights cannot be represented so.
+std::vector<float> implicit_weights_x16(const ConvParams& p, const float* weight,
+                                        const std::vector<float>& scale, float* out_scale);
 int implicit_bm(int64_t filters);
 
 // What the kernel reads and writes. x is float NCHW, or with fuse.u8_input x_u8 (bytes) with
@@ -77,6 +97,7 @@ struct ImplicitIo {
   const float* scale = nullptr;
   const float* shift = nullptr;
   float* y = nullptr;
+  float out_scale = 1.f;  // fuse.u8_exact: what the accumulators are scaled by (implicit_weights_x16)
 };
 
 // y = act(conv(x) + bias) for n images, act kNone or kRelu (the ReLU the executor fuses;

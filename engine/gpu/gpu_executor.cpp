@@ -69,6 +69,8 @@ struct ConvState {
   DevBuf w, wt, bias;
   DevBuf wt_tc[4];  // for the tensor-core kernel per Precision, when the conv can fuse its pool
   bool tc_ok = false, tc_ok_u8 = false;  // the tensor-core kernel can run it (reading floats / bytes)
+  DevBuf wt_x16;                         // FP32 reading bytes: exact pixels, FP16 products (u8_exact)
+  float x16_scale = 1.f;                 // ... and its accumulators' scale
   std::unique_ptr<Im2colConv> im2col;
   std::unique_ptr<CudnnConv> cudnn;
 };
@@ -188,6 +190,7 @@ class GpuExecutor : public Executor {
       fuse_u8_ = v.find("u8") == std::string::npos;
       graphs_ = v.find("graph") == std::string::npos;
       tc_ = v.find("tc") == std::string::npos;
+      exact_ = v.find("exact") == std::string::npos;
     }
     plan();
   }
@@ -221,6 +224,7 @@ class GpuExecutor : public Executor {
   std::vector<int64_t> buf_floats_;  // per image, by buffer index; buffer 0 = the network input
   bool uploaded_ = false;
   DevBuf pre_scale_, pre_shift_;
+  DevBuf exact_scale_, exact_shift_;  // u8_exact staging: 1 and -offset per channel (empty: no offsets)
   std::vector<std::unique_ptr<Slot>> slots_;
   int slot_streams_ = 0;
   int64_t slot_block_ = 0;
@@ -233,7 +237,8 @@ class GpuExecutor : public Executor {
   // =tc: the FFMA kernel where the 3xTF32 tensor-core one could run. (Choosing per layer by
   // timing each kernel alone was tried and dropped: conv3 alone is faster with FFMAs, yet the
   // whole run on three streams was up to 0.9 ms slower, and erratic over block sizes.)
-  bool graphs_ = true, tc_ = true;
+  // =exact: the 3xTF32 products where the first conv could take exact pixels (u8_exact).
+  bool graphs_ = true, tc_ = true, exact_ = true;
   std::string forced_algo_;            // the last run's RunOptions::conv_algo
   Precision prec_ = Precision::kFp32;  // the last run's RunOptions::precision (forward_layers uses it)
   int64_t gpu_memory_ = 0;             // the last run's RunOptions::gpu_memory
@@ -277,6 +282,10 @@ class GpuExecutor : public Executor {
   bool uses_tc(const Step& st, const std::string& algo) const {  // needs the weights uploaded
     return fuses_pool(st, algo) && tc_ && st.conv->wt_tc[0].get() != nullptr &&
            (fuses_u8(st, algo) ? st.conv->tc_ok_u8 : st.conv->tc_ok);
+  }
+  bool uses_exact(const Step& st, const std::string& algo) const {  // u8_exact this run
+    return prec_ == Precision::kFp32 && exact_ && st.conv->wt_x16.get() != nullptr && fuses_u8(st, algo) &&
+           uses_tc(st, algo);
   }
   bool pool_fused(const Step& st) const {  // kPool: computed by its conv this run
     return st.pool_conv >= 0 && fuses_pool(steps_[static_cast<size_t>(st.pool_conv)],
@@ -431,6 +440,14 @@ void GpuExecutor::upload_weights() {
   if (uploaded_) return;
   pre_scale_ = upload(net_.pre.scale.data(), net_.pre.scale.size());
   pre_shift_ = upload(net_.pre.shift.data(), net_.pre.shift.size());
+  std::vector<float> offsets;
+  const bool exact = exact_input_offsets(net_.pre.scale, net_.pre.shift, &offsets);
+  if (exact) {
+    std::vector<float> ones(offsets.size(), 1.f), neg(offsets.size());
+    for (size_t i = 0; i < offsets.size(); ++i) neg[i] = -offsets[i];
+    exact_scale_ = upload(ones.data(), ones.size());
+    exact_shift_ = upload(neg.data(), neg.size());
+  }
   for (Step& st : steps_) {
     const Layer& l = *net_.layers[static_cast<size_t>(st.layer)];
     if (st.op == Op::kConv) {
@@ -450,6 +467,10 @@ void GpuExecutor::upload_weights() {
             std::vector<float> wtc = implicit_weights_tc(c.p, w.ptr(), pr);
             c.wt_tc[static_cast<int>(pr)] = upload(wtc.data(), wtc.size());
           }
+        if (c.tc_ok_u8 && exact) {
+          std::vector<float> wx = implicit_weights_x16(c.p, w.ptr(), net_.pre.scale, &c.x16_scale);
+          if (!wx.empty()) c.wt_x16 = upload(wx.data(), wx.size());
+        }
       }
       std::vector<float> bias(static_cast<size_t>(c.p.filters), 0.f);
       if (c.p.bias) bias = l.weight("bias").data;
@@ -596,16 +617,19 @@ void GpuExecutor::run_conv(Step& st, Slot& s, int64_t n, const std::string& algo
     f.u8_input = fuses_u8(st, algo);
     f.tensor_core = uses_tc(st, algo);
     f.precision = prec_;
+    f.u8_exact = uses_exact(st, algo);
     ImplicitConfig cfg = implicit_config(c.p, n, f);
     ImplicitIo io;
     io.x = x;
     if (f.u8_input)
       io.x_u8 = s.in_u8.as<uint8_t>(), io.scale = pre_scale_.as<float>(), io.shift = pre_shift_.as<float>();
+    if (f.u8_exact)
+      io.scale = exact_scale_.as<float>(), io.shift = exact_shift_.as<float>(), io.out_scale = c.x16_scale;
     io.y = f.relu_pool
                ? s.bufs[static_cast<size_t>(steps_[static_cast<size_t>(st.pool_layer)].out)].as<float>()
                : y;
-    launch_conv_implicit(cfg, c.p, io, (f.tensor_core ? c.wt_tc[static_cast<int>(prec_)] : c.wt).as<float>(),
-                         c.bias.as<float>(), n, st.act, s.stream);
+    const DevBuf& wt = f.u8_exact ? c.wt_x16 : f.tensor_core ? c.wt_tc[static_cast<int>(prec_)] : c.wt;
+    launch_conv_implicit(cfg, c.p, io, wt.as<float>(), c.bias.as<float>(), n, st.act, s.stream);
   } else if (algo == "im2col") {
     c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(),
                       s.lt_ws.bytes(), s.stream);
@@ -893,7 +917,10 @@ std::string GpuExecutor::step_algo(const Step& st) const {
       std::string relu = st.act == ActKind::kRelu ? "+relu" : "";
       if (fuses_pool(st, c.chosen)) relu += "+maxpool";
       if (c.chosen == "implicit")
-        return std::string("implicit(") + (uses_tc(st, c.chosen) ? tc_name() : "") +
+        return std::string("implicit(") +
+               (uses_exact(st, c.chosen) ? "FP16 tensor cores on exact pixels, 2-part weights, "
+                : uses_tc(st, c.chosen)  ? tc_name()
+                                         : "") +
                (fuses_u8(st, c.chosen) ? "uint8 input, " : "") + "bias" + relu + " epilogue)";
       if (c.chosen == "im2col") return c.im2col->algo_name();
       return c.cudnn->algo_name();
