@@ -515,6 +515,25 @@ TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too 
   RunResult c = gpu->run(data, free_run);  // the slots are made again without the cap
   CHECK(cut_note(c).empty());
   CHECK(a.predictions == c.predictions);
+  // --resident: the 37 images count against the cap, and the blocks get what they leave.
+  const int64_t resident_bytes = 37 * data.shape.size();
+  RunOptions res = free_run;
+  res.resident = true;
+  res.gpu_memory = (int64_t{40} << 20) + resident_bytes;
+  RunResult d = gpu->run(data, res);
+  const std::string note_d = cut_note(d);
+  CHECK_MESSAGE(note_d.find("--gpu-memory (41943040 bytes left of its " + std::to_string(res.gpu_memory) +
+                            " beside the resident images)") != std::string::npos,
+                "notes: " << note_d);
+  CHECK(d.predictions == a.predictions);
+  res.gpu_memory = resident_bytes;  // nothing left for a block
+  CHECK_THROWS_WITH_AS(
+      gpu->run(data, res),
+      ("--resident: the 37 distinct images take " + std::to_string(resident_bytes) +
+       " bytes of GPU memory, and --gpu-memory allows only " + std::to_string(resident_bytes) +
+       " bytes in all; raise --gpu-memory or run without --resident")
+          .c_str(),
+      Error);
 }
 
 TEST_CASE("gpu: a block larger than GPU memory is cut to fit, with the same predictions" *

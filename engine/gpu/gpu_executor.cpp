@@ -965,11 +965,27 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   gpu_memory_ = opt.gpu_memory;
   // --resident: the pixels every block reads, on the GPU before the clock (and before the slots,
   // which are then sized around them).
+  // A --gpu-memory cap covers them too: the slots get what they leave of it.
   const int64_t resident_count = std::min(batch, data.count);
+  int64_t cap = gpu_memory_;
+  if (opt.resident && cap > 0) {
+    const int64_t bytes = resident_count * data.shape.size();
+    if (bytes >= cap)
+      throw Error("--resident: the " + std::to_string(resident_count) + " distinct images take " +
+                  std::to_string(bytes) + " bytes of GPU memory, and --gpu-memory allows only " +
+                  std::to_string(cap) + " bytes in all; raise --gpu-memory or run without --resident");
+    cap -= bytes;
+  }
   DevBuf resident;
   if (opt.resident) resident = upload_resident(data, resident_count);
   try {
-    ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, gpu_memory_, &r.notes);
+    ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, cap, &r.notes);
+    const std::string capped = "to fit --gpu-memory (" + std::to_string(cap) + " bytes)";
+    if (cap != gpu_memory_)  // say whose bytes those are
+      for (std::string& n : r.notes)
+        if (n.size() >= capped.size() && n.compare(n.size() - capped.size(), capped.size(), capped) == 0)
+          n.insert(n.size() - 1,
+                   " left of its " + std::to_string(gpu_memory_) + " beside the resident images");
   } catch (const Error& e) {
     if (!opt.resident) throw;
     throw Error("--resident (the " + std::to_string(resident_count) + " distinct images take " +
