@@ -510,6 +510,14 @@ __host__ __device__ __forceinline__ unsigned pack2(float lo, float hi) {
   return v;
 }
 
+// The m16n8k16 A fragment from two k-steps' A values x[j][i] (rows g / g + 8 at taps k0: i = 0 / 1,
+// at k1: i = 2 / 3): its k-slots 2t, 2t+1, 2t+8, 2t+9 are k0, k1 of k-step 0 and of k-step 1.
+template <int PREC>
+__device__ __forceinline__ void a_frag16(const float (&x)[2][4], unsigned (&af)[4]) {
+  af[0] = pack2<PREC>(x[0][0], x[0][2]), af[1] = pack2<PREC>(x[0][1], x[0][3]);
+  af[2] = pack2<PREC>(x[1][0], x[1][2]), af[3] = pack2<PREC>(x[1][1], x[1][3]);
+}
+
 // d += a * b, m16n8k16, FP16 or BF16 operands, FP32 accumulator.
 template <int PREC>
 __device__ __forceinline__ void mma_16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
@@ -734,8 +742,8 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
             // The staged values are byte - offset, exact in FP16, and the weights come as two
             // FP16 parts (b.x high, b.y low; implicit_weights_x16): two exact-product m16n8k16
             // per 16 taps into a fresh partial sum, added in FP32 as above.
-            const unsigned af[4] = {pack2<kTcFp16>(x[0][0], x[0][2]), pack2<kTcFp16>(x[0][1], x[0][3]),
-                                    pack2<kTcFp16>(x[1][0], x[1][2]), pack2<kTcFp16>(x[1][1], x[1][3])};
+            unsigned af[4];
+            a_frag16<kTcFp16>(x, af);
             float part[NT][4];
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
@@ -757,10 +765,9 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
             for (int nt = 0; nt < NT; ++nt)
               mma_tf32(acc[q][dx][nt], ar, __float_as_uint(b[0][nt].x), __float_as_uint(b[0][nt].y));
           } else {
-            // m16n8k16 over two k-steps of 8: its k-slots 2t, 2t+1, 2t+8, 2t+9 are the taps
-            // k0, k1 of k-step 0 and k0, k1 of k-step 1 (B is packed in the same order).
-            const unsigned af[4] = {pack2<PREC>(x[0][0], x[0][2]), pack2<PREC>(x[0][1], x[0][3]),
-                                    pack2<PREC>(x[1][0], x[1][2]), pack2<PREC>(x[1][1], x[1][3])};
+            // m16n8k16 over two k-steps of 8 (B is packed in a_frag16's k order).
+            unsigned af[4];
+            a_frag16<PREC>(x, af);
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt)
               mma_16<PREC>(acc[q][dx][nt], af, __float_as_uint(b[0][nt].x), __float_as_uint(b[1][nt].x));
@@ -1211,59 +1218,52 @@ float pack_pair(Precision prec, float lo, float hi) {
   return f;
 }
 
-std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight, Precision prec) {
+// The tensor-core kernel's B fragments, [k-steps][n-tiles][32 lanes] float4 (zeros unless
+// filled): fill(o, t, g, kk) writes lane's float4 o of n-tile t, whose column (filter t * 8 + g)
+// and k-step rows (taps kk[0] and kk[1] = kk[0] + 4) the mma's B layout gives it.
+template <class Fill>
+std::vector<float> tc_fragments(const ConvParams& p, Fill fill) {
   const int64_t k = p.in_c * p.kernel_h * p.kernel_w, ksteps = (k + 7) / 8, nt = (p.filters + 7) / 8;
-  const bool pack_lo = tc_packs_lo(p.filters);
   std::vector<float> out(static_cast<size_t>(ksteps * nt * 128), 0.f);
   for (int64_t ks = 0; ks < ksteps; ++ks)
     for (int64_t t = 0; t < nt; ++t)
       for (int lane = 0; lane < 32; ++lane) {
-        const int64_t f = t * 8 + lane / 4;
-        float* o = &out[static_cast<size_t>(((ks * nt + t) * 32 + lane) * 4)];
-        float w[2];
-        for (int h = 0; h < 2; ++h) {  // B rows k = lane % 4 and lane % 4 + 4 of the k-step
-          const int64_t kk = ks * 8 + lane % 4 + 4 * h;
-          w[h] = f < p.filters && kk < k ? weight[f * k + kk] : 0.f;
-        }
-        switch (prec) {
-          case Precision::kFp32:
-            if (pack_lo && t == nt - 1) {  // columns 0-3: filters' high parts; 4-7: their low parts
-              for (int h = 0; h < 2; ++h) {
-                const int64_t kk = ks * 8 + lane % 4 + 4 * h, fp = t * 8 + (lane / 4) % 4;
-                const float v = fp < p.filters && kk < k ? weight[fp * k + kk] : 0.f;
-                o[h] = lane / 4 < 4 ? round_tf32(v) : round_tf32(v - round_tf32(v));
-              }
-              break;
-            }
-            for (int h = 0; h < 2; ++h) o[h] = round_tf32(w[h]), o[2 + h] = round_tf32(w[h] - o[h]);
-            break;
-          case Precision::kTf32:
-            o[0] = round_tf32(w[0]), o[1] = round_tf32(w[1]);
-            break;
-          case Precision::kFp16:
-          case Precision::kBf16:
-            o[0] = pack_pair(prec, w[0], w[1]);
-            break;
-        }
+        const int64_t kk[2] = {ks * 8 + lane % 4, ks * 8 + lane % 4 + 4};
+        fill(&out[static_cast<size_t>(((ks * nt + t) * 32 + lane) * 4)], t, lane / 4, kk);
       }
   return out;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Exact uint8 input (kTcX16).
-
-namespace {
-
-// Whether v is a finite FP16 value (normal or zero): at most 11 significant bits, exponent in range.
-bool fp16_exact(double v) {
-  if (v == 0) return true;
-  if (!std::isfinite(v) || std::fabs(v) > 65504.0) return false;
-  int e = 0;
-  const double m = std::frexp(std::fabs(v), &e);  // v = m * 2^e, m in [0.5, 1)
-  return e - 1 >= -14 && std::ldexp(m, 11) == std::floor(std::ldexp(m, 11));
+std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight, Precision prec) {
+  const int64_t k = p.in_c * p.kernel_h * p.kernel_w, nt = (p.filters + 7) / 8;
+  const bool pack_lo = tc_packs_lo(p.filters);
+  auto w = [&](int64_t f, int64_t kk) { return f < p.filters && kk < k ? weight[f * k + kk] : 0.f; };
+  return tc_fragments(p, [&](float* o, int64_t t, int g, const int64_t(&kk)[2]) {
+    const int64_t f = t * 8 + g;
+    switch (prec) {
+      case Precision::kFp32:
+        if (pack_lo && t == nt - 1) {  // columns 0-3: filters' high parts; 4-7: their low parts
+          for (int h = 0; h < 2; ++h) {
+            const float v = w(t * 8 + g % 4, kk[h]);
+            o[h] = g < 4 ? round_tf32(v) : round_tf32(v - round_tf32(v));
+          }
+          break;
+        }
+        for (int h = 0; h < 2; ++h) o[h] = round_tf32(w(f, kk[h])), o[2 + h] = round_tf32(w(f, kk[h]) - o[h]);
+        break;
+      case Precision::kTf32:
+        o[0] = round_tf32(w(f, kk[0])), o[1] = round_tf32(w(f, kk[1]));
+        break;
+      case Precision::kFp16:
+      case Precision::kBf16:
+        o[0] = pack_pair(prec, w(f, kk[0]), w(f, kk[1]));
+        break;
+    }
+  });
 }
 
-}  // namespace
+// ---------------------------------------------------------------------------------------------
+// Exact uint8 input (kTcX16).
 
 bool exact_input_offsets(const std::vector<float>& scale, const std::vector<float>& shift,
                          std::vector<float>* offset) {
@@ -1276,7 +1276,8 @@ bool exact_input_offsets(const std::vector<float>& scale, const std::vector<floa
     const double o = std::nearbyint(o_true * 8) / 8;  // a multiple of 1/8: bytes - o stay in 11 bits
     double big = 0;
     for (int b = 0; b < 256; ++b) {
-      if (!fp16_exact(b - o)) return false;
+      const float v = static_cast<float>(b - o);  // exact in FP16 (and so in FP32)?
+      if (v != b - o || __half2float(__float2half_rn(v)) != v) return false;
       big = std::max(big, std::fabs(b - o_true));
     }
     // What moving the offset changes is below the FP32 rounding of the largest inputs.
@@ -1289,13 +1290,17 @@ bool exact_input_offsets(const std::vector<float>& scale, const std::vector<floa
 
 std::vector<float> implicit_weights_x16(const ConvParams& p, const float* weight,
                                         const std::vector<float>& scale, float* out_scale) {
-  const int64_t khkw = p.kernel_h * p.kernel_w, k = p.in_c * khkw, ksteps = (k + 7) / 8,
-                nt = (p.filters + 7) / 8;
+  const int64_t khkw = p.kernel_h * p.kernel_w, k = p.in_c * khkw;
   if (static_cast<int64_t>(scale.size()) != p.in_c) return {};
+  auto scaled = [&](int64_t f, int64_t kk) {  // weight times its channel's scale, 0 past the ends
+    return f < p.filters && kk < k
+               ? static_cast<double>(weight[f * k + kk]) * scale[static_cast<size_t>(kk / khkw)]
+               : 0.0;
+  };
   double big = 0;
   for (int64_t f = 0; f < p.filters; ++f)
     for (int64_t kk = 0; kk < k; ++kk) {
-      const double v = static_cast<double>(weight[f * k + kk]) * scale[static_cast<size_t>(kk / khkw)];
+      const double v = scaled(f, kk);
       if (!std::isfinite(v)) return {};
       big = std::max(big, std::fabs(v));
     }
@@ -1306,28 +1311,17 @@ std::vector<float> implicit_weights_x16(const ConvParams& p, const float* weight
   if (big > 0) std::frexp(big, &e);
   const int sh = 14 - e;
   if (sh < -100 || sh > 100) return {};
-  std::vector<float> out(static_cast<size_t>(ksteps * nt * 128), 0.f);
-  for (int64_t ks = 0; ks < ksteps; ++ks)
-    for (int64_t t = 0; t < nt; ++t)
-      for (int lane = 0; lane < 32; ++lane) {
-        const int64_t f = t * 8 + lane / 4;
-        float hi[2], lo[2];
-        for (int h = 0; h < 2; ++h) {
-          const int64_t kk = ks * 8 + lane % 4 + 4 * h;
-          const double v =
-              f < p.filters && kk < k
-                  ? std::ldexp(
-                        static_cast<double>(weight[f * k + kk]) * scale[static_cast<size_t>(kk / khkw)], sh)
-                  : 0.0;
-          hi[h] = __half2float(__float2half_rn(static_cast<float>(v)));
-          lo[h] = __half2float(__float2half_rn(static_cast<float>(v - hi[h])));
-        }
-        float* o = &out[static_cast<size_t>(((ks * nt + t) * 32 + lane) * 4)];
-        o[0] = pack_pair(Precision::kFp16, hi[0], hi[1]);
-        o[1] = pack_pair(Precision::kFp16, lo[0], lo[1]);
-      }
   if (out_scale) *out_scale = std::ldexp(1.f, -sh);
-  return out;
+  return tc_fragments(p, [&](float* o, int64_t t, int g, const int64_t(&kk)[2]) {
+    float hi[2], lo[2];
+    for (int h = 0; h < 2; ++h) {
+      const double v = std::ldexp(scaled(t * 8 + g, kk[h]), sh);
+      hi[h] = __half2float(__float2half_rn(static_cast<float>(v)));
+      lo[h] = __half2float(__float2half_rn(static_cast<float>(v - hi[h])));
+    }
+    o[0] = pack_pair(Precision::kFp16, hi[0], hi[1]);
+    o[1] = pack_pair(Precision::kFp16, lo[0], lo[1]);
+  });
 }
 
 std::vector<float> implicit_weights(const ConvParams& p, const float* weight) {

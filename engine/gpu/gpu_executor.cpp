@@ -228,7 +228,8 @@ class GpuExecutor : public Executor {
   std::vector<std::unique_ptr<Slot>> slots_;
   int slot_streams_ = 0;
   int64_t slot_block_ = 0;
-  int64_t slot_cap_ = 0;                        // the RunOptions::gpu_memory the slots were sized for
+  int64_t slot_cap_ =
+      0;  // the room under RunOptions::gpu_memory (less the resident images) the slots were sized for
   bool slot_col_ = false, slot_cudnn_ = false;  // the slots have im2col / cuDNN workspaces
   bool any_auto_ = false;
   // Fusions into the implicit kernel; CNNRUN_GPU_OFF=pool,u8 turns them off (to measure).
@@ -303,7 +304,8 @@ class GpuExecutor : public Executor {
   void plan();
   void upload_weights();
   void resolve_algos(const std::string& forced, int64_t block, bool any_tuning);
-  void ensure_slots(int streams, int64_t block, int64_t images, int64_t cap, std::vector<std::string>* notes);
+  void ensure_slots(int streams, int64_t block, int64_t images, int64_t cap, int64_t reserved,
+                    std::vector<std::string>* notes);
   bool may_use(const char* algo) const;
 
   DevBuf upload_resident(const Dataset& data, int64_t count);
@@ -528,9 +530,11 @@ bool GpuExecutor::may_use(const char* algo) const {
   return false;
 }
 
-// Streams and blocks that fit the GPU's free memory, and the cap (bytes, 0 = none) if one is set.
-void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, int64_t cap,
-                               std::vector<std::string>* notes) {
+// Streams and blocks that fit the GPU's free memory, and the cap (bytes, 0 = none) if one is set,
+// less the `reserved` bytes of it that are already taken (the --resident images).
+void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, int64_t total_cap,
+                               int64_t reserved, std::vector<std::string>* notes) {
+  const int64_t cap = total_cap > 0 ? total_cap - reserved : 0;
   const int64_t want_blocks = (images + block - 1) / block;
   streams = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(streams, want_blocks)));
   const bool use_im2col = may_use("im2col"), use_cudnn = may_use("cudnn");
@@ -576,7 +580,10 @@ void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, int64
   if (block > fit) {
     if (notes)
       notes->push_back("gpu: block of " + std::to_string(block) + " images cut to " + std::to_string(fit) +
-                       (capped ? " to fit --gpu-memory (" + std::to_string(cap) + " bytes)"
+                       (capped ? " to fit --gpu-memory (" + std::to_string(cap) + " bytes" +
+                                     (reserved ? " left of its " + std::to_string(total_cap) +
+                                                     " beside the resident images)"
+                                               : std::string(")"))
                                : std::string(" to fit free GPU memory")));
     block = fit;
   }
@@ -967,25 +974,16 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   // which are then sized around them).
   // A --gpu-memory cap covers them too: the slots get what they leave of it.
   const int64_t resident_count = std::min(batch, data.count);
-  int64_t cap = gpu_memory_;
-  if (opt.resident && cap > 0) {
-    const int64_t bytes = resident_count * data.shape.size();
-    if (bytes >= cap)
-      throw Error("--resident: the " + std::to_string(resident_count) + " distinct images take " +
-                  std::to_string(bytes) + " bytes of GPU memory, and --gpu-memory allows only " +
-                  std::to_string(cap) + " bytes in all; raise --gpu-memory or run without --resident");
-    cap -= bytes;
-  }
+  const int64_t reserved = opt.resident && gpu_memory_ > 0 ? resident_count * data.shape.size() : 0;
+  if (reserved > 0 && reserved >= gpu_memory_)
+    throw Error("--resident: the " + std::to_string(resident_count) + " distinct images take " +
+                std::to_string(reserved) + " bytes of GPU memory, and --gpu-memory allows only " +
+                std::to_string(gpu_memory_) + " bytes in all; raise --gpu-memory or run without --resident");
   DevBuf resident;
   if (opt.resident) resident = upload_resident(data, resident_count);
   try {
-    ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, cap, &r.notes);
-    const std::string capped = "to fit --gpu-memory (" + std::to_string(cap) + " bytes)";
-    if (cap != gpu_memory_)  // say whose bytes those are
-      for (std::string& n : r.notes)
-        if (n.size() >= capped.size() && n.compare(n.size() - capped.size(), capped.size(), capped) == 0)
-          n.insert(n.size() - 1,
-                   " left of its " + std::to_string(gpu_memory_) + " beside the resident images");
+    ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, gpu_memory_, reserved,
+                 &r.notes);
   } catch (const Error& e) {
     if (!opt.resident) throw;
     throw Error("--resident (the " + std::to_string(resident_count) + " distinct images take " +
@@ -1227,7 +1225,7 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
   }
   int64_t block = std::min(n, kDefaultBlock);
   resolve_algos(forced_algo_, block, true);  // the last run's --conv-algo, so validation checks it
-  ensure_slots(1, block, n, gpu_memory_, nullptr);
+  ensure_slots(1, block, n, gpu_memory_, 0, nullptr);
   block = slot_block_;
   Slot& s = *slots_[0];
   if (any_auto_) tune(s, data, std::min(block, n), nullptr);  // else no warm-up: nothing is timed
