@@ -258,6 +258,30 @@ std::vector<float> margins(const RunResult& r, int classes) {
   return m;
 }
 
+// One run() configuration of the GPU cases: its options (output values wanted) and a description.
+struct RunVariant {
+  int64_t batch, block;
+  int streams;
+  bool cycle;
+  std::string algo;
+  RunOptions options() const {
+    RunOptions o;
+    o.batch = batch;
+    o.block = block;
+    o.streams = streams;
+    o.cycle = cycle;
+    o.conv_algo = algo;
+    o.want_probs = true;
+    return o;
+  }
+  std::string what() const {
+    std::ostringstream s;
+    s << "batch " << batch << " block " << block << " streams " << streams << " cycle " << cycle << " algo '"
+      << algo << "'";
+    return s.str();
+  }
+};
+
 }  // namespace
 
 TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" *
@@ -273,28 +297,15 @@ TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" *
   RunResult ref = cpu->run(data, co);
   std::vector<float> margin = margins(ref, 10);
 
-  struct Variant {
-    int64_t batch, block;
-    int streams;
-    bool cycle;
-    std::string algo;
-  };
-  const Variant variants[] = {
+  const RunVariant variants[] = {
       {37, 5, 2, false, "implicit"}, {37, 0, 0, false, ""},          {1, 0, 0, false, "im2col"},
       {37, 8, 3, false, "cudnn"},    {100, 16, 3, true, "implicit"}, {101, 7, 4, true, "im2col"},
       {37, 37, 1, false, "cudnn"},   {23, 6, 2, false, ""},
   };
   auto gpu = make_gpu_executor(net);
-  for (const Variant& v : variants) {
-    INFO("batch " << v.batch << " block " << v.block << " streams " << v.streams << " cycle " << v.cycle
-                  << " algo '" << v.algo << "'");
-    RunOptions o;
-    o.batch = v.batch;
-    o.block = v.block;
-    o.streams = v.streams;
-    o.cycle = v.cycle;
-    o.conv_algo = v.algo;
-    o.want_probs = true;
+  for (const RunVariant& v : variants) {
+    INFO(v.what());
+    RunOptions o = v.options();
     int64_t last_progress = 0;
     o.progress = [&](int64_t done, int64_t total) {
       CHECK(total == v.batch);
@@ -583,16 +594,10 @@ TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 image
   Dataset data;
   if (!test::load_cifar_sample(net, data, "this case")) return;
   REQUIRE(data.count == 2000);
-  // Under the sanitizer, the GPU runs take the first 200 images cycled to 260 in blocks of 100:
-  // still every algorithm, three streams, the captured graphs, a shorter last block and blocks
-  // that wrap past the last distinct image. (4000 images did not finish racecheck in 530 s.)
-  const bool shrink = sanitizer_mode();
-  const Dataset gdata = shrink ? test::first_images(data, 200) : data;
-  const int64_t images = shrink ? 260 : 50000;
-  if (shrink)
-    MESSAGE(
-        "shrunk for CNNRUN_TEST_SANITIZER: the first 200 images cycled to 260 in blocks of 100 instead of "
-        "2000 cycled to 50000 (too slow under compute-sanitizer)");
+  // Every algorithm over the benchmark's 50000 images (shrunk under the sanitizer).
+  const test::CifarBatch cb = test::cifar_batch(data);
+  const Dataset& gdata = cb.data;
+  const int64_t images = cb.images;
 
   auto cpu = make_cpu_executor(net);
   RunOptions co;
@@ -613,7 +618,7 @@ TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 image
     RunOptions o;
     o.batch = images;
     o.cycle = true;
-    if (shrink) o.block = 100;
+    o.block = cb.block;
     o.conv_algo = algo;
     RunResult r = gpu->run(gdata, o);
     int64_t differ = 0, correct = 0;
@@ -677,28 +682,14 @@ TEST_CASE("gpu: --resident gives the same predictions as copying from host memor
   Network net = parse_netdef_string(kSmallNet, "small");
   random_weights(net, 23);
   Dataset data = gpu_random_data(net.input, 37, 10, 9);
-  struct Variant {
-    int64_t batch, block;
-    int streams;
-    bool cycle;
-    std::string algo;
-  };
-  const Variant variants[] = {
+  const RunVariant variants[] = {
       {100, 7, 3, true, "implicit"}, {101, 16, 2, true, "im2col"},  {90, 8, 4, true, "cudnn"},
       {100, 9, 3, true, ""},         {23, 5, 2, false, "implicit"}, {37, 37, 1, false, ""},
   };
   auto gpu = make_gpu_executor(net);
-  for (const Variant& v : variants) {
-    INFO("batch " << v.batch << " block " << v.block << " streams " << v.streams << " cycle " << v.cycle
-                  << " algo '" << v.algo << "'");
-    RunOptions o;
-    o.batch = v.batch;
-    o.block = v.block;
-    o.streams = v.streams;
-    o.cycle = v.cycle;
-    o.conv_algo = v.algo;
-    o.want_probs = true;
-    check_resident_same(*gpu, data, o);
+  for (const RunVariant& v : variants) {
+    INFO(v.what());
+    check_resident_same(*gpu, data, v.options());
   }
 
   // The CIFAR-10 network at the size the benchmark times (default blocks, three streams,
@@ -707,20 +698,15 @@ TEST_CASE("gpu: --resident gives the same predictions as copying from host memor
   Dataset cdata;
   if (!test::load_cifar_sample(cifar, cdata, "the 50000-image part")) return;
   auto cgpu = make_gpu_executor(cifar);
-  const bool shrink = sanitizer_mode();
-  if (shrink)
-    MESSAGE(
-        "shrunk for CNNRUN_TEST_SANITIZER: the first 200 CIFAR-10 images cycled to 260 in blocks of 100 "
-        "instead of 2000 cycled to 50000 (too slow under compute-sanitizer)");
-  const Dataset rdata = shrink ? test::first_images(cdata, 200) : cdata;
+  const test::CifarBatch cb = test::cifar_batch(cdata);
   for (const char* algo : {"implicit", ""}) {
-    INFO("cifar10 " << (shrink ? 260 : 50000) << " images, algo '" << algo << "'");
+    INFO("cifar10 " << cb.images << " images, algo '" << algo << "'");
     RunOptions o;
-    o.batch = shrink ? 260 : 50000;
-    o.block = shrink ? 100 : 0;
+    o.batch = cb.images;
+    o.block = cb.block;
     o.cycle = true;
     o.conv_algo = algo;
-    check_resident_same(*cgpu, rdata, o);
+    check_resident_same(*cgpu, cb.data, o);
   }
 }
 

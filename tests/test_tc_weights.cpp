@@ -10,10 +10,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <random>
 #include <vector>
 
 #include "engine/gpu/conv2d_implicit.h"
+#include "tests/test_util.h"
 
 using namespace cnnrun;
 using namespace cnnrun::gpu;
@@ -48,14 +48,6 @@ ConvParams conv(int64_t c, int64_t f, int64_t k) {
   p.in_c = c;
   p.in_h = p.in_w = p.out_h = p.out_w = 32;
   return p;
-}
-
-std::vector<float> random_weights(size_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> w(n);
-  for (float& v : w) v = u(rng);
-  return w;
 }
 
 }  // namespace
@@ -99,7 +91,7 @@ TEST_CASE("exact uint8 input: two FP16 parts per weight times the scale, in the 
     const int64_t khkw = p.kernel_h * p.kernel_w, k = p.in_c * khkw, ksteps = (k + 7) / 8,
                   nt = (p.filters + 7) / 8;
     INFO("C" << p.in_c << " F" << p.filters << " k" << p.kernel_h);
-    std::vector<float> w = random_weights(static_cast<size_t>(p.filters * k), 7, 0.3f);
+    std::vector<float> w = test::random_floats(static_cast<size_t>(p.filters * k), 7, -0.3f, 0.3f);
     w[3] = 1e-9f;  // a tiny weight: its low part is subnormal, and it must still come out close
     std::vector<float> scale;
     for (int64_t c = 0; c < p.in_c; ++c)
@@ -158,7 +150,7 @@ TEST_CASE("3xTF32 weights: the last n-tile's spare columns carry its low parts (
     const int64_t k = 75, ksteps = 10, nt = (filters + 7) / 8;
     const bool packs = (filters - 1) % 8 < 4;
     INFO("F" << filters);
-    std::vector<float> w = random_weights(static_cast<size_t>(filters * k), 11, 0.2f);
+    std::vector<float> w = test::random_floats(static_cast<size_t>(filters * k), 11, -0.2f, 0.2f);
     const std::vector<float> packed = implicit_weights_tc(p, w.data(), Precision::kFp32);
     REQUIRE(packed.size() == static_cast<size_t>(ksteps * nt * 128));
     for (int64_t ks = 0; ks < ksteps; ++ks)
