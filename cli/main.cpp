@@ -40,6 +40,7 @@ struct Options {
   std::string data, weights, json, dump, conv_algo;
   std::string precision = "fp32";  // --precision
   std::vector<std::string> assets;
+  std::string progress = "auto";  // --progress auto|always|never
   bool quiet = false, cycle = false, validate = false;
   bool resident = false;        // --resident: the GPU times the forward pass from device memory
   int64_t validate_images = 0;  // 0 = all images of the run (up to the data set's size)
@@ -49,14 +50,18 @@ struct Options {
   int repeat = 1;  // timed runs; the report keeps the median
 };
 
-// A progress bar on a terminal, for runs longer than a second.
-std::function<void(int64_t, int64_t)> progress_bar(bool quiet) {
-  if (quiet || !isatty(STDERR_FILENO)) return {};
+// The progress bar on stderr. `auto`: on a terminal, for runs longer than a second (a short
+// run finishes before a bar would help); `always`: from the first block, terminal or not;
+// `never`: none. --quiet means none unless `always` is asked for.
+std::function<void(int64_t, int64_t)> progress_bar(const std::string& mode, bool quiet) {
+  if (mode == "never" || (mode == "auto" && (quiet || !isatty(STDERR_FILENO)))) return {};
+  const double delay = mode == "always" ? 0.0 : 1.0;
   auto start = std::make_shared<Clock::time_point>(Clock::now());
-  auto last = std::make_shared<double>(0.0);
-  return [start, last](int64_t done, int64_t total) {
+  auto last = std::make_shared<double>(-1.0);
+  return [start, last, delay](int64_t done, int64_t total) {
     double t = seconds_since(*start);
-    if (t < 1.0 || (t - *last < 0.1 && done < total)) return;
+    // Nothing before the delay; then at most every 0.1 s, and always the last state.
+    if (t < delay || (done < total && *last >= 0 && t - *last < 0.1)) return;
     *last = t;
     int width = 40, fill = total ? static_cast<int>(width * done / total) : width;
     std::fprintf(stderr, "\r[%s%s] %lld/%lld images %.1f s",
@@ -125,7 +130,7 @@ int run_network(const Options& o) {
   ro.conv_algo = o.conv_algo;
   ro.precision = *parse_precision(o.precision);  // checked by the option's validator
   ro.resident = o.resident;
-  ro.progress = progress_bar(o.quiet);
+  ro.progress = progress_bar(o.progress, o.quiet);
   rep.distinct_images = std::min(ro.batch, data.count);
 
   std::unique_ptr<Executor> ex = make_executor(net, o.engine, rep.notes);
@@ -234,6 +239,10 @@ int main(int argc, char** argv) {
   app.add_option("--json", o.json, "also write the report as JSON to FILE");
   app.add_option("--dump", o.dump, "write the output layer's values for every image to FILE (.npy, float32)");
   app.add_flag("--quiet", o.quiet, "print only the accuracy line");
+  app.add_option("--progress", o.progress,
+                 "progress bar on stderr: auto (default: on a terminal, for runs over a second), always, "
+                 "never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
   app.add_flag("--validate", o.validate,
                "compare every layer with the CPU reference (exit 3 if any differs)");
   app.add_option("--validate-images", o.validate_images,
