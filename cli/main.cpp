@@ -13,6 +13,7 @@
 #include <iostream>
 #include <limits>
 
+#include "engine/core/clock.h"
 #include "engine/executor.h"
 #include "engine/gpu_api.h"
 #include "engine/io/assets.h"
@@ -27,17 +28,14 @@
 namespace {
 
 using namespace cnnrun;
-using Clock = std::chrono::steady_clock;
-
 constexpr const char* kVersion = "0.1.0";
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 struct Options {
   std::string netdef;
   int64_t batch = 0;
   std::string engine = "auto";
-  std::string data, weights, json, dump, conv_algo;
+  std::string data, weights, json, dump, conv_algo = "auto";
+  std::string gpu_off;             // --gpu-off LIST (else $CNNRUN_GPU_OFF)
   std::string precision = "fp32";  // --precision
   std::vector<std::string> assets;
   std::string progress = "auto";  // --progress auto|always|never
@@ -73,8 +71,9 @@ std::function<void(int64_t, int64_t)> progress_bar(const std::string& mode, bool
   };
 }
 
+// --engine auto without a usable GPU runs the CPU engine and says why in `fallback`.
 std::unique_ptr<Executor> make_executor(const Network& net, const std::string& engine,
-                                        std::vector<std::string>& notes) {
+                                        std::string& fallback) {
   if (engine == "cpu") return make_cpu_executor(net);
   std::string why;
   bool gpu = gpu_available(&why);
@@ -83,7 +82,7 @@ std::unique_ptr<Executor> make_executor(const Network& net, const std::string& e
     return make_gpu_executor(net);
   }
   if (gpu) return make_gpu_executor(net);
-  notes.push_back("no GPU (" + why + "): running the CPU engine");
+  fallback = why;
   return make_cpu_executor(net);
 }
 
@@ -127,13 +126,14 @@ int run_network(const Options& o) {
   // MiB to bytes; a cap past 2^63 bytes is no cap (more than any GPU holds).
   constexpr int64_t kMaxMib = std::numeric_limits<int64_t>::max() >> 20;
   ro.gpu_memory = o.gpu_memory_mib > kMaxMib ? std::numeric_limits<int64_t>::max() : o.gpu_memory_mib << 20;
-  ro.conv_algo = o.conv_algo;
+  ro.conv_algo = *parse_conv_algo(o.conv_algo);  // checked by the option's validator
+  ro.tuning = parse_gpu_off(o.gpu_off);
   ro.precision = *parse_precision(o.precision);  // checked by the option's validator
   ro.resident = o.resident;
   ro.progress = progress_bar(o.progress, o.quiet);
   rep.distinct_images = std::min(ro.batch, data.count);
 
-  std::unique_ptr<Executor> ex = make_executor(net, o.engine, rep.notes);
+  std::unique_ptr<Executor> ex = make_executor(net, o.engine, rep.cpu_fallback);
   rep.run = ex->run(data, ro);
   if (o.repeat > 1) {
     // The first run did the executor's one-time work (weights, algorithm search); each run also
@@ -143,11 +143,7 @@ int run_network(const Options& o) {
     ro.progress = {};
     for (int i = 1; i < o.repeat; ++i) runs.push_back(ex->run(data, ro));
     std::vector<double> t;
-    std::string all;
-    for (const RunResult& r : runs) {
-      t.push_back(r.forward_seconds);
-      all += (all.empty() ? "" : " ") + std::to_string(r.forward_seconds * 1e3);
-    }
+    for (const RunResult& r : runs) t.push_back(r.forward_seconds);
     std::vector<double> sorted = t;
     std::sort(sorted.begin(), sorted.end());
     const size_t mid = sorted.size() / 2;
@@ -156,19 +152,16 @@ int run_network(const Options& o) {
     for (size_t i = 1; i < t.size(); ++i)
       if (std::abs(t[i] - median) < std::abs(t[pick] - median)) pick = i;
     rep.run = std::move(runs[pick]);
-    rep.run.notes.push_back("--repeat " + std::to_string(o.repeat) + ": forward times (ms) " + all +
-                            "; the report shows the run nearest the median, with forward time = median " +
-                            std::to_string(median * 1e3) + " ms");
+    rep.repeat_seconds = t;
     rep.run.forward_seconds = median;
   }
 
   int status = 0;
   if (o.validate) {
     auto ref = make_cpu_executor(net);
-    if (ex->name() == ref->name())
-      rep.notes.push_back("--validate with the CPU engine compares the reference with itself");
+    if (ex->name() == ref->name()) rep.validated_by_itself = true;
     int64_t n = o.validate_images ? std::min(o.validate_images, rep.distinct_images) : rep.distinct_images;
-    rep.validation = validate(*ex, *ref, net, data, n, validation_tolerance(ro.precision));
+    rep.validation = validate(*ex, *ref, net, data, n, ro);
     rep.validated = true;
     if (!rep.validation.pass) status = 3;
   }
@@ -249,8 +242,13 @@ int main(int argc, char** argv) {
                  "validate on the first N images only (default: all run)")
       ->check(kPositiveInt);
   app.add_option("--conv-algo", o.conv_algo,
-                 "GPU convolution for every conv layer: auto, im2col, implicit, cudnn")
-      ->check(CLI::IsMember({"auto", "im2col", "implicit", "cudnn"}));
+                 std::string("GPU convolution for every conv layer: ") + kConvAlgoExpected)
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return parse_conv_algo(v) ? std::string()
+                                      : "expected " + std::string(kConvAlgoExpected) + ", found '" + v + "'";
+          },
+          "ALGO"));
   app.add_option("--precision", o.precision,
                  "GPU: the format conv and fc operands may be rounded to, with FP32 accumulation: fp32 "
                  "(default, 3xTF32 on tensor cores), tf32, fp16 or bf16; --validate then allows 16 of its "
@@ -269,6 +267,20 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", o.repeat, "run the batch N times and report the median forward time (default 1)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+  app.add_option(
+         "--gpu-off", o.gpu_off,
+         std::string("GPU: turn these optimisations off, to measure what they gain (comma-separated: ") +
+             kGpuOffNames + "; default: $CNNRUN_GPU_OFF, else none)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            try {
+              parse_gpu_off(v);
+              return std::string();
+            } catch (const Error& e) {
+              return std::string(e.what());
+            }
+          },
+          "LIST"));
 
   std::string conv_netdef, conv_out;
   CLI::App* conv = app.add_subcommand("convert", "write a netdef's weights (any format) as safetensors");
@@ -290,7 +302,17 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cnnrun: no netdef given (see cnnrun --help)\n");
       return 2;
     }
-    if (o.conv_algo == "auto") o.conv_algo.clear();
+    // The environment is read here, once: A/B benches set CNNRUN_GPU_OFF for a whole script.
+    if (app.count("--gpu-off") == 0)
+      if (const char* env = std::getenv("CNNRUN_GPU_OFF")) {
+        o.gpu_off = env;
+        try {
+          parse_gpu_off(o.gpu_off);
+        } catch (const Error& e) {
+          std::fprintf(stderr, "cnnrun: CNNRUN_GPU_OFF=%s: %s\n", env, e.what());
+          return 2;
+        }
+      }
     if (o.resident && o.engine == "cpu") {
       std::fprintf(stderr, "cnnrun: --resident needs --engine gpu\n");
       return 2;

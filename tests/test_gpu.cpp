@@ -8,11 +8,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <sstream>
 
 #include "engine/gpu_api.h"
 #include "engine/io/dataset.h"
 #include "engine/network.h"
+#include "engine/report.h"
 #include "reference/cpu_executor.h"
 #include "tests/test_util.h"
 
@@ -24,6 +26,14 @@ using test::gpu_present;
 using test::sanitizer_mode;
 
 constexpr double kAtol = 1e-4, kRtol = 1e-3;
+
+// The algorithm a test names ("" = the executor's choice).
+ConvAlgo algo_of(const std::string& name) {
+  if (name.empty()) return ConvAlgo::kAuto;
+  const std::optional<ConvAlgo> a = parse_conv_algo(name);
+  REQUIRE_MESSAGE(a, "no convolution algorithm '" << name << "'");
+  return *a;
+}
 
 // Random weights in each layer's PyTorch shapes, scaled by fan-in so activations stay O(1).
 void random_weights(Network& net, uint32_t seed) {
@@ -73,12 +83,12 @@ struct MaxErr {
   }
 };
 
-// forward_layers on both executors; every materialised layer within tolerance, every empty one
-// reported as fused into its consumer.
+// forward_layers on both executors (the GPU's run as `opt` says); every materialised layer within
+// tolerance, every empty one reported as fused into its consumer.
 void compare_layers(const Network& net, Executor& gpu, Executor& cpu, const Dataset& data, int64_t first,
-                    int64_t n, const std::string& what, MaxErr& err) {
-  std::vector<Tensor> g = gpu.forward_layers(data, first, n);
-  std::vector<Tensor> c = cpu.forward_layers(data, first, n);
+                    int64_t n, const std::string& what, MaxErr& err, const RunOptions& opt = {}) {
+  std::vector<Tensor> g = gpu.forward_layers(data, first, n, opt);
+  std::vector<Tensor> c = cpu.forward_layers(data, first, n, RunOptions{});
   REQUIRE(g.size() == net.layers.size());
   REQUIRE(c.size() == net.layers.size());
   for (size_t i = 0; i < g.size(); ++i) {
@@ -86,10 +96,10 @@ void compare_layers(const Network& net, Executor& gpu, Executor& cpu, const Data
     INFO(what << ", layer " << lname << " (" << net.layers[i]->type << "), images " << first << ".."
               << first + n - 1);
     if (g[i].dims.empty()) {
-      CHECK(!gpu.fused_into(static_cast<int>(i)).empty());
+      CHECK(!gpu.fused_into(static_cast<int>(i), opt).empty());
       continue;
     }
-    CHECK(gpu.fused_into(static_cast<int>(i)).empty());
+    CHECK(gpu.fused_into(static_cast<int>(i), opt).empty());
     REQUIRE(g[i].dims == c[i].dims);
     test::Compare cmp = test::compare(g[i].ptr(), c[i].ptr(), g[i].data.size(), kAtol, kRtol);
     INFO("max abs error " << cmp.max_abs << " at " << cmp.worst << ": gpu " << g[i].data[cmp.worst] << " cpu "
@@ -139,7 +149,7 @@ void conv_algo_against_reference(const std::string& algo) {
   for (const ConvCase& k : kConvCases) {
     Network net = parse_netdef_string(conv_netdef(k), "convtest");
     for (auto& l : net.layers)
-      if (l->type == "conv") l->algo = algo;
+      if (l->kind == LayerKind::kConv) l->algo = algo_of(algo);
     random_weights(net, seed);
     Dataset data = gpu_random_data(net.input, k.n + 3, 10, seed++);
     auto gpu = make_gpu_executor(net);
@@ -148,8 +158,8 @@ void conv_algo_against_reference(const std::string& algo) {
     what << algo << " C" << k.c << " F" << k.f << " k" << k.kh << "x" << k.kw << " s" << k.sh << "x" << k.sw
          << " p" << k.ph << "x" << k.pw << " in " << k.h << "x" << k.w << " n" << k.n;
     compare_layers(net, *gpu, *cpu, data, 2, k.n, what.str(), err);
-    CHECK(gpu->fused_into(0) == "relu1");  // conv1's ReLU runs in its epilogue
-    CHECK(gpu->fused_into(2).empty());     // tanh is never fused
+    CHECK(gpu->fused_into(0, RunOptions{}) == "relu1");  // conv1's ReLU runs in its epilogue
+    CHECK(gpu->fused_into(2, RunOptions{}).empty());     // tanh is never fused
   }
   MESSAGE("conv " << algo << ": max abs error " << err.abs << " (" << err.where << ")");
 }
@@ -216,16 +226,16 @@ layers:
   for (const char* algo : {"implicit", "im2col", "cudnn"}) {
     Network net = parse_netdef_string(text, "layers");
     for (auto& l : net.layers)
-      if (l->type == "conv") l->algo = algo;
+      if (l->kind == LayerKind::kConv) l->algo = algo_of(algo);
     random_weights(net, 7);
     Dataset data = gpu_random_data(net.input, 9, 7, 3);
     auto gpu = make_gpu_executor(net);
     auto cpu = make_cpu_executor(net);
     compare_layers(net, *gpu, *cpu, data, 0, 9, algo, err);
     compare_layers(net, *gpu, *cpu, data, 4, 1, algo, err);
-    CHECK(gpu->fused_into(net.find("fc1")) == "r3");
-    CHECK(gpu->fused_into(net.find("c3")).empty());  // read by the add, not by a relu
-    CHECK(gpu->fused_into(net.find("c1")).empty());  // followed by a batchnorm
+    CHECK(gpu->fused_into(net.find("fc1"), RunOptions{}) == "r3");
+    CHECK(gpu->fused_into(net.find("c3"), RunOptions{}).empty());  // read by the add, not by a relu
+    CHECK(gpu->fused_into(net.find("c1"), RunOptions{}).empty());  // followed by a batchnorm
   }
   MESSAGE("layer types: max abs error " << err.abs << " (" << err.where << ")");
 }
@@ -270,7 +280,7 @@ struct RunVariant {
     o.block = block;
     o.streams = streams;
     o.cycle = cycle;
-    o.conv_algo = algo;
+    o.conv_algo = algo_of(algo);
     o.want_probs = true;
     return o;
   }
@@ -342,21 +352,14 @@ TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" *
     CHECK(r.transfer_seconds <= r.forward_seconds);
     CHECK(r.engine.find("gpu (") == 0);
     // Full blocks run as captured CUDA graphs (a capture failure falls back to direct launches
-    // and says so in a note: it must not happen for these layers and algorithms).
-    bool graphs = false;
-    for (const std::string& note : r.notes) {
-      CHECK(note.find("capture failed") == std::string::npos);
-      graphs = graphs || note.find("one CUDA graph launch") != std::string::npos;
-    }
-    CHECK(graphs);
+    // and says so: it must not happen for these layers and algorithms).
+    REQUIRE(r.gpu);
+    CHECK_MESSAGE(r.gpu->graphs == GpuRunFacts::Graphs::kCaptured, r.gpu->graph_error);
   }
 
   RunOptions bad;
   bad.batch = count + 1;
   CHECK_THROWS_WITH_AS(gpu->run(data, bad), doctest::Contains("cycle"), Error);
-  bad.batch = count;
-  bad.conv_algo = "winograd";
-  CHECK_THROWS_WITH_AS(gpu->run(data, bad), doctest::Contains("winograd"), Error);
 }
 
 namespace {
@@ -412,12 +415,6 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
     for (const char* variant : {"implicit", "implicit-3xtf32", "implicit-ffma", "cudnn"}) {
       const std::string v = variant;
       const char* algo = v == "cudnn" ? "cudnn" : "implicit";
-      struct Env {  // the executor reads CNNRUN_GPU_OFF when it is made
-        explicit Env(const char* off) {
-          if (*off) setenv("CNNRUN_GPU_OFF", off, 1);
-        }
-        ~Env() { unsetenv("CNNRUN_GPU_OFF"); }
-      } env(v == "implicit-ffma" ? "tc" : v == "implicit-3xtf32" ? "exact" : "");
       Network net = parse_netdef_string(fused_netdef(k), "fusetest");
       random_weights(net, seed);
       Dataset data = gpu_random_data(net.input, k.n + 2, 10, seed);
@@ -427,15 +424,16 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
       what << variant << " C" << k.c << " " << k.h << "x" << k.w << " F" << k.f1 << " k" << k.k1 << " s"
            << k.s1 << " p" << k.p1 << " / F" << k.f2 << " k" << k.k2 << " p" << k.p2 << " n" << k.n;
       INFO(what.str());
-      // run() first (it picks the algorithm the later forward_layers uses), over small blocks on
-      // two streams with cycling, so tiles past the end of a block and u8 staging of every block
-      // are exercised; its output values must match the reference's.
+      // run() over small blocks on two streams with cycling, so tiles past the end of a block and
+      // u8 staging of every block are exercised; its output values must match the reference's.
+      // forward_layers then runs with the same options.
       RunOptions o;
       o.batch = 2 * k.n + 1;
       o.cycle = true;
       o.block = 3;
       o.streams = 2;
-      o.conv_algo = algo;
+      o.conv_algo = algo_of(algo);
+      o.tuning = parse_gpu_off(v == "implicit-ffma" ? "tc" : v == "implicit-3xtf32" ? "exact" : "");
       o.want_probs = true;
       RunResult r = gpu->run(data, o);
       RunOptions co;
@@ -450,9 +448,9 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
       }
       const bool implicit = std::string(algo) == "implicit";
       const bool pool1 = implicit && k.expect_pool1, u8 = implicit && k.expect_u8;
-      CHECK(gpu->fused_into(0) == (pool1 ? "pool1" : "relu1"));
-      CHECK(gpu->fused_into(1) == (pool1 ? "pool1" : ""));
-      CHECK(gpu->fused_into(2).empty());
+      CHECK(gpu->fused_into(0, o) == (pool1 ? "pool1" : "relu1"));
+      CHECK(gpu->fused_into(1, o) == (pool1 ? "pool1" : ""));
+      CHECK(gpu->fused_into(2, o).empty());
       CHECK(r.layers[2].algo == (pool1 ? "fused into conv1" : ""));
       CHECK((r.layers[0].algo.find("uint8 input") != std::string::npos) == u8);
       CHECK((r.layers[0].algo.find("maxpool") != std::string::npos) == pool1);
@@ -460,7 +458,7 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
       CHECK((r.layers[0].algo.find("exact pixels") != std::string::npos) == (tc1 && u8 && v == "implicit"));
       CHECK((r.layers[0].algo.find("3xTF32") != std::string::npos) == (tc1 && !(u8 && v == "implicit")));
       if (pool1) CHECK(r.layers[2].seconds == 0.0);
-      compare_layers(net, *gpu, *cpu, data, 1, k.n, what.str(), err);
+      compare_layers(net, *gpu, *cpu, data, 1, k.n, what.str(), err, o);
       seed += 3;
     }
   }
@@ -491,30 +489,31 @@ TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too 
   random_weights(net, 13);
   Dataset data = gpu_random_data(net.input, 37, 10, 3);
   auto gpu = make_gpu_executor(net);
-  auto cut_note = [](const RunResult& r) {
-    for (const auto& n : r.notes)
-      if (n.find("cut to") != std::string::npos) return n;
-    return std::string();
+  auto cut_from = [](const RunResult& r) {
+    REQUIRE(r.gpu);
+    return r.gpu->block_cut_from;
   };
   RunOptions free_run;
   free_run.batch = 2000;
   free_run.cycle = true;
   free_run.block = 2000;
-  free_run.conv_algo = "implicit";
+  free_run.conv_algo = ConvAlgo::kImplicit;
   RunResult a = gpu->run(data, free_run);
-  CHECK(cut_note(a).empty());
+  CHECK(cut_from(a) == 0);
   // About 17 KB per image: 40 MiB less the 32 MiB cuBLASLt workspace holds a few hundred images.
   RunOptions capped = free_run;
   capped.gpu_memory = int64_t{40} << 20;
   RunResult b = gpu->run(data, capped);
-  const std::string note = cut_note(b);
-  CHECK_MESSAGE(note.find("--gpu-memory (41943040 bytes)") != std::string::npos, "notes: " << note);
-  MESSAGE(note);
+  CHECK(cut_from(b) == 2000);
+  CHECK(b.gpu->block < 2000);
+  CHECK(b.gpu->cap_bytes == 41943040);
+  CHECK(b.gpu->cap_total_bytes == 41943040);
+  MESSAGE("block cut to " << b.gpu->block);
   REQUIRE(b.predictions.size() == 2000);
   CHECK(a.predictions == b.predictions);
   CHECK(a.correct == b.correct);
-  CHECK(gpu->forward_layers(data, 0, 37).size() == net.layers.size());  // under the last run's cap
-  capped.gpu_memory = int64_t{1} << 20;                                 // less than the workspace alone
+  CHECK(gpu->forward_layers(data, 0, 37, capped).size() == net.layers.size());  // under the cap
+  capped.gpu_memory = int64_t{1} << 20;  // less than the workspace alone
   std::string what;
   try {
     gpu->run(data, capped);
@@ -524,7 +523,7 @@ TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too 
   CHECK(what.find("GPU memory: one image needs") != std::string::npos);
   CHECK_MESSAGE(what.find("but --gpu-memory allows only 1048576 bytes") != std::string::npos, what);
   RunResult c = gpu->run(data, free_run);  // the slots are made again without the cap
-  CHECK(cut_note(c).empty());
+  CHECK(cut_from(c) == 0);
   CHECK(a.predictions == c.predictions);
   // --resident: the 37 images count against the cap, and the blocks get what they leave.
   const int64_t resident_bytes = 37 * data.shape.size();
@@ -532,10 +531,9 @@ TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too 
   res.resident = true;
   res.gpu_memory = (int64_t{40} << 20) + resident_bytes;
   RunResult d = gpu->run(data, res);
-  const std::string note_d = cut_note(d);
-  CHECK_MESSAGE(note_d.find("--gpu-memory (41943040 bytes left of its " + std::to_string(res.gpu_memory) +
-                            " beside the resident images)") != std::string::npos,
-                "notes: " << note_d);
+  CHECK(cut_from(d) == 2000);
+  CHECK(d.gpu->cap_bytes == 41943040);
+  CHECK(d.gpu->cap_total_bytes == res.gpu_memory);
   CHECK(d.predictions == a.predictions);
   res.gpu_memory = resident_bytes;  // nothing left for a block
   CHECK_THROWS_WITH_AS(
@@ -574,11 +572,11 @@ TEST_CASE("gpu: a block larger than GPU memory is cut to fit, with the same pred
   big.block = 1000;
   if (shrink) big.gpu_memory = int64_t{512} << 20;
   RunResult a = gpu->run(data, big);
-  bool cut = false;
-  for (const auto& n : a.notes)
-    cut = cut ||
-          (n.find("cut to") != std::string::npos && (!shrink || n.find("--gpu-memory") != std::string::npos));
-  CHECK_MESSAGE(cut, "no note says the block was cut");
+  REQUIRE(a.gpu);
+  // The block asked for is first held to the batch (300), then cut to what fits.
+  CHECK_MESSAGE(a.gpu->block_cut_from == 300, "the block was not cut");
+  CHECK(a.gpu->block < 300);
+  if (shrink) CHECK(a.gpu->cap_bytes > 0);
   RunOptions small = big;
   small.block = 8;
   small.gpu_memory = 0;
@@ -619,7 +617,7 @@ TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 image
     o.batch = images;
     o.cycle = true;
     o.block = cb.block;
-    o.conv_algo = algo;
+    o.conv_algo = algo_of(algo);
     RunResult r = gpu->run(gdata, o);
     int64_t differ = 0, correct = 0;
     for (int64_t i = 0; i < images; ++i) {
@@ -635,7 +633,9 @@ TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 image
        << 100.0 * static_cast<double>(r.correct) / static_cast<double>(images) << " %; layers:";
     for (const LayerTime& t : r.layers)
       o2 << " " << t.name << "=" << t.seconds * 1e3 << "ms[" << t.algo << "]";
-    for (const std::string& n : r.notes) o2 << "\n    " << n;
+    Report rep;
+    rep.run = r;
+    for (const std::string& n : report_notes(rep)) o2 << "\n    " << n;
     MESSAGE(o2.str());
   }
 }
@@ -660,15 +660,14 @@ void check_resident_same(Executor& gpu, const Dataset& data, RunOptions o) {
   }
   CHECK(dev.engine.find(", input resident on GPU)") != std::string::npos);
   CHECK(host.engine.find("resident") == std::string::npos);
-  auto has = [](const RunResult& r, const char* text) {
-    for (const std::string& n : r.notes)
-      if (n.find(text) != std::string::npos) return true;
-    return false;
-  };
-  CHECK(has(dev, "gpu: timed: forward, input resident on GPU"));
-  CHECK(has(dev, "pixels from device memory (--resident)"));
-  CHECK(has(host, "gpu: timed: end to end"));
-  CHECK(!has(dev, "capture failed"));
+  REQUIRE(dev.gpu);
+  REQUIRE(host.gpu);
+  CHECK(dev.gpu->resident);
+  CHECK(dev.gpu->resident_images == std::min(o.batch, data.count));
+  CHECK(dev.gpu->pixels == GpuRunFacts::Pixels::kResident);
+  CHECK_FALSE(host.gpu->resident);
+  CHECK(host.gpu->pixels != GpuRunFacts::Pixels::kResident);
+  CHECK(dev.gpu->graphs != GpuRunFacts::Graphs::kCaptureFailed);
   CHECK(dev.forward_seconds > 0.0);
 }
 
@@ -705,7 +704,7 @@ TEST_CASE("gpu: --resident gives the same predictions as copying from host memor
     o.batch = cb.images;
     o.block = cb.block;
     o.cycle = true;
-    o.conv_algo = algo;
+    o.conv_algo = algo_of(algo);
     check_resident_same(*cgpu, cb.data, o);
   }
 }
