@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "engine/executor.h"
+#include "engine/scoring.h"
+#include "engine/stream.h"
 #include "engine/validate.h"
 
 namespace cnnrun {
@@ -19,6 +21,9 @@ struct Report {
   double load_data_s = 0, build_net_s = 0, load_weights_s = 0, total_s = 0;
   int64_t distinct_images = 0;  // < images when cycling
   bool labelled = true;         // false: the data set has no labels, so no accuracy
+  Scores scores;                // top-k, per class, confusion (labelled runs)
+  std::vector<std::string> class_names;
+  StreamStats stream;  // the loop from the data source to the executor
   RunResult run;
   bool validated = false;
   Validation validation;
