@@ -45,6 +45,7 @@ struct Options {
   std::string predictions;         // --predictions FILE.csv
   int top_k = 0;                   // --top-k; 0 = 5 with more than 10 classes, else 1
   int decode_threads = 0;          // --decode-threads; 0 = all cores
+  bool skip_bad = false;           // --skip-bad: leave out unreadable images, counted
   std::vector<std::string> assets;
   bool quiet = false, cycle = false, validate = false;
   bool resident = false;        // --resident: the GPU times the forward pass from device memory
@@ -111,7 +112,8 @@ int run_network(const Options& o) {
       o.weights.empty() ? net.weights.format + ": " + net.weights.path : "--weights " + o.weights;
 
   t = Clock::now();
-  std::unique_ptr<DataSource> src = open_data(net, assets, o.data, o.data_format, o.decode_threads);
+  std::unique_ptr<DataSource> src =
+      open_data(net, assets, o.data, o.data_format, o.decode_threads, o.skip_bad);
   rep.load_data_s = seconds_since(t);
   rep.data_description = src->description();
   rep.labelled = src->labelled();
@@ -292,6 +294,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   app.add_option("--decode-threads", o.decode_threads, "image folders: decoding threads (default: all cores)")
       ->check(CLI::Range(1, 1024));
+  app.add_flag("--skip-bad", o.skip_bad,
+               "image folders: leave out images that cannot be read (corrupt, not an image, wrong size), "
+               "counted in the report, instead of stopping at the first");
   app.add_flag("--quiet", o.quiet, "print only the accuracy line (the image count without labels)");
   app.add_flag("--validate", o.validate,
                "compare every layer with the CPU reference (exit 3 if any differs)");

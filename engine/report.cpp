@@ -121,6 +121,9 @@ std::string report_text(const Report& r) {
          " threads (" + fmt("%.0f", r.stream.decode_s > 0 ? imgs / r.stream.decode_s : 0.0) +
          " images/s per thread); the executor waited " + fmt("%.3f", r.stream.wait_s) + " s for blocks\n";
   }
+  if (r.stream.skipped > 0)
+    s += "Skipped: " + std::to_string(r.stream.skipped) +
+         " unreadable images (--skip-bad); the first: " + r.stream.first_skipped + "\n";
   if (r.stream.wall_s > 0)
     s += "Pipeline: " + std::to_string(r.run.images) + " images in " + fmt("%.3f", r.stream.wall_s) + " s (" +
          fmt("%.0f", static_cast<double>(r.run.images) / r.stream.wall_s) +
@@ -233,7 +236,9 @@ std::string report_json(const Report& r) {
       {"block_images", r.stream.block_images},
       {"decode_s", r.stream.decode_s},
       {"decode_threads", r.stream.decode_threads},
-      {"wait_for_decode_s", r.stream.wait_s}};
+      {"wait_for_decode_s", r.stream.wait_s},
+      {"skipped_images", r.stream.skipped}};
+  if (r.stream.skipped > 0) j["pipeline"]["first_skipped"] = r.stream.first_skipped;
   if (r.validated) {
     const Validation& v = r.validation;
     json checks = json::array();

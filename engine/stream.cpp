@@ -80,9 +80,12 @@ RunResult run_source(Executor& ex, DataSource& src, const RunOptions& opt_in, bo
   Dataset cur, next;
   src.read(0, std::min(block, total), cur);
   const auto progress = opt.progress;
-  for (int64_t first = 0; first < total;) {
+  // pos: the source's images read so far; first: the images run so far (fewer when a source
+  // skips unreadable images).
+  int64_t first = 0;
+  for (int64_t pos = 0; pos < total;) {
     const int64_t n = cur.count;
-    const int64_t after = first + n;
+    const int64_t after = pos + std::min(block, total - pos);
     std::future<void> ahead;
     if (after < total)  // the next block decodes while this one runs
       ahead = std::async(std::launch::async, [&src, &next, after, block, total] {
@@ -91,30 +94,37 @@ RunResult run_source(Executor& ex, DataSource& src, const RunOptions& opt_in, bo
     RunOptions o = opt;
     o.batch = n;
     if (progress)
-      o.progress = [&progress, first, total](int64_t done, int64_t) { progress(first + done, total); };
-    RunResult r;
-    try {
-      r = ex.run(cur, o);
-      if (on_block) on_block(cur, first, r);
-    } catch (...) {
-      if (ahead.valid()) ahead.wait();
-      throw;
+      o.progress = [&progress, pos, total](int64_t done, int64_t) { progress(pos + done, total); };
+    if (n > 0) {  // a block of nothing but skipped images runs nothing
+      RunResult r;
+      try {
+        r = ex.run(cur, o);
+        if (on_block) on_block(cur, first, r);
+      } catch (...) {
+        if (ahead.valid()) ahead.wait();
+        throw;
+      }
+      merge(out, std::move(r), opt_in.want_probs);
+      ++st.blocks;
     }
-    merge(out, std::move(r), opt_in.want_probs);
-    ++st.blocks;
     if (ahead.valid()) {
       const auto w = Clock::now();
       ahead.get();  // rethrows a decoding error, naming the file
       st.wait_s += since(w);
       std::swap(cur, next);
     }
-    first = after;
+    first += n;
+    pos = after;
   }
+  if (out.images == 0)
+    throw Error("no image of " + src.description() + " could be read; the first: " + src.first_skipped());
   out.notes.push_back("streamed in " + std::to_string(st.blocks) + " blocks of up to " +
                       std::to_string(block) + " images, each decoded while the one before ran");
   st.wall_s = since(t0);
   st.decode_s = src.decode_seconds();
   st.decode_threads = src.decode_threads();
+  st.skipped = src.skipped();
+  st.first_skipped = src.first_skipped();
   if (stats) *stats = st;
   return out;
 }

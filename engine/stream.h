@@ -2,7 +2,8 @@
 // (so --cycle, --resident and --repeat keep their meaning); a streamed source (an image folder)
 // is read block by block, the next block decoded by the source's worker threads while the
 // executor runs the current one, so the executor waits only when decoding cannot keep up.
-// Each block's results go to `on_block` (scoring, the predictions file) and are then dropped,
+// Each block's results go to `on_block` (with `first`, the index in the run of its first image:
+// scoring, the predictions file) and are then dropped,
 // except the predictions (4 bytes an image) and, when opt.want_probs, the output values.
 #pragma once
 
@@ -19,6 +20,8 @@ struct StreamStats {
   double wait_s = 0;                     // executor idle, waiting for a block to be decoded
   double decode_s = 0;                   // decoding, summed over the worker threads
   int decode_threads = 0;
+  int64_t skipped = 0;        // unreadable images left out (--skip-bad)
+  std::string first_skipped;  // the first one's error
 };
 
 // Images per block for a streamed source: about 256 MB of pixels, 64..4096 images.

@@ -371,3 +371,29 @@ TEST_CASE("images: bad files and folders are one error naming the file (and the 
   CHECK_THROWS_WITH_AS(list_images(d + "/roots/net/imgs", net.classes, {d + "/roots/net"}),
                        has("leads outside the asset roots"), Error);
 }
+
+TEST_CASE("cli: --skip-bad leaves unreadable images out, counted; without it the first stops the run") {
+  const std::string d = test::temp_dir("img-skip");
+  python_refs("cifar " + test::shared_dir() + "/data/cifar10-sample/train_2000.bin " + d + "/c 30");
+  // Image 0 of class 'bird' truncated, and a text file posing as a JPEG.
+  std::string victim;
+  for (const auto& f : fs::directory_iterator(d + "/c/bird"))
+    if (victim.empty() || f.path().string() < victim) victim = f.path().string();
+  const std::string png = test::read_file(victim);
+  test::write_file(victim, png.substr(0, png.size() / 3));
+  test::write_file(d + "/c/cat/zzz.jpg", "not a JPEG");
+  const std::string cli = std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml --assets " +
+                          test::shared_dir() + " --engine cpu --data " + d + "/c ";
+  std::string o = run_cli(cli, 1);
+  CHECK(o.find(victim + ": image ") != std::string::npos);
+  CHECK(o.find("corrupt PNG") != std::string::npos);
+  CHECK(std::count(o.begin(), o.end(), '\n') == 1);
+  o = run_cli(cli + "--skip-bad --predictions " + d + "/p.csv --json " + d + "/r.json");
+  CHECK(o.find("Skipped: 2 unreadable images (--skip-bad); the first: " + victim) != std::string::npos);
+  auto j = nlohmann::json::parse(test::read_file(d + "/r.json"));
+  CHECK(j["images"] == 29);  // 30 images + 1 non-image file, 2 left out
+  CHECK(j["pipeline"]["skipped_images"] == 2);
+  const std::string csv = test::read_file(d + "/p.csv");
+  CHECK(std::count(csv.begin(), csv.end(), '\n') == 30);  // header + 29 rows
+  CHECK(csv.find(victim) == std::string::npos);
+}

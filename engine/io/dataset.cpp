@@ -202,7 +202,7 @@ Dataset load_dataset(const Network& net, const AssetResolver& assets, const std:
 
 std::unique_ptr<DataSource> open_data(const Network& net, const AssetResolver& assets,
                                       const std::string& override_path, const std::string& format_override,
-                                      int threads) {
+                                      int threads, bool skip_bad) {
   std::string note;
   const std::string format = choose_format(net, override_path, format_override, &note);
   const bool user = !override_path.empty();
@@ -243,7 +243,7 @@ std::unique_ptr<DataSource> open_data(const Network& net, const AssetResolver& a
   if (t.resize) d += ", resized to " + std::to_string(t.resize);
   if (t.crop_h) d += ", centre crop " + std::to_string(t.crop_h) + "x" + std::to_string(t.crop_w);
   d += note;
-  return image_source(std::move(list), t, threads, d);
+  return image_source(std::move(list), t, threads, d, skip_bad);
 }
 
 }  // namespace cnnrun

@@ -214,8 +214,8 @@ namespace {
 
 class ImageSource : public DataSource {
  public:
-  ImageSource(ImageList list, const ImageTransform& t, int threads, std::string description)
-      : list_(std::move(list)), t_(t), description_(std::move(description)) {
+  ImageSource(ImageList list, const ImageTransform& t, int threads, std::string description, bool skip_bad)
+      : list_(std::move(list)), t_(t), description_(std::move(description)), skip_bad_(skip_bad) {
     threads_ = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
   int64_t count() const override { return static_cast<int64_t>(list_.paths.size()); }
@@ -224,6 +224,8 @@ class ImageSource : public DataSource {
   std::string description() const override { return description_; }
   double decode_seconds() const override { return decode_s_; }
   int decode_threads() const override { return threads_; }
+  int64_t skipped() const override { return skipped_; }
+  std::string first_skipped() const override { return first_skipped_; }
 
   void read(int64_t first, int64_t n, Dataset& out) override {
     if (first < 0 || n < 0 || first + n > count()) throw Error("image block outside the folder's images");
@@ -240,8 +242,7 @@ class ImageSource : public DataSource {
     out.description = description_;
     std::atomic<int64_t> next{0};
     std::mutex mu;
-    int64_t bad = -1;
-    std::string why;
+    std::vector<std::pair<int64_t, std::string>> failed;
     double secs = 0;
     auto work = [&] {
       auto t0 = std::chrono::steady_clock::now();
@@ -250,7 +251,7 @@ class ImageSource : public DataSource {
           load_image_file(list_.paths[static_cast<size_t>(first + i)], t_, out.pixels.data() + i * size);
         } catch (const std::exception& e) {
           std::lock_guard<std::mutex> lock(mu);
-          if (bad < 0 || i < bad) bad = i, why = e.what();  // the lowest index, whatever the threads' order
+          failed.emplace_back(i, e.what());
         }
       }
       std::lock_guard<std::mutex> lock(mu);
@@ -262,24 +263,53 @@ class ImageSource : public DataSource {
     work();
     for (auto& th : pool) th.join();
     decode_s_ += secs;
-    if (bad >= 0)
-      throw Error(list_.paths[static_cast<size_t>(first + bad)] + ": image " + std::to_string(first + bad) +
-                  ": " + why);
+    if (failed.empty()) return;
+    std::sort(failed.begin(), failed.end());  // the lowest index first, whatever the threads' order
+    auto message = [&](const std::pair<int64_t, std::string>& f) {
+      return list_.paths[static_cast<size_t>(first + f.first)] + ": image " +
+             std::to_string(first + f.first) + ": " + f.second;
+    };
+    if (!skip_bad_) throw Error(message(failed[0]));
+    if (skipped_ == 0) first_skipped_ = message(failed[0]);
+    skipped_ += static_cast<int64_t>(failed.size());
+    // Compact the block: the readable images keep their order.
+    int64_t keep = 0;
+    size_t f = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      if (f < failed.size() && failed[f].first == i) {
+        ++f;
+        continue;
+      }
+      if (keep != i) {
+        std::copy(out.pixels.begin() + i * size, out.pixels.begin() + (i + 1) * size,
+                  out.pixels.begin() + keep * size);
+        out.paths[static_cast<size_t>(keep)] = out.paths[static_cast<size_t>(i)];
+        if (labelled()) out.labels[static_cast<size_t>(keep)] = out.labels[static_cast<size_t>(i)];
+      }
+      ++keep;
+    }
+    out.count = keep;
+    out.pixels.resize(static_cast<size_t>(keep * size));
+    out.paths.resize(static_cast<size_t>(keep));
+    if (labelled()) out.labels.resize(static_cast<size_t>(keep));
   }
 
  private:
   ImageList list_;
   ImageTransform t_;
   std::string description_;
+  bool skip_bad_ = false;
   int threads_ = 1;
   double decode_s_ = 0;
+  int64_t skipped_ = 0;
+  std::string first_skipped_;
 };
 
 }  // namespace
 
 std::unique_ptr<DataSource> image_source(ImageList list, const ImageTransform& t, int threads,
-                                         const std::string& description) {
-  return std::make_unique<ImageSource>(std::move(list), t, threads, description);
+                                         const std::string& description, bool skip_bad) {
+  return std::make_unique<ImageSource>(std::move(list), t, threads, description, skip_bad);
 }
 
 }  // namespace cnnrun

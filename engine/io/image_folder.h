@@ -40,7 +40,9 @@ struct ImageTransform {
 // One file through the transforms into `chw` (input.size() bytes, channels first).
 void load_image_file(const std::string& path, const ImageTransform& t, uint8_t* chw);
 
+// `skip_bad`: images that fail to load are left out of the block (and counted) instead of
+// being an error.
 std::unique_ptr<DataSource> image_source(ImageList list, const ImageTransform& t, int threads,
-                                         const std::string& description);
+                                         const std::string& description, bool skip_bad = false);
 
 }  // namespace cnnrun
