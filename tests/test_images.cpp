@@ -3,6 +3,8 @@
 // predictions, streaming in blocks changes nothing, and every bad input is one error naming the
 // file. The reference images and pixels come from tests/image_reference.py (Debian's Pillow,
 // NumPy and torchvision).
+#include <png.h>
+
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -396,4 +398,60 @@ TEST_CASE("cli: --skip-bad leaves unreadable images out, counted; without it the
   const std::string csv = test::read_file(d + "/p.csv");
   CHECK(std::count(csv.begin(), csv.end(), '\n') == 30);  // header + 29 rows
   CHECK(csv.find(victim) == std::string::npos);
+}
+
+namespace {
+
+// A PNG written by libpng itself: Adam7-interlaced when asked (Pillow cannot write those).
+std::vector<uint8_t> write_png(int w, int h, int color_type, int depth, bool interlaced,
+                               const std::vector<uint8_t>& px, int channels) {
+  std::vector<uint8_t> out;
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png_create_info_struct(png);
+  REQUIRE((png && info));
+  png_set_write_fn(
+      png, &out,
+      [](png_structp p, png_bytep data, png_size_t n) {
+        auto* v = static_cast<std::vector<uint8_t>*>(png_get_io_ptr(p));
+        v->insert(v->end(), data, data + n);
+      },
+      nullptr);
+  png_set_IHDR(png, info, static_cast<png_uint_32>(w), static_cast<png_uint_32>(h), depth, color_type,
+               interlaced ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT,
+               PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  std::vector<png_bytep> rows(static_cast<size_t>(h));
+  for (int y = 0; y < h; ++y)
+    rows[static_cast<size_t>(y)] = const_cast<png_bytep>(px.data()) + static_cast<size_t>(y) * w * channels;
+  png_write_image(png, rows.data());
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("images: Adam7-interlaced PNGs (RGB, RGBA, grey) decode to their pixels") {
+  const int w = 13, h = 11;
+  for (int channels : {3, 4, 1}) {
+    std::vector<uint8_t> px(static_cast<size_t>(w * h * channels));
+    for (size_t i = 0; i < px.size(); ++i) px[i] = static_cast<uint8_t>((i * 37 + i / 7) & 255);
+    const int type = channels == 3   ? PNG_COLOR_TYPE_RGB
+                     : channels == 4 ? PNG_COLOR_TYPE_RGBA
+                                     : PNG_COLOR_TYPE_GRAY;
+    for (bool interlaced : {false, true}) {
+      std::vector<uint8_t> file = write_png(w, h, type, 8, interlaced, px, channels);
+      Image img = decode_image(file.data(), file.size());
+      INFO("channels " << channels << " interlaced " << interlaced);
+      REQUIRE(img.w == w);
+      REQUIRE(img.h == h);
+      const int keep = channels == 4 ? 3 : channels;
+      REQUIRE(img.c == keep);
+      int64_t bad = 0;
+      for (int i = 0; i < w * h; ++i)
+        for (int c = 0; c < keep; ++c)
+          bad += img.px[static_cast<size_t>(i * keep + c)] != px[static_cast<size_t>(i * channels + c)];
+      CHECK(bad == 0);
+    }
+  }
 }
