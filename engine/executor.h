@@ -32,6 +32,10 @@ struct RunOptions {
   // GPU: at most this many bytes for the per-stream image buffers and workspaces (0 = no cap:
   // what is free); blocks are cut to fit it.
   int64_t gpu_memory = 0;
+  // GPU: run the first block once before the clock (kernel loading, library plans, the conv
+  // search). run_source turns it off for a streamed data set's later blocks; the executor still
+  // warms up when its slots or block size changed or a search is pending.
+  bool warm_up = true;
   // Called now and then with images done so far (for a progress bar); may be empty.
   std::function<void(int64_t done, int64_t total)> progress;
 };

@@ -93,6 +93,7 @@ RunResult run_source(Executor& ex, DataSource& src, const RunOptions& opt_in, bo
       });
     RunOptions o = opt;
     o.batch = n;
+    o.warm_up = st.blocks == 0;
     if (progress)
       o.progress = [&progress, pos, total](int64_t done, int64_t) { progress(pos + done, total); };
     if (n > 0) {  // a block of nothing but skipped images runs nothing

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine/executor.h"
+#include "engine/gpu_api.h"
 #include "engine/io/assets.h"
 #include "engine/io/image.h"
 #include "engine/io/image_folder.h"
@@ -454,4 +455,35 @@ TEST_CASE("images: Adam7-interlaced PNGs (RGB, RGBA, grey) decode to their pixel
       CHECK(bad == 0);
     }
   }
+}
+
+TEST_CASE("gpu: an image folder streamed in blocks, labelled and not, gives the CPU reference's predictions" *
+          doctest::skip(!test::gpu_present())) {
+  Network net;
+  Dataset data;
+  if (!test::load_cifar_sample(net, data, "GPU streaming")) return;
+  const std::string d = test::temp_dir("img-gpu");
+  python_refs("cifar " + test::shared_dir() + "/data/cifar10-sample/train_2000.bin " + d + "/f 700");
+  ImageTransform t;
+  t.input = net.input;
+  ImageList list = list_images(d + "/f", net.classes, {});
+  auto src = image_source(list, t, 4, "test folder");
+  Dataset whole;
+  src->read(0, src->count(), whole);
+  auto cpu = make_cpu_executor(net);
+  RunOptions ro;
+  RunResult want = cpu->run(whole, ro);
+  auto gpu = make_gpu_executor(net);
+  StreamStats st;
+  // Blocks of 96 (the last 28): later blocks skip the warm-up, the last one warms up again.
+  RunResult got = run_source(*gpu, *src, ro, true, 96, nullptr, &st);
+  CHECK(st.blocks == 8);
+  CHECK(got.predictions == want.predictions);
+  CHECK(got.correct == want.correct);
+  // Unlabelled: the GPU counts nothing correct, predicts the same.
+  Dataset unl = whole;
+  unl.labels.clear();
+  RunResult u = gpu->run(unl, ro);
+  CHECK(u.correct == 0);
+  CHECK(u.predictions == want.predictions);
 }

@@ -228,6 +228,9 @@ class GpuExecutor : public Executor {
   std::vector<std::unique_ptr<Slot>> slots_;
   int slot_streams_ = 0;
   int64_t slot_block_ = 0;
+  // The slots and block size the last warm-up ran (RunOptions::warm_up false skips it for them).
+  const void* warmed_slots_ = nullptr;
+  int64_t warmed_block_ = -1;
   int64_t slot_cap_ =
       0;  // the room under RunOptions::gpu_memory (less the resident images) the slots were sized for
   bool slot_col_ = false, slot_cudnn_ = false;  // the slots have im2col / cuDNN workspaces
@@ -1050,7 +1053,13 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
 
   // The first block once through every layer before the clock starts: auto's search when a conv
   // needs it, otherwise a warm-up (CUDA loads kernels lazily, cuBLASLt/cuDNN plan on first use).
-  warm(*slots_[0], data, block, &r.notes);
+  // A streamed data set's later blocks skip it when nothing changed since (same slots, same
+  // block size, no search pending): the kernels are loaded and the plans made.
+  if (opt.warm_up || any_auto_ || warmed_slots_ != slots_[0].get() || warmed_block_ != block) {
+    warm(*slots_[0], data, block, &r.notes);
+    warmed_slots_ = slots_[0].get();
+    warmed_block_ = block;
+  }
   if (may_use("cudnn"))
     for (auto& sp : slots_)
       if (!sp->cudnn) sp->cudnn = std::make_unique<CudnnHandle>();
