@@ -127,7 +127,12 @@ std::string report_text(const Report& r) {
   if (r.stream.wall_s > 0)
     s += "Pipeline: " + std::to_string(r.run.images) + " images in " + fmt("%.3f", r.stream.wall_s) + " s (" +
          fmt("%.0f", static_cast<double>(r.run.images) / r.stream.wall_s) +
-         " images/s: reading, decoding, preprocessing and the network)\n";
+         " images/s: reading, decoding, preprocessing and the network" +
+         (r.stream.blocks > 1
+              ? "; " + std::to_string(r.stream.blocks) + " blocks of up to " +
+                    std::to_string(r.stream.block_images) + " images, each decoded while the one before ran"
+              : std::string()) +
+         ")\n";
   if (r.run.transfer_seconds > 0)
     s += "  (copies not hidden by compute: " + fmt("%.6f s", r.run.transfer_seconds) + ")\n";
   if (sum > r.run.forward_seconds * 1.05 && r.run.forward_seconds > 0)

@@ -11,14 +11,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// Block results folded into one: sums of times and counts, predictions (and values) appended.
-void merge(RunResult& into, RunResult&& r, bool keep_values) {
-  if (into.engine.empty()) {
-    into.engine = r.engine;
-    into.precision = r.precision;
-    into.notes = r.notes;
-    into.layers = r.layers;
-    for (auto& l : into.layers) l.seconds = 0;
+// Block results folded into one: the first block's result (what ran, and how) with the later
+// blocks' counts, predictions (and values) appended and times summed.
+void merge(RunResult& into, RunResult&& r, bool first, bool keep_values) {
+  if (first) {
+    into = std::move(r);
+    if (!keep_values) into.probs.clear();
+    return;
   }
   into.images += r.images;
   into.correct += r.correct;
@@ -105,7 +104,7 @@ RunResult run_source(Executor& ex, DataSource& src, const RunOptions& opt_in, bo
         if (ahead.valid()) ahead.wait();
         throw;
       }
-      merge(out, std::move(r), opt_in.want_probs);
+      merge(out, std::move(r), st.blocks == 0, opt_in.want_probs);
       ++st.blocks;
     }
     if (ahead.valid()) {
@@ -119,8 +118,6 @@ RunResult run_source(Executor& ex, DataSource& src, const RunOptions& opt_in, bo
   }
   if (out.images == 0)
     throw Error("no image of " + src.description() + " could be read; the first: " + src.first_skipped());
-  out.notes.push_back("streamed in " + std::to_string(st.blocks) + " blocks of up to " +
-                      std::to_string(block) + " images, each decoded while the one before ran");
   st.wall_s = since(t0);
   st.decode_s = src.decode_seconds();
   st.decode_threads = src.decode_threads();
