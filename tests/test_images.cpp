@@ -4,6 +4,7 @@
 // file. The reference images and pixels come from tests/image_reference.py (Debian's Pillow,
 // NumPy and torchvision).
 #include <png.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <map>
@@ -486,4 +487,23 @@ TEST_CASE("gpu: an image folder streamed in blocks, labelled and not, gives the 
   RunResult u = gpu->run(unl, ro);
   CHECK(u.correct == 0);
   CHECK(u.predictions == want.predictions);
+}
+
+TEST_CASE("images: a PNG that claims more pixels than Pillow's decompression-bomb limit is refused unread") {
+  // Signature, an IHDR chunk of 20000 x 10000 grey pixels and an empty IDAT: the header is all
+  // that is read.
+  auto be = [](uint32_t v) {
+    std::string s(4, '\0');
+    for (int i = 0; i < 4; ++i) s[static_cast<size_t>(i)] = static_cast<char>((v >> (24 - 8 * i)) & 255);
+    return s;
+  };
+  std::string ihdr = "IHDR" + be(20000) + be(10000) + std::string("\x08\x00\x00\x00\x00", 5);
+  const uLong crc = crc32(0, reinterpret_cast<const Bytef*>(ihdr.data()), static_cast<uInt>(ihdr.size()));
+  const uLong idat_crc = crc32(0, reinterpret_cast<const Bytef*>("IDAT"), 4);
+  const std::string file = std::string("\x89PNG\r\n\x1a\n", 8) + be(13) + ihdr +
+                           be(static_cast<uint32_t>(crc)) + be(0) + "IDAT" +
+                           be(static_cast<uint32_t>(idat_crc));
+  const std::vector<uint8_t> bytes(file.begin(), file.end());
+  CHECK_THROWS_WITH_AS(decode_image(bytes.data(), bytes.size()),
+                       has("image 20000x10000 = 200000000 pixels is over the limit of 178956970"), Error);
 }

@@ -18,6 +18,13 @@ std::string image_kind(const uint8_t* d, size_t n) {
   return "";
 }
 
+void check_image_pixels(int64_t w, int64_t h) {
+  if (w * h > kMaxImagePixels)
+    throw Error("image " + std::to_string(w) + "x" + std::to_string(h) + " = " + std::to_string(w * h) +
+                " pixels is over the limit of " + std::to_string(kMaxImagePixels) +
+                " (Pillow's decompression-bomb limit)");
+}
+
 Image decode_image(const uint8_t* data, size_t size) {
   const std::string kind = image_kind(data, size);
   if (kind == "png") return decode_png(data, size);

@@ -28,6 +28,11 @@ Image decode_jpeg(const uint8_t* data, size_t size);
 // By content (image_kind); anything else is an error that says what the bytes look like.
 Image decode_image(const uint8_t* data, size_t size);
 
+// Images over this many pixels are refused before decoding (Pillow's decompression-bomb limit):
+// a small file must not claim gigabytes on each decoding thread.
+constexpr int64_t kMaxImagePixels = 178956970;
+void check_image_pixels(int64_t w, int64_t h);
+
 // To `channels` (1 or 3): grey -> RGB repeats the value; RGB -> grey is Pillow's "L" conversion
 // (ITU-R 601-2 luma, L = (19595 R + 38470 G + 7471 B + 32768) >> 16).
 Image convert_channels(Image img, int channels);

@@ -28,6 +28,7 @@ Image decode_jpeg(const uint8_t* data, size_t size) {
     throw Error("CMYK JPEG: only grey and colour (YCbCr) JPEGs are read");
   if (w < 1 || h < 1 || w > 65535 || h > 65535)
     throw Error("JPEG size " + std::to_string(w) + "x" + std::to_string(h));
+  check_image_pixels(w, h);
   Image img;
   img.w = w;
   img.h = h;

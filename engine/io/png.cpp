@@ -40,7 +40,8 @@ struct Header {
   size_t rowbytes = 0;
 };
 
-// Returns 0 on success, 1 on a libpng error (message in r->message), 2 on a 16-bit image.
+// Returns 0 on success, 1 on a libpng error (message in r->message), 2 on a 16-bit image, 3 on
+// one over kMaxImagePixels.
 // `alloc` sizes the caller's buffer once the header is known and returns the row pointers.
 template <class Alloc>
 int read_png(Reader* r, Header* hd, Alloc& alloc) {
@@ -64,6 +65,10 @@ int read_png(Reader* r, Header* hd, Alloc& alloc) {
   if (hd->depth == 16) {
     png_destroy_read_struct(&png, &info, nullptr);
     return 2;
+  }
+  if (static_cast<int64_t>(hd->w) * hd->h > kMaxImagePixels) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    return 3;
   }
   if (hd->color == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
   if (hd->color == PNG_COLOR_TYPE_GRAY && hd->depth < 8) png_set_expand_gray_1_2_4_to_8(png);
@@ -93,6 +98,7 @@ Image decode_png(const uint8_t* data, size_t size) {
   };
   const int rc = read_png(&r, &hd, alloc);
   if (rc == 1) throw Error(std::string("corrupt PNG: ") + r.message);
+  if (rc == 3) check_image_pixels(hd.w, hd.h);
   if (rc == 2)
     throw Error("16-bit PNG (" + std::to_string(hd.w) + "x" + std::to_string(hd.h) +
                 "): only 8-bit images are read; convert it to 8 bits per channel");
