@@ -90,7 +90,7 @@ def main():
     ap.add_argument("--images", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--engine", default="cpu", help="engine of the end-to-end row (cpu, gpu)")
-        ap.add_argument("--netdef", help="1000-class netdef for the end-to-end row (default: ResNet-18)")
+    ap.add_argument("--netdef", help="1000-class netdef for the end-to-end row (default: ResNet-18)")
     a = ap.parse_args()
     import torch
     with tempfile.TemporaryDirectory() as tmp:
@@ -101,14 +101,14 @@ def main():
                                           {"fc.weight": torch.randn(10, 3), "fc.bias": torch.zeros(10)})
         open(os.path.join(tmp, "tiny.yaml"), "w").write(TINY)
         netdef = a.netdef
-                if not netdef:
+        if not netdef:
             import torchvision.models
             net = torchvision.models.resnet18(weights=None).eval()
             image_crosscheck.save_safetensors(
                 os.path.join(tmp, "weights.safetensors"),
                 {k: v for k, v in net.state_dict().items() if not k.endswith("num_batches_tracked")})
             netdef = os.path.join(tmp, "net.yaml")
-                        open(netdef, "w").write(image_crosscheck.resnet18_netdef())
+            open(netdef, "w").write(image_crosscheck.resnet18_netdef())
         rows = []
         p, eng = cnnrun(a.binary, os.path.join(tmp, "tiny.yaml"), folder, a.threads, "cpu", tmp)
         rows.append((f"cnnrun decode ({a.threads} threads)", a.images, p["wall_s"], p["images_per_s"],
