@@ -125,6 +125,13 @@ TEST_CASE("data: --data's format is detected and said, or given with --data-form
   // the description would have said so.
   test::write_file(d + "/b.dat", "just some text\n");
   CHECK_THROWS_WITH_AS(load_dataset(net, assets, d + "/b.dat"), has("(it starts like a text file)"), Error);
+  // A directory of neither images nor class folders says nothing: the netdef's format reads it.
+  std::filesystem::create_directories(d + "/bins");
+  test::write_file(d + "/bins/part1.bin", rec);
+  test::write_file(d + "/c10.yaml", net_text(10, 3, 32, 32, "data: {format: cifar10, path: a.dat}\n"));
+  Network c10 = parse_netdef_file(d + "/c10.yaml");
+  CHECK_THROWS_WITH_AS(load_dataset(c10, assets, d + "/bins"),
+                       has("directory lacks the official CIFAR-10 train"), Error);
   // resize/crop belong to image files.
   test::write_file(d + "/r.yaml",
                    "input: {channels: 3, height: 32, width: 32}\npreprocess: {resize: 40, crop: 32}\n"

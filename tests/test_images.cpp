@@ -161,7 +161,7 @@ TEST_CASE("cli: the CIFAR-10 sample as a PNG class folder gives exactly the bina
                           test::shared_dir() + " --engine cpu ";
   std::string o = run_cli(net + "--data " + d + "/first1200");
   CHECK(o.find("Net accuracy: 78.25 % (939/1200)") != std::string::npos);
-  CHECK(o.find("(--data detected as images from a directory)") != std::string::npos);
+  CHECK(o.find("(--data detected as images from a directory of images or class folders)") != std::string::npos);
   CHECK(o.find("class folders named after the netdef's classes") != std::string::npos);
   o = run_cli(net + "--data " + d + "/all --predictions " + d + "/folder.csv --json " + d + "/r.json");
   CHECK(o.find("Net accuracy: 78.40 % (1568/2000)") != std::string::npos);

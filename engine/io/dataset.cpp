@@ -56,8 +56,14 @@ std::string detect_format(const std::string& data, std::string* why) {
       *why = "a directory with CIFAR-100 train.bin/test.bin";
       return "cifar100";
     }
-    *why = "a directory";
-    return "images";
+    // Images, or class folders of them; a directory of anything else says nothing.
+    fs::directory_iterator it(first, ec), end;
+    for (int seen = 0; !ec && it != end && seen < 10000; it.increment(ec), ++seen)
+      if (it->is_directory(ec) || is_image_file_name(it->path().filename().string())) {
+        *why = "a directory of images or class folders";
+        return "images";
+      }
+    return "";
   }
   const std::string ext = fs::path(first).extension().string();
   if (ext == ".txt" || ext == ".lst" || ext == ".list") {

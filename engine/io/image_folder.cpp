@@ -20,16 +20,20 @@ namespace cnnrun {
 
 namespace fs = std::filesystem;
 
-namespace {
+namespace {}  // namespace
 
-bool has_image_extension(const fs::path& p) {
-  std::string e = p.extension().string();
+bool is_image_file_name(const std::string& name) {
+  std::string e = fs::path(name).extension().string();
   for (auto& ch : e) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   // torchvision's IMG_EXTENSIONS: these count as images (and fail clearly if not PNG or JPEG).
   static const std::set<std::string> exts = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
                                              ".pgm", ".tif",  ".tiff", ".webp"};
   return exts.count(e) > 0;
 }
+
+namespace {
+
+bool has_image_extension(const fs::path& p) { return is_image_file_name(p.filename().string()); }
 
 bool inside(const fs::path& real, const fs::path& root) {
   auto r = root.begin(), p = real.begin();

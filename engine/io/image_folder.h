@@ -13,6 +13,10 @@
 
 namespace cnnrun {
 
+// Whether a file name has one of the extensions an image folder reads (torchvision's list:
+// .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp, any case).
+bool is_image_file_name(const std::string& name);
+
 struct ImageList {
   std::vector<std::string> paths;
   std::vector<int32_t> labels;  // empty: unlabelled
