@@ -161,7 +161,8 @@ TEST_CASE("cli: the CIFAR-10 sample as a PNG class folder gives exactly the bina
                           test::shared_dir() + " --engine cpu ";
   std::string o = run_cli(net + "--data " + d + "/first1200");
   CHECK(o.find("Net accuracy: 78.25 % (939/1200)") != std::string::npos);
-  CHECK(o.find("(--data detected as images from a directory of images or class folders)") != std::string::npos);
+  CHECK(o.find("(--data detected as images from a directory of images or class folders)") !=
+        std::string::npos);
   CHECK(o.find("class folders named after the netdef's classes") != std::string::npos);
   o = run_cli(net + "--data " + d + "/all --predictions " + d + "/folder.csv --json " + d + "/r.json");
   CHECK(o.find("Net accuracy: 78.40 % (1568/2000)") != std::string::npos);
@@ -337,8 +338,23 @@ TEST_CASE("images: bad files and folders are one error naming the file (and the 
   CHECK(first_error(folder("ok", "", "")) == "no error");
   CHECK(first_error(folder("trunc", "a/3.png", png.substr(0, png.size() / 2)))
             .find("trunc/a/3.png: image 3: corrupt PNG") != std::string::npos);
-  CHECK(first_error(folder("truncj", "b/1.jpg", jpg.substr(0, jpg.size() / 2)))
-            .find("truncj/b/1.jpg: image 6: corrupt JPEG") != std::string::npos);
+  // Cut in the scan data (libjpeg's "warning") and in the headers.
+  const std::string big = test::read_file(d + "/src/big420.jpg");
+  CHECK(first_error(folder("truncj", "b/1.jpg", big.substr(0, big.size() * 2 / 3)))
+            .find("truncj/b/1.jpg: image 6: corrupt JPEG: Premature end of JPEG file (truncated)") !=
+        std::string::npos);
+  CHECK(first_error(folder("truncjh", "b/1.jpg", jpg.substr(0, jpg.size() / 2)))
+            .find("truncjh/b/1.jpg: image 6: corrupt JPEG: Invalid JPEG file structure") !=
+        std::string::npos);
+  // Bytes before the end marker: libjpeg warns, Pillow decodes it, and so does cnnrun, to the
+  // same pixels as without them.
+  {
+    const std::vector<uint8_t> clean(jpg.begin(), jpg.end());
+    std::string extra = jpg;
+    extra.insert(extra.size() - 2, "\x12\x34", 2);
+    const std::vector<uint8_t> dirty(extra.begin(), extra.end());
+    CHECK(decode_image(dirty.data(), dirty.size()).px == decode_image(clean.data(), clean.size()).px);
+  }
   CHECK(first_error(folder("text", "a/2.jpg", "hello, not an image"))
             .find("text/a/2.jpg: image 2: not a PNG or JPEG image") != std::string::npos);
   python_refs("png16 " + d + "/p16.png");

@@ -34,10 +34,16 @@ Image decode_jpeg(const uint8_t* data, size_t size) {
   img.h = h;
   img.c = colorspace == TJCS_GRAY ? 1 : 3;
   img.px.resize(static_cast<size_t>(w) * h * img.c);
-  // TJFLAG_STOPONWARNING: a truncated or damaged file is an error, not a grey bottom half.
+  // libjpeg finishes a truncated file with grey and calls it a warning; Pillow refuses it ("image
+  // file is truncated"), and so does this. Other warnings (extraneous bytes before a marker) are
+  // decoded through, as Pillow does.
   if (tjDecompress2(tj.get(), data, static_cast<unsigned long>(size), img.px.data(), w, 0, h,
-                    img.c == 1 ? TJPF_GRAY : TJPF_RGB, TJFLAG_STOPONWARNING) != 0)
-    throw Error(std::string("corrupt JPEG: ") + tjGetErrorStr2(tj.get()));
+                    img.c == 1 ? TJPF_GRAY : TJPF_RGB, 0) != 0) {
+    const std::string msg = tjGetErrorStr2(tj.get());
+    if (tjGetErrorCode(tj.get()) != TJERR_WARNING || msg.find("Premature end") != std::string::npos)
+      throw Error("corrupt JPEG: " + msg +
+                  (msg.find("Premature end") != std::string::npos ? " (truncated)" : ""));
+  }
   return img;
 }
 
