@@ -165,7 +165,15 @@ int run_network(const Options& o) {
     }
   };
 
-  std::unique_ptr<Executor> ex = make_executor(net, o.engine, rep.notes);
+  // Preprocessed float32 inputs (a float32 .npy) run on the CPU engine: auto goes there, saying so.
+  std::string engine = o.engine;
+  if (engine == "auto" && whole && whole->preprocessed()) {
+    engine = "cpu";
+    rep.notes.push_back(
+        "the data set holds preprocessed float32 values, which the GPU engine does not read: "
+        "running the CPU engine");
+  }
+  std::unique_ptr<Executor> ex = make_executor(net, engine, rep.notes);
   rep.run = run_source(*ex, *src, ro, need_values, stream_block_images(net.input), on_block, &rep.stream);
   rep.scores = scorer.scores();
   rep.class_names = net.classes;

@@ -255,7 +255,10 @@ TEST_CASE("cli: the CIFAR-10 sample written by NumPy as .npy gives exactly the b
       "np.save(sys.argv[2] + '/x.npy', np.ascontiguousarray(r[:, 1:].reshape(-1, 3, 32, 32).transpose(0, 2, "
       "3, 1)))\n"
       "np.save(sys.argv[2] + '/y.npy', r[:, 0].astype(np.int64))\n"
-      "np.save(sys.argv[2] + '/xchw.npy', r[:, 1:].reshape(-1, 3, 32, 32))\n";
+      "np.save(sys.argv[2] + '/xchw.npy', r[:, 1:].reshape(-1, 3, 32, 32))\n"
+      "np.save(sys.argv[2] + '/xf.npy', r[:, 1:].reshape(-1, 3, 32, 32).astype(np.float32) / np.float32(255) "
+      "- "
+      "np.float32(0.5))\n";
   test::write_file(d + "/w.py", py);
   REQUIRE(test::run_command("/usr/bin/python3 " + d + "/w.py " + sample + " " + d, &out) == 0);
   const std::string net = std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml --assets " +
@@ -280,4 +283,15 @@ TEST_CASE("cli: the CIFAR-10 sample written by NumPy as .npy gives exactly the b
   CHECK(test::read_file(d + "/unl.npy") == test::read_file(d + "/bin.npy"));
   o = cnnrun("--data " + d + "/xchw.npy --quiet");
   CHECK(o == "images 2000 (no labels: no accuracy)\n");
+  // Preprocessed float32 values (byte/255 - 0.5 in float32, as the netdef's scale/shift): the
+  // same accuracy; --engine auto runs them on the CPU and says so.
+  std::string auto_out;
+  REQUIRE(test::run_command(std::string(CNNRUN_BINARY) + " " + std::string(CNNRUN_SOURCE_DIR) +
+                                "/netdefs/cifar10.yaml --assets " + test::shared_dir() +
+                                " --batch 1200 --data " + d + "/xf.npy," + d + "/y.npy",
+                            &auto_out) == 0);
+  CHECK(auto_out.find("Net accuracy: 78.25 % (939/1200)") != std::string::npos);
+  CHECK(auto_out.find(
+            "preprocessed float32 values, which the GPU engine does not read: running the CPU engine") !=
+        std::string::npos);
 }
