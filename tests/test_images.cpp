@@ -258,6 +258,9 @@ TEST_CASE("images: flat folders and list files are unlabelled; top-k and the pre
   ImageList listed = list_images(d + "/list.txt", net.classes, {});
   CHECK(listed.layout == "list file");
   CHECK(listed.paths.size() == 40);
+  ImageList one = list_images(flat.paths[0], net.classes, {});
+  CHECK(one.layout == "one image");
+  CHECK(one.paths == std::vector<std::string>{flat.paths[0]});
 
   const std::string cli = std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml --assets " +
                           test::shared_dir() + " --engine cpu --top-k 3 ";
@@ -265,6 +268,11 @@ TEST_CASE("images: flat folders and list files are unlabelled; top-k and the pre
   CHECK(o.find("Net accuracy: none (the data set has no labels)") != std::string::npos);
   CHECK(o.find("(--data detected as images from a list file (.txt) of image paths)") != std::string::npos);
   std::string csv = test::read_file(d + "/p.csv");
+  // One image given alone: detected by its bytes, the same prediction as in the list.
+  o = run_cli(cli + "--data " + flat.paths[0] + " --predictions " + d + "/one.csv");
+  CHECK(o.find("(--data detected as images from the png magic bytes (one image))") != std::string::npos);
+  CHECK(csv_top1(d + "/one.csv", true).at(0) ==
+        csv_top1(d + "/p.csv", true).at(0));  // by file name: 00000.png
   CHECK(
       csv.rfind(
           "index,path,label,top1,top1_name,top1_value,top2,top2_name,top2_value,top3,top3_name,top3_value\n",

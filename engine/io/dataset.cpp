@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "engine/io/assets.h"
+#include "engine/io/image.h"
 #include "engine/io/image_folder.h"
 #include "engine/io/source.h"
 #include "engine/network.h"
@@ -72,9 +73,13 @@ std::string detect_format(const std::string& data, std::string* why) {
   }
   std::ifstream f(first, std::ios::binary);
   if (!f) return "";
-  unsigned char m[6] = {0, 0, 0, 0, 0, 0};
+  unsigned char m[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   f.read(reinterpret_cast<char*>(m), sizeof m);
   const std::streamsize got = f.gcount();
+  if (!image_kind(m, static_cast<size_t>(got)).empty()) {
+    *why = "the " + image_kind(m, static_cast<size_t>(got)) + " magic bytes (one image)";
+    return "images";
+  }
   if (got >= 6 && std::memcmp(m, "\x93NUMPY", 6) == 0) {
     *why = "the .npy magic bytes";
     return "npy";

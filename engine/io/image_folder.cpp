@@ -132,6 +132,17 @@ ImageList list_images(const std::string& path, const std::vector<std::string>& c
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(path + ": no such file or directory");
   if (!fs::is_directory(path, ec)) {
+    {  // one image file, told by its first bytes
+      std::ifstream f(path, std::ios::binary);
+      uint8_t head[8] = {0};
+      f.read(reinterpret_cast<char*>(head), sizeof head);
+      if (!image_kind(head, static_cast<size_t>(f.gcount())).empty()) {
+        lister.check_confined(path);
+        list.paths = {path};
+        list.layout = "one image";
+        return list;
+      }
+    }
     list.paths = read_list(path, lister);
     list.layout = "list file";
     if (list.paths.empty()) throw Error(path + ": the list names no images");

@@ -1,8 +1,8 @@
 // Image folders as users have them: torchvision's ImageFolder layout (one subdirectory per
-// class, searched recursively), a flat directory of unlabelled images, or a text file listing
-// image paths (one a line, relative to the list's directory; unlabelled). Files are PNG or JPEG,
-// told by content; files without an image extension are left out (as ImageFolder does) and
-// counted in the description.
+// class, searched recursively), a flat directory of unlabelled images, a text file listing
+// image paths (one a line, relative to the list's directory; unlabelled), or one image file. Files are PNG or
+// JPEG, told by content; files without an image extension are left out (as ImageFolder does) and counted in
+// the description.
 #pragma once
 
 #include <string>
