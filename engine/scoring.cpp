@@ -1,3 +1,4 @@
+// Scores and the predictions file; engine/scoring.h says what they are.
 #include "engine/scoring.h"
 
 #include <algorithm>

@@ -1,8 +1,11 @@
+// The block loop; engine/stream.h says why it is shaped so.
 #include "engine/stream.h"
 
 #include <algorithm>
 #include <chrono>
 #include <future>
+
+#include "engine/core/error.h"
 
 namespace cnnrun {
 
