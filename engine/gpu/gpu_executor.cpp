@@ -157,6 +157,9 @@ class GpuExecutor : public Executor {
   void search(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched);
   void warm(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched);
   std::string step_algo(const Step& st) const;
+  // The slots and block size the last warm-up ran (RunOptions::warm_up false skips it for them).
+  const void* warmed_slots_ = nullptr;
+  int64_t warmed_block_ = -1;
 };
 
 SlotNeeds GpuExecutor::slot_needs() const {
@@ -317,7 +320,7 @@ void GpuExecutor::enqueue_compute(Slot& s, int64_t n, const BlockOut& o) {
   const size_t L = plan_.steps.size();
   run_layers(s, n, true, 3);
   launch_argmax(s.bufs[static_cast<size_t>(o.out_buf)].as<float>(), n, static_cast<int>(o.out_size),
-                s.pred.as<int32_t>(), s.labels.as<uint8_t>(), 0, n, o.correct, s.stream);
+                s.pred.as<int32_t>(), s.labels.as<int32_t>(), 0, n, o.correct, s.stream);
   record(s.ev[L + 3], s.stream);
   CUDA_CHECK(cudaMemcpyAsync(s.pred_host.as<int32_t>(), s.pred.as<int32_t>(),
                              static_cast<size_t>(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream));
@@ -425,6 +428,9 @@ std::string GpuExecutor::step_algo(const Step& st) const {
 
 RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   check_ready(net_, data);
+  if (data.preprocessed())
+    throw Error("the GPU engine reads uint8 images; this data set holds preprocessed float32 values (" +
+                data.description + "): run it with --engine cpu");
   const int64_t batch = images_to_run(data, opt);
   if (opt.streams < 0) throw Error("streams must be positive, found " + std::to_string(opt.streams));
   if (opt.block < 0) throw Error("block must be positive, found " + std::to_string(opt.block));
@@ -512,11 +518,19 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     s.first = -1;
   }
 
-  DevBuf labels = upload(data.labels.data(), static_cast<size_t>(data.count));
+  // Unlabelled images count as labelled -1, which no prediction equals.
+  const std::vector<int32_t> no_labels(data.labelled() ? 0 : static_cast<size_t>(data.count), -1);
+  DevBuf labels = upload((data.labelled() ? data.labels : no_labels).data(), static_cast<size_t>(data.count));
   DevBuf correct(sizeof(unsigned long long));
   CUDA_CHECK(cudaMemset(correct.get(), 0, sizeof(unsigned long long)));
 
-  warm(*slots[0], data, block, &facts.tuning);
+  // A streamed data set's later blocks skip it when nothing changed since (same slots, same
+  // block size, no search pending): the kernels are loaded and the plans made.
+  if (opt.warm_up || selector_.any_auto() || warmed_slots_ != slots[0].get() || warmed_block_ != block) {
+    warm(*slots[0], data, block, &facts.tuning);
+    warmed_slots_ = slots[0].get();
+    warmed_block_ = block;
+  }
   if (selector_.may_use(plan_, ConvAlgo::kCudnn))
     for (auto& sp : slots)
       if (!sp->cudnn) sp->cudnn = std::make_unique<CudnnHandle>();
@@ -605,8 +619,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     BlockPipeline::copy_in(s, data, first, n, staged, resident.as<uint8_t>());
     for (int64_t d = 0; d < n;) {  // the block's labels (the data set's, cycled)
       const int64_t idx = (first + d) % data.count, m = std::min(n - d, data.count - idx);
-      CUDA_CHECK(cudaMemcpyAsync(s.labels.as<uint8_t>() + d, labels.as<uint8_t>() + idx,
-                                 static_cast<size_t>(m), cudaMemcpyDeviceToDevice, s.stream));
+      CUDA_CHECK(cudaMemcpyAsync(s.labels.as<int32_t>() + d, labels.as<int32_t>() + idx,
+                                 static_cast<size_t>(m) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                                 s.stream));
       d += m;
     }
     CUDA_CHECK(cudaEventRecord(s.ev[1], s.stream));
@@ -665,6 +680,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
 std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t first, int64_t n,
                                                 const RunOptions& opt) {
   check_ready(net_, data);
+  if (data.preprocessed())
+    throw Error("the GPU engine reads uint8 images; this data set holds preprocessed float32 values (" +
+                data.description + "): run it with --engine cpu");
   check_range(data, first, n);
   if (opt.gpu_memory < 0)
     throw Error("gpu_memory must not be negative, found " + std::to_string(opt.gpu_memory));

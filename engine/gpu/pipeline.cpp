@@ -94,7 +94,7 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
     s->col.alloc(col);
     s->cudnn_ws.alloc(cudnn_ws);
     s->pred_host.alloc(static_cast<size_t>(block) * sizeof(int32_t));
-    s->labels.alloc(static_cast<size_t>(block));
+    s->labels.alloc(static_cast<size_t>(block) * sizeof(int32_t));
     slots_.push_back(std::move(s));
   }
   streams_ = streams;
