@@ -1,0 +1,83 @@
+// Upsampling: one thread per output value in a grid-stride loop; the source coordinates are
+// PyTorch's (upsample_nearest2d and upsample_bilinear2d, align_corners both ways), computed
+// in float with rounded intrinsics so the chosen source pixels and weights are the CPU's:
+// - nearest: src = min(floor(dst * scale), in - 1);
+// - bilinear: src = scale * dst with align_corners, else max(scale * (dst + 0.5) - 0.5, 0);
+//   i0 = min(int(src), in - 1), i1 = i0 + (i0 < in - 1), l1 = src - i0, l0 = 1 - l1, and
+//   out = l0y * (l0x * v00 + l1x * v01) + l1y * (l0x * v10 + l1x * v11).
+#include "engine/gpu/check.h"
+#include "engine/gpu/upsample.h"
+
+namespace cnnrun::gpu {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t count) {
+  int64_t blocks = (count + kThreads - 1) / kThreads;
+  if (blocks > 65536) blocks = 65536;
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
+}
+
+__device__ __forceinline__ int nearest_src(int dst, float scale, int in) {
+  return min(static_cast<int>(floorf(__fmul_rn(static_cast<float>(dst), scale))), in - 1);
+}
+
+struct Lerp {
+  int i0, i1;
+  float l0, l1;
+};
+
+__device__ __forceinline__ Lerp linear_src(int dst, float scale, int in, bool align_corners) {
+  float src = align_corners ? __fmul_rn(scale, static_cast<float>(dst))
+                            : __fadd_rn(__fmul_rn(scale, __fadd_rn(static_cast<float>(dst), 0.5f)), -0.5f);
+  if (!align_corners && src < 0.f) src = 0.f;
+  Lerp r;
+  r.i0 = min(static_cast<int>(src), in - 1);
+  r.i1 = r.i0 + (r.i0 < in - 1 ? 1 : 0);
+  r.l1 = fminf(fmaxf(__fadd_rn(src, -static_cast<float>(r.i0)), 0.f), 1.f);
+  r.l0 = __fadd_rn(1.f, -r.l1);
+  return r;
+}
+
+__global__ void upsample_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t count,
+                                UpsampleArgs a) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int ox = static_cast<int>(i % a.out_w);
+    const int oy = static_cast<int>((i / a.out_w) % a.out_h);
+    const int64_t nc = i / (int64_t(a.out_w) * a.out_h);
+    const float* src = in + nc * a.in_h * a.in_w;
+    if (!a.bilinear) {
+      out[i] = __ldg(src + nearest_src(oy, a.scale_h, a.in_h) * a.in_w + nearest_src(ox, a.scale_w, a.in_w));
+      continue;
+    }
+    const Lerp y = linear_src(oy, a.scale_h, a.in_h, a.align_corners);
+    const Lerp x = linear_src(ox, a.scale_w, a.in_w, a.align_corners);
+    const float v00 = __ldg(src + y.i0 * a.in_w + x.i0), v01 = __ldg(src + y.i0 * a.in_w + x.i1);
+    const float v10 = __ldg(src + y.i1 * a.in_w + x.i0), v11 = __ldg(src + y.i1 * a.in_w + x.i1);
+    const float top = __fadd_rn(__fmul_rn(x.l0, v00), __fmul_rn(x.l1, v01));
+    const float bot = __fadd_rn(__fmul_rn(x.l0, v10), __fmul_rn(x.l1, v11));
+    out[i] = __fadd_rn(__fmul_rn(y.l0, top), __fmul_rn(y.l1, bot));
+  }
+}
+
+}  // namespace
+
+float upsample_source_scale(int in, int out, bool align_corners, double scale_factor) {
+  if (align_corners) return out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) : 0.f;
+  if (scale_factor > 0) return static_cast<float>(1.0 / scale_factor);
+  return static_cast<float>(in) / static_cast<float>(out);
+}
+
+void launch_upsample(const float* in, float* out, int64_t n, const UpsampleArgs& a, cudaStream_t s) {
+  if (a.out_h < 1 || a.out_w < 1 || a.in_h < 1 || a.in_w < 1 || a.channels < 1)
+    throw Error("upsample: empty input or output plane");
+  const int64_t count = n * a.channels * int64_t(a.out_h) * a.out_w;
+  if (count <= 0) return;
+  upsample_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, a);
+  CUDA_CHECK_LAUNCH("upsample_kernel");
+}
+
+}  // namespace cnnrun::gpu
