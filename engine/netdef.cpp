@@ -292,11 +292,7 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
     std::string type = tn.Scalar();
     const LayerType* lt = find_layer_type(type);
     if (!lt) {
-      std::vector<std::string> types;
-      for (const LayerType& t : layer_types()) types.push_back(t.name);
-      std::sort(types.begin(), types.end());
-      fail_at(yaml_loc(file, tn), lname, "", "type",
-              "unknown layer type '" + type + "'" + suggest(type, types));
+      fail_at(yaml_loc(file, tn), lname, "", "type", unknown_type_message(type));
     }
     if (lname.empty()) {
       if (ln["name"]) fail_at(yaml_loc(file, ln["name"]), "", type, "name", "expected a string");
