@@ -106,8 +106,11 @@ static const std::map<std::string, std::string>& unsupported_types() {
 std::string unknown_type_message(const std::string& type) {
   std::string lower;
   for (char c : type) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::vector<std::string> names;  // alphabetical, for the reader
+  for (const LayerType& t : layer_types()) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
   std::string list;
-  for (const LayerType& t : layer_types()) list += (list.empty() ? "" : ", ") + std::string(t.name);
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
   auto a = type_aliases().find(lower);
   if (a != type_aliases().end())
     return "unknown layer type '" + type + "'; the same layer is called " + a->second + " in a netdef";
@@ -121,8 +124,6 @@ std::string unknown_type_message(const std::string& type) {
   // involved, so "relu6" or "conv3d" is never "corrected" into another computation.
   const bool has_digit = std::any_of(lower.begin(), lower.end(), [](char c) { return std::isdigit(c) != 0; });
   if (!has_digit && lower.size() >= 4) {
-    std::vector<std::string> names;
-    for (const LayerType& t : layer_types()) names.push_back(t.name);
     const std::string hint = suggest(lower, names);
     if (hint.rfind("; did you mean", 0) == 0) return "unknown layer type '" + type + "'" + hint;
   }
