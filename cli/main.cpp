@@ -231,8 +231,8 @@ int main(int argc, char** argv) {
                  "validate on the first N images only (default: all run)")
       ->check(kPositiveInt);
   app.add_option("--conv-algo", o.conv_algo,
-                 "GPU convolution for every conv layer: auto, im2col, implicit, cudnn")
-      ->check(CLI::IsMember({"auto", "im2col", "implicit", "cudnn"}));
+                 "GPU convolution for every conv layer: auto, im2col, implicit, cudnn, depthwise")
+      ->check(CLI::IsMember({"auto", "im2col", "implicit", "cudnn", "depthwise"}));
   app.add_option("--precision", o.precision,
                  "GPU: the format conv and fc operands may be rounded to, with FP32 accumulation: fp32 "
                  "(default, 3xTF32 on tensor cores), tf32, fp16 or bf16; --validate then allows 16 of its "

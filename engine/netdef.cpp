@@ -315,8 +315,8 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
       if (layer->kind != LayerKind::kConv) r.fail("algo", "only conv layers take 'algo'");
       r.mark_used("algo");
       std::string v = a.IsScalar() ? a.Scalar() : "";
-      if (v != "auto" && v != "im2col" && v != "implicit" && v != "cudnn")
-        r.fail("algo", "expected auto, im2col, implicit or cudnn, found '" + v + "'");
+      if (v != "auto" && v != "im2col" && v != "implicit" && v != "cudnn" && v != "depthwise")
+        r.fail("algo", "expected auto, im2col, implicit, cudnn or depthwise, found '" + v + "'");
       layer->algo = v == "auto" ? "" : v;
     }
     layer->parse(r);

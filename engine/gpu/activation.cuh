@@ -32,7 +32,7 @@ __device__ __forceinline__ float act_eval(Act kind, float slope, float x) {
       return __fmul_rn(__fmul_rn(x, 0.5f), __fadd_rn(1.f, erff(__fmul_rn(x, 0.70710678118654752f))));
     case Act::kGeluTanh: {
       const float inner =
-          __fmul_rn(0.79788456080286536f, __fadd_rn(x, __fmul_rn(0.044715f, __fmul_rn(__fmul_rn(x, x), x))));
+          __fmul_rn(0.79788456080286536f, __fadd_rn(x, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x)));
       return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.f, tanhf(inner)));
     }
     case Act::kTanh:

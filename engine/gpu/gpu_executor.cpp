@@ -22,12 +22,17 @@
 #include <memory>
 
 #include "engine/core/clock.h"
+#include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
+#include "engine/gpu/conv2d_depthwise.h"
 #include "engine/gpu/conv2d_im2col.h"
 #include "engine/gpu/conv2d_implicit.h"
 #include "engine/gpu/gemm.h"
 #include "engine/gpu/kernels.h"
+#include "engine/gpu/mul.h"
+#include "engine/gpu/pool2d.h"
+#include "engine/gpu/upsample.h"
 #include "engine/gpu_api.h"
 #include "engine/layers/activation.h"
 #include "engine/layers/batchnorm.h"
@@ -46,23 +51,60 @@ namespace gpu {
 
 namespace {
 
-// Parameters the layer language has and these kernels do not implement yet (issue 15: the
-// kernels for them land separately). Refusing them here keeps a network from running with
-// silently different math; "" when the layer is fully supported.
-std::string gpu_lacks(const Layer& l) {
-  if (auto* c = dynamic_cast<const ConvLayer*>(&l)) {
-    if (c->p.groups != 1) return "grouped convolution";
-    if (c->p.dilated()) return "dilated convolution";
-  } else if (auto* pl = dynamic_cast<const PoolLayer*>(&l)) {
-    if (pl->p.ceil_mode) return "ceil_mode pooling";
-    if (pl->p.adaptive) return "adaptive pooling";
-  } else if (auto* a = dynamic_cast<const ActivationLayer*>(&l)) {
-    if (a->p.kind != ActKind::kRelu && a->p.kind != ActKind::kTanh && a->p.kind != ActKind::kSigmoid)
-      return std::string("the ") + act_name(a->p.kind) + " activation";
-  } else if (l.kind == LayerKind::kMul || l.kind == LayerKind::kUpsample) {
-    return "the " + l.type + " layer";
+// The GPU form of an activation layer's parameters (PyTorch's definitions on both sides).
+ActFn act_fn(const ActivationParams& p) {
+  switch (p.kind) {
+    case ActKind::kNone:
+      return {Act::kIdentity};
+    case ActKind::kRelu:
+      return {Act::kRelu};
+    case ActKind::kTanh:
+      return {Act::kTanh};
+    case ActKind::kSigmoid:
+      return {Act::kSigmoid};
+    case ActKind::kRelu6:
+      return {Act::kRelu6};
+    case ActKind::kLeakyRelu:
+      return {Act::kLeakyRelu, p.slope};
+    case ActKind::kHardswish:
+      return {Act::kHardswish};
+    case ActKind::kHardsigmoid:
+      return {Act::kHardsigmoid};
+    case ActKind::kSilu:
+      return {Act::kSilu};
+    case ActKind::kGelu:
+      return {Act::kGelu};
+    case ActKind::kGeluTanh:
+      return {Act::kGeluTanh};
   }
-  return "";
+  throw Error("activation kind " + std::to_string(static_cast<int>(p.kind)) + " has no GPU form");
+}
+
+// The pooling kernel's arguments for a pool layer (its windows bound at shape inference).
+Pool2dArgs pool_args(const PoolParams& p, const Shape& in, const Shape& out) {
+  Pool2dArgs a;
+  a.channels = static_cast<int>(in.c), a.in_h = static_cast<int>(in.h), a.in_w = static_cast<int>(in.w);
+  a.out_h = static_cast<int>(out.h), a.out_w = static_cast<int>(out.w);
+  a.is_max = p.mode == PoolMode::kMax;
+  a.adaptive = p.adaptive;
+  a.kernel_h = static_cast<int>(p.size_h), a.kernel_w = static_cast<int>(p.size_w);
+  a.stride_h = static_cast<int>(p.stride_h), a.stride_w = static_cast<int>(p.stride_w);
+  a.pad_h = static_cast<int>(p.pad_h), a.pad_w = static_cast<int>(p.pad_w);
+  a.count_pad = p.count_pad;
+  return a;
+}
+
+// The depthwise kernel's arguments for a conv with groups == channels (filters a multiple of them).
+DepthwiseArgs depthwise_args(const ConvParams& p) {
+  DepthwiseArgs a;
+  a.channels = static_cast<int>(p.in_c), a.filters = static_cast<int>(p.filters);
+  a.in_h = static_cast<int>(p.in_h), a.in_w = static_cast<int>(p.in_w);
+  a.out_h = static_cast<int>(p.out_h), a.out_w = static_cast<int>(p.out_w);
+  a.kernel_h = static_cast<int>(p.kernel_h), a.kernel_w = static_cast<int>(p.kernel_w);
+  a.stride_h = static_cast<int>(p.stride_h), a.stride_w = static_cast<int>(p.stride_w);
+  a.pad_h = static_cast<int>(p.pad_h), a.pad_w = static_cast<int>(p.pad_w);
+  a.dilation_h = static_cast<int>(p.dilation_h), a.dilation_w = static_cast<int>(p.dilation_w);
+  return a;
 }
 
 constexpr int kDefaultStreams = 3;
@@ -87,7 +129,7 @@ enum class Op {
   kFused
 };
 
-const char* const kAlgos[] = {"implicit", "im2col", "cudnn"};
+const char* const kAlgos[] = {"implicit", "im2col", "cudnn", "depthwise"};
 
 struct ConvState {
   ConvParams p;
@@ -100,9 +142,27 @@ struct ConvState {
   bool tc_ok = false, tc_ok_u8 = false;  // the tensor-core kernel can run it (reading floats / bytes)
   DevBuf wt_x16;                         // FP32 reading bytes: exact pixels, FP16 products (u8_exact)
   float x16_scale = 1.f;                 // ... and its accumulators' scale
-  std::unique_ptr<Im2colConv> im2col;
+  std::unique_ptr<Im2colConv> im2col;    // null when im2col cannot run it (grouped)
   std::unique_ptr<CudnnConv> cudnn;
+  DepthwiseArgs dw;
+  DepthwiseConfig dw_cfg;  // ok when the depthwise kernel can run it
 };
+
+// "" when `algo` computes this convolution for blocks of n images, else why it does not (the
+// selector's "n/a", and the error for an algorithm pinned or forced on a layer it cannot run).
+std::string cannot_run(const ConvState& c, const std::string& algo, int64_t n) {
+  if (algo == "implicit") {
+    const ImplicitConfig cfg = implicit_config(c.p, n);
+    return cfg.ok ? "" : cfg.why;
+  }
+  if (algo == "im2col") {
+    std::string why;
+    return im2col_can_run(c.p, &why) ? "" : why;
+  }
+  if (algo == "depthwise") return c.dw_cfg.ok ? "" : c.dw_cfg.why;
+  if (algo == "cudnn") return "";
+  return "no convolution algorithm is called '" + algo + "'";
+}
 
 struct Step {
   Op op = Op::kIdentity;
@@ -110,9 +170,9 @@ struct Step {
   int out = 0;           // buffer index
   std::vector<int> ins;  // buffer indices
   Shape in_shape, out_shape;
-  ActKind act = ActKind::kNone;  // kAct: the activation; kConv/kFc: fused into the epilogue
-  int fused_consumer = -1;       // kConv/kFc: the activation layer computed in this epilogue
-  int fused_producer = -1;       // kFused: the layer whose epilogue computes this one
+  ActFn act;  // kAct: the activation; kConv/kFc: the one fused into the epilogue (identity: none)
+  int fused_consumer = -1;  // kConv/kFc: the activation layer computed in this epilogue
+  int fused_producer = -1;  // kFused: the layer whose epilogue computes this one
   // kConv: the 2x2/2 max-pool after the fused ReLU that the implicit kernel can compute too
   // (then neither the conv's nor the ReLU's output exists); kPool: that conv.
   int pool_layer = -1;
@@ -389,20 +449,27 @@ void GpuExecutor::plan() {
       st.out = st.ins[0];
       continue;
     }
-    if (std::string why = gpu_lacks(l); !why.empty())
-      throw Error(l.loc.str() + ": layer '" + l.name + "' (" + l.type + "): " + why +
-                  " has no GPU implementation yet; run this network with --engine cpu");
     if (st.op == Op::kConv) {
       st.conv = std::make_unique<ConvState>();
-      st.conv->p = layer_as<ConvLayer>(l).p;
+      ConvState& c = *st.conv;
+      c.p = layer_as<ConvLayer>(l).p;
+      if (c.p.groups == c.p.in_c && c.p.filters % c.p.in_c == 0) {
+        c.dw = depthwise_args(c.p);
+        c.dw_cfg = depthwise_config(c.dw);
+      } else {
+        c.dw_cfg.why = c.p.groups == 1 ? "a dense convolution: the depthwise kernel needs groups == channels"
+                                       : "groups (" + std::to_string(c.p.groups) +
+                                             ") differ from the channels (" + std::to_string(c.p.in_c) + ")";
+      }
     } else if (st.op == Op::kAct) {
-      st.act = layer_as<ActivationLayer>(l).p.kind;
+      st.act = act_fn(layer_as<ActivationLayer>(l).p);
     }
-    // A ReLU that is the only reader of a conv/fc output runs in that layer's epilogue: all three
-    // convolution algorithms and the fc GEMM can apply it, so which layers are materialised
-    // never depends on the algorithm chosen. (tanh/sigmoid run as their own pass.)
-    if (const int j = fusions.relu[i]; j >= 0) {
-      st.act = ActKind::kRelu;
+    // An activation that is the only reader of a conv/fc output runs in that layer's epilogue:
+    // every convolution algorithm and the fc GEMM apply any ActFn (a ReLU inside the library
+    // call where it can, other activations with the bias or in place after it), so which layers
+    // are materialised never depends on the algorithm chosen.
+    if (const int j = fusions.act[i]; j >= 0) {
+      st.act = act_fn(layer_as<ActivationLayer>(*net_.layers[static_cast<size_t>(j)]).p);
       st.fused_consumer = j;
       steps_[static_cast<size_t>(j)].op = Op::kFused;
       steps_[static_cast<size_t>(j)].fused_producer = static_cast<int>(i);
@@ -450,8 +517,10 @@ void GpuExecutor::upload_weights() {
       ConvState& c = *st.conv;
       const Tensor& w = l.weight("weight");
       c.w = upload(w.ptr(), w.data.size());
-      std::vector<float> wt = implicit_weights(c.p, w.ptr());
-      c.wt = upload(wt.data(), wt.size());
+      if (c.p.groups == 1 && !c.p.dilated()) {  // the implicit layout is for dense, undilated convs
+        std::vector<float> wt = implicit_weights(c.p, w.ptr());
+        c.wt = upload(wt.data(), wt.size());
+      }
       if (st.pool_layer >= 0) {
         ImplicitFusion f;
         f.relu_pool = f.tensor_core = true;
@@ -471,9 +540,11 @@ void GpuExecutor::upload_weights() {
       std::vector<float> bias(static_cast<size_t>(c.p.filters), 0.f);
       if (c.p.bias) bias = l.weight("bias").data;
       c.bias = upload(bias.data(), bias.size());
-      c.im2col = std::make_unique<Im2colConv>(c.p, st.act, w.ptr(), bias.data(), c.bias.as<float>());
+      if (im2col_can_run(c.p, nullptr)) {
+        c.im2col = std::make_unique<Im2colConv>(c.p, st.act, w.ptr(), bias.data(), c.bias.as<float>());
+        c.im2col->set_precision(prec_);
+      }
       c.cudnn = std::make_unique<CudnnConv>(c.p, st.act);
-      c.im2col->set_precision(prec_);
       c.cudnn->set_precision(prec_);
     } else if (st.op == Op::kFc) {
       const auto& fp = layer_as<FcLayer>(l).p;
@@ -496,19 +567,19 @@ void GpuExecutor::upload_weights() {
 // then auto: tuned on the first block of a run, kept for later runs with the same block size
 // (forward_layers takes any earlier pick, `any_tuning`: it only checks values).
 void GpuExecutor::resolve_algos(const std::string& forced, int64_t block, bool any_tuning) {
-  if (!forced.empty() && forced != "auto" && forced != "im2col" && forced != "implicit" && forced != "cudnn")
-    throw Error("--conv-algo: expected auto, im2col, implicit or cudnn, found '" + forced + "'");
+  if (!forced.empty() && forced != "auto" && forced != "im2col" && forced != "implicit" &&
+      forced != "cudnn" && forced != "depthwise")
+    throw Error("--conv-algo: expected auto, im2col, implicit, cudnn or depthwise, found '" + forced + "'");
   any_auto_ = false;
   for (Step& st : steps_) {
     if (st.op != Op::kConv) continue;
     const Layer& l = *net_.layers[static_cast<size_t>(st.layer)];
     ConvState& c = *st.conv;
     std::string a = !forced.empty() && forced != "auto" ? forced : l.algo;
-    if (a == "implicit") {
-      ImplicitConfig cfg = implicit_config(c.p, block);
-      if (!cfg.ok)
-        throw Error(l.loc.str() + ": layer '" + l.name +
-                    "': the implicit convolution cannot run it: " + cfg.why);
+    if (!a.empty()) {
+      if (std::string why = cannot_run(c, a, block); !why.empty())
+        throw Error(l.loc.str() + ": layer '" + l.name + "': the " + a +
+                    " convolution cannot run it: " + why);
     }
     if (a.empty()) {
       if (c.tuned_n == block || (any_tuning && !c.tuned.empty())) a = c.tuned;
@@ -539,7 +610,8 @@ void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, int64
 
   size_t max_col = 0;
   for (const Step& st : steps_)
-    if (st.op == Op::kConv) max_col = std::max(max_col, st.conv->im2col->col_bytes_per_image());
+    if (st.op == Op::kConv && st.conv->im2col)
+      max_col = std::max(max_col, st.conv->im2col->col_bytes_per_image());
 
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -628,8 +700,18 @@ void GpuExecutor::run_conv(Step& st, Slot& s, int64_t n, const std::string& algo
                ? s.bufs[static_cast<size_t>(steps_[static_cast<size_t>(st.pool_layer)].out)].as<float>()
                : y;
     const DevBuf& wt = f.u8_exact ? c.wt_x16 : f.tensor_core ? c.wt_tc[static_cast<int>(prec_)] : c.wt;
-    launch_conv_implicit(cfg, c.p, io, wt.as<float>(), c.bias.as<float>(), n, st.act, s.stream);
+    // The kernel's epilogue applies a ReLU (its tuned paths stay as they are); any other
+    // activation is one in-place pass after it.
+    const bool relu = st.act.kind == Act::kRelu;
+    launch_conv_implicit(cfg, c.p, io, wt.as<float>(), c.bias.as<float>(), n,
+                         relu ? ActKind::kRelu : ActKind::kNone, s.stream);
+    if (!relu && st.act.kind != Act::kIdentity)
+      launch_act(y, y, n * c.p.filters * c.p.out_h * c.p.out_w, st.act, s.stream);
+  } else if (algo == "depthwise") {
+    launch_conv_depthwise(c.dw_cfg, c.dw, x, c.w.as<float>(), c.bias.as<float>(), y, n, st.act, s.stream);
   } else if (algo == "im2col") {
+    if (!c.im2col)
+      throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name + "': im2col cannot run it");
     c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(),
                       s.lt_ws.bytes(), s.stream);
   } else if (algo == "cudnn") {
@@ -653,12 +735,11 @@ void GpuExecutor::time_conv(Step& st, Slot& s, int64_t n, const std::string& alg
   run_conv(st, s, n, algo);
   if (st.pool_layer >= 0 && fuse_pool_ && !fuses_pool(st, algo)) {
     const Step& ps = steps_[static_cast<size_t>(st.pool_layer)];
-    const Shape& i = ps.in_shape;
-    PoolGeom g{static_cast<int>(i.c), static_cast<int>(i.h), static_cast<int>(i.w),
-               static_cast<int>(ps.out_shape.h), static_cast<int>(ps.out_shape.w)};
-    launch_pool(s.bufs[static_cast<size_t>(st.out)].as<float>(),
-                s.bufs[static_cast<size_t>(ps.out)].as<float>(), n, g,
-                layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p, s.stream);
+    launch_pool2d(s.bufs[static_cast<size_t>(st.out)].as<float>(),
+                  s.bufs[static_cast<size_t>(ps.out)].as<float>(), n,
+                  pool_args(layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p, ps.in_shape,
+                            ps.out_shape),
+                  s.stream);
   }
 }
 
@@ -680,7 +761,7 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
         g.m = p.outputs, g.n = n, g.k = p.inputs;
         g.trans_a = true;
         g.lda = p.inputs, g.ldb = p.inputs, g.ldd = p.outputs;
-        g.epilogue = st.act == ActKind::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+        g.epilogue = st.act.kind == Act::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
         g.bias = st.b.as<float>();
         g.precision = prec_;
         if (!plan->init(lt_, g, s.lt_ws.bytes()))
@@ -689,16 +770,16 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
                       " GEMM");
       }
       plan->run(lt_, st.w.as<float>(), buf(st.ins[0]), buf(st.out), s.lt_ws.get(), s.lt_ws.bytes(), s.stream);
+      if (st.act.kind != Act::kIdentity && st.act.kind != Act::kRelu)  // not a cuBLASLt epilogue
+        launch_act(buf(st.out), buf(st.out), n * p.outputs, st.act, s.stream);
       return;
     }
     case Op::kAct:
-      return launch_activation(buf(st.ins[0]), buf(st.out), n * st.out_shape.size(), st.act, s.stream);
+      return launch_act(buf(st.ins[0]), buf(st.out), n * st.out_shape.size(), st.act, s.stream);
     case Op::kPool: {
       if (pool_fused(st)) return;  // its conv wrote it
-      const Shape& i = st.in_shape;
-      PoolGeom g{static_cast<int>(i.c), static_cast<int>(i.h), static_cast<int>(i.w),
-                 static_cast<int>(st.out_shape.h), static_cast<int>(st.out_shape.w)};
-      return launch_pool(buf(st.ins[0]), buf(st.out), n, g, layer_as<PoolLayer>(l).p, s.stream);
+      return launch_pool2d(buf(st.ins[0]), buf(st.out), n,
+                           pool_args(layer_as<PoolLayer>(l).p, st.in_shape, st.out_shape), s.stream);
     }
     case Op::kAffine:
       return launch_channel_affine(buf(st.ins[0]), buf(st.out), n, static_cast<int>(st.out_shape.c),
@@ -721,10 +802,23 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
       }
       return;
     }
-    case Op::kMul:
-    case Op::kUpsample:
-      throw Error("layer '" + l.name + "': " + l.type +
-                  " has no GPU implementation yet");  // plan() refuses it
+    case Op::kMul: {
+      const MulParams& p = layer_as<MulLayer>(l).p;
+      std::vector<MulInput> in;
+      for (size_t k = 0; k < st.ins.size(); ++k) in.push_back({buf(st.ins[k]), p.broadcast[k]});
+      return launch_mul(in, buf(st.out), n, static_cast<int>(st.out_shape.c), st.out_shape.h * st.out_shape.w,
+                        s.stream);
+    }
+    case Op::kUpsample: {
+      const UpsampleParams& p = layer_as<UpsampleLayer>(l).p;
+      UpsampleArgs a;
+      a.channels = static_cast<int>(st.in_shape.c), a.in_h = static_cast<int>(st.in_shape.h);
+      a.in_w = static_cast<int>(st.in_shape.w), a.out_h = static_cast<int>(st.out_shape.h);
+      a.out_w = static_cast<int>(st.out_shape.w);
+      a.bilinear = p.mode == UpsampleMode::kBilinear, a.align_corners = p.align_corners;
+      a.factor_h = static_cast<int>(p.scale_h), a.factor_w = static_cast<int>(p.scale_w);
+      return launch_upsample(buf(st.ins[0]), buf(st.out), n, a, s.stream);
+    }
     case Op::kSoftmax:
       return launch_softmax(buf(st.ins[0]), buf(st.out), n, static_cast<int>(st.out_shape.c),
                             st.out_shape.h * st.out_shape.w, s.stream);
@@ -874,7 +968,7 @@ void GpuExecutor::tune(Slot& s, const Dataset& data, int64_t n, std::vector<Conv
         for (const char* a : kAlgos) {
           ConvTuning::Candidate cand;
           cand.algo = a;
-          if (std::string(a) == "implicit" && !implicit_config(c.p, n).ok) {
+          if (!cannot_run(c, a, n).empty()) {
             cand.outcome = Outcome::kNotApplicable;
           } else {
             try {
@@ -921,19 +1015,28 @@ std::string GpuExecutor::step_algo(const Step& st) const {
   switch (st.op) {
     case Op::kConv: {
       const ConvState& c = *st.conv;
-      std::string relu = st.act == ActKind::kRelu ? "+relu" : "";
-      if (fuses_pool(st, c.chosen)) relu += "+maxpool";
+      const bool relu = st.act.kind == Act::kRelu, other = !relu && st.act.kind != Act::kIdentity;
+      std::string epi = relu ? "+relu" : "";
+      if (fuses_pool(st, c.chosen)) epi += "+maxpool";
       if (c.chosen == "implicit")
         return std::string("implicit(") +
                (uses_exact(st, c.chosen) ? "FP16 tensor cores on exact pixels, 2-part weights, "
                 : uses_tc(st, c.chosen)  ? tc_name()
                                          : "") +
-               (fuses_u8(st, c.chosen) ? "uint8 input, " : "") + "bias" + relu + " epilogue)";
-      if (c.chosen == "im2col") return c.im2col->algo_name();
+               (fuses_u8(st, c.chosen) ? "uint8 input, " : "") + "bias" + epi + " epilogue" +
+               (other ? ", " + act_fn_name(st.act) + " pass)" : ")");
+      if (c.chosen == "depthwise")
+        return "depthwise(bias" +
+               (st.act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(st.act)) + " epilogue, " +
+               std::to_string(c.dw_cfg.planes) + " planes x " + std::to_string(c.dw_cfg.rows) +
+               " rows a block)";
+      if (c.chosen == "im2col" && c.im2col) return c.im2col->algo_name();
       return c.cudnn->algo_name();
     }
     case Op::kFc:
-      return std::string("cublasLt(epilogue bias") + (st.act == ActKind::kRelu ? "+relu)" : ")") +
+      return std::string("cublasLt(epilogue bias") + (st.act.kind == Act::kRelu ? "+relu)" : ")") +
+             (st.act.kind != Act::kIdentity && st.act.kind != Act::kRelu ? "+" + act_fn_name(st.act) + " pass"
+                                                                         : std::string()) +
              precision_tag(prec_);
     case Op::kFused:
       return "fused into " + net_.layers[static_cast<size_t>(st.fused_producer)]->name;
