@@ -183,7 +183,18 @@ struct ParamReader::Impl {
   std::string file, layer, type;
   std::set<std::string> used;
   std::set<std::string> known;  // keys the type takes but this parse did not read
-  std::string pending;          // first getter error, thrown by finish() after the unknown-key check
+  const std::map<std::string, YAML::Node>* params = nullptr;  // a block's "$name" values
+
+  // The key's value, a "$name" scalar replaced by the block instance's value for it.
+  YAML::Node value(const YAML::Node& n) const {
+    if (params && n && n.IsScalar() && !n.Scalar().empty() && n.Scalar()[0] == '$') {
+      auto it = params->find(n.Scalar().substr(1));
+      if (it != params->end()) return it->second;
+    }
+    return n;
+  }
+  YAML::Node get(const std::string& key) const { return value(map[key]); }
+  std::string pending;  // first getter error, thrown by finish() after the unknown-key check
 };
 
 ParamReader::ParamReader(const YAML::Node& map, const std::string& file, const std::string& layer,
@@ -200,7 +211,7 @@ ParamReader::~ParamReader() = default;
 bool ParamReader::has(const std::string& key) const { return static_cast<bool>(impl_->map[key]); }
 
 SourceLoc ParamReader::loc_of(const std::string& key) const {
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   return yaml_loc(impl_->file, n ? n : impl_->map);
 }
 
@@ -209,6 +220,8 @@ void ParamReader::fail(const std::string& key, const std::string& what) const {
 }
 
 void ParamReader::mark_used(const std::string& key) { impl_->used.insert(key); }
+
+void ParamReader::set_params(const std::map<std::string, YAML::Node>* params) { impl_->params = params; }
 
 void ParamReader::also_known(std::initializer_list<const char*> keys) {
   for (const char* k : keys) impl_->known.insert(k);
@@ -234,7 +247,7 @@ void ParamReader::defer(const std::string& key, const std::string& what) {
 
 int64_t ParamReader::get_int(const std::string& key, int64_t min_value) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   if (!n) {
     defer(key, "missing; expected an integer >= " + std::to_string(min_value));
     return std::max<int64_t>(min_value, 1);
@@ -262,7 +275,7 @@ int64_t ParamReader::get_int(const std::string& key, int64_t def, int64_t min_va
 
 std::pair<int64_t, int64_t> ParamReader::get_pair(const std::string& key, int64_t min_value) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   std::string want = "an integer >= " + std::to_string(min_value) + " or a list [height, width]";
   if (!n) {
     defer(key, "missing; expected " + want);
@@ -275,7 +288,7 @@ std::pair<int64_t, int64_t> ParamReader::get_pair(const std::string& key, int64_
       defer(key, "expected " + want + ", found a list of " + std::to_string(n.size()));
       return std::make_pair(std::max<int64_t>(min_value, 1), std::max<int64_t>(min_value, 1));
     }
-    if (!yaml_int(n[0], a, why) || !yaml_int(n[1], b, why)) {
+    if (!yaml_int(impl_->value(n[0]), a, why) || !yaml_int(impl_->value(n[1]), b, why)) {
       defer(key, why);
       return std::make_pair(std::max<int64_t>(min_value, 1), std::max<int64_t>(min_value, 1));
     }
@@ -305,7 +318,7 @@ std::pair<int64_t, int64_t> ParamReader::get_pair(const std::string& key, std::p
 
 double ParamReader::get_double(const std::string& key, double def) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   if (!n) return def;
   double v = 0;
   std::string why;
@@ -318,7 +331,7 @@ double ParamReader::get_double(const std::string& key, double def) {
 
 bool ParamReader::get_bool(const std::string& key, bool def) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   if (!n) return def;
   std::string why;
   bool v = false;
@@ -331,7 +344,7 @@ bool ParamReader::get_bool(const std::string& key, bool def) {
 
 std::string ParamReader::get_string(const std::string& key, const std::string& def) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   if (!n) return def;
   if (!n.IsScalar()) {
     defer(key, "expected a string");
