@@ -9,44 +9,10 @@
 #include <cstdlib>
 #include <set>
 
-#include "engine/layers/activation.h"
-#include "engine/layers/batchnorm.h"
-#include "engine/layers/conv.h"
-#include "engine/layers/fc.h"
-#include "engine/layers/merge.h"
-#include "engine/layers/pool.h"
-#include "engine/layers/simple.h"
-#include "engine/layers/upsample.h"
+#include "engine/layer_types.h"
 #include "engine/yaml_util.h"
 
 namespace cnnrun {
-
-const std::map<std::string, LayerFactory>& layer_registry() {
-  static const std::map<std::string, LayerFactory> reg = {
-      {"conv", [] { return std::make_unique<ConvLayer>(); }},
-      {"relu", [] { return std::make_unique<ActivationLayer>(ActKind::kRelu); }},
-      {"tanh", [] { return std::make_unique<ActivationLayer>(ActKind::kTanh); }},
-      {"sigmoid", [] { return std::make_unique<ActivationLayer>(ActKind::kSigmoid); }},
-      {"relu6", [] { return std::make_unique<ActivationLayer>(ActKind::kRelu6); }},
-      {"leaky_relu", [] { return std::make_unique<ActivationLayer>(ActKind::kLeakyRelu); }},
-      {"hardswish", [] { return std::make_unique<ActivationLayer>(ActKind::kHardswish); }},
-      {"hardsigmoid", [] { return std::make_unique<ActivationLayer>(ActKind::kHardsigmoid); }},
-      {"silu", [] { return std::make_unique<ActivationLayer>(ActKind::kSilu); }},
-      {"gelu", [] { return std::make_unique<ActivationLayer>(ActKind::kGelu); }},
-      {"maxpool", [] { return std::make_unique<PoolLayer>(PoolMode::kMax); }},
-      {"avgpool", [] { return std::make_unique<PoolLayer>(PoolMode::kAvg); }},
-      {"fc", [] { return std::make_unique<FcLayer>(); }},
-      {"flatten", [] { return std::make_unique<FlattenLayer>(); }},
-      {"softmax", [] { return std::make_unique<SoftmaxLayer>(); }},
-      {"dropout", [] { return std::make_unique<DropoutLayer>(); }},
-      {"batchnorm", [] { return std::make_unique<BatchnormLayer>(); }},
-      {"add", [] { return std::make_unique<AddLayer>(); }},
-      {"concat", [] { return std::make_unique<ConcatLayer>(); }},
-      {"mul", [] { return std::make_unique<MulLayer>(); }},
-      {"upsample", [] { return std::make_unique<UpsampleLayer>(); }},
-  };
-  return reg;
-}
 
 // Names other frameworks (mostly PyTorch) give layer types cnnrun has, with identical math.
 static const std::map<std::string, std::string>& type_aliases() {
@@ -141,7 +107,10 @@ std::string unknown_type_message(const std::string& type) {
   std::string lower;
   for (char c : type) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   std::string list;
-  for (const auto& kv : layer_registry()) list += (list.empty() ? "" : ", ") + kv.first;
+  std::vector<std::string> names;
+  for (const LayerType& t : layer_types()) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
   auto a = type_aliases().find(lower);
   if (a != type_aliases().end())
     return "unknown layer type '" + type + "'; the same layer is called " + a->second + " in a netdef";
@@ -149,14 +118,12 @@ std::string unknown_type_message(const std::string& type) {
   if (u != unsupported_types().end())
     return "layer type '" + type + "': " + u->second +
            " is not supported by cnnrun; the layer types are: " + list;
-  if (lower != type && layer_registry().count(lower))
+  if (lower != type && find_layer_type(lower))
     return "unknown layer type '" + type + "'; layer types are lower case: '" + lower + "'";
   // A nearest-name hint only for what looks like a typo: at most two letters apart and no digit
   // involved, so "relu6" or "conv3d" is never "corrected" into another computation.
   const bool has_digit = std::any_of(lower.begin(), lower.end(), [](char c) { return std::isdigit(c) != 0; });
   if (!has_digit && lower.size() >= 4) {
-    std::vector<std::string> names;
-    for (const auto& kv : layer_registry()) names.push_back(kv.first);
     const std::string hint = suggest(lower, names);
     if (hint.rfind("; did you mean", 0) == 0) return "unknown layer type '" + type + "'" + hint;
   }

@@ -4,6 +4,7 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -357,7 +358,6 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
   top.finish();
 
   // Pass 1: create layers and read their parameters, block instances expanded in place.
-  const auto& reg = layer_registry();
   std::vector<std::unique_ptr<Layer>> L;
   std::map<std::string, size_t> by_name;
   std::map<std::string, std::string> instance_output;  // block instance name -> its last layer
@@ -376,8 +376,8 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
       fail_at(tn ? yaml_loc(file, tn) : loc, local.empty() ? where : prefix + local, "", "type",
               "missing; expected one of the layer types");
     std::string type = tn.Scalar();
-    auto f = reg.find(type);
-    if (f == reg.end()) fail_at(yaml_loc(file, tn), prefix + local, "", "type", unknown_type_message(type));
+    const LayerType* lt = find_layer_type(type);
+    if (!lt) fail_at(yaml_loc(file, tn), prefix + local, "", "type", unknown_type_message(type));
     if (local.empty()) {
       if (ln["name"]) fail_at(yaml_loc(file, ln["name"]), "", type, "name", "expected a string");
       local = type + where.substr(where.find_last_of(' ') + 1);
@@ -387,9 +387,8 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
               prefix.empty() ? "'input' is reserved for the network input"
                              : "'input' is reserved for the block's input");
     const std::string lname = prefix + local;
-    auto layer = f->second();
+    std::unique_ptr<Layer> layer = lt->make();
     layer->name = lname;
-    layer->type = type;
     layer->loc = loc;
     if (instance_output.count(lname))
       fail_at(ln["name"] ? yaml_loc(file, ln["name"]) : loc, lname, type, "name",
@@ -404,7 +403,7 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
     r.mark_used("type");
     r.mark_used("inputs");
     if (YAML::Node a = ln["algo"]) {
-      if (!(layer->caps() & kCapFoldTarget) || type != "conv") r.fail("algo", "only conv layers take 'algo'");
+      if (layer->kind != LayerKind::kConv) r.fail("algo", "only conv layers take 'algo'");
       r.mark_used("algo");
       std::string v = a.IsScalar() ? a.Scalar() : "";
       if (v != "auto" && v != "im2col" && v != "implicit" && v != "cudnn")
