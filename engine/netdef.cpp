@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 
+#include "engine/io/assets.h"
 #include "engine/network.h"
 #include "engine/yaml_util.h"
 
@@ -114,7 +115,36 @@ void parse_preprocess(Network& net, const std::string& file, const YAML::Node& n
   Section s(file, n, "preprocess");
   YAML::Node scale = s.get("scale", false), shift = s.get("shift", false);
   YAML::Node mean = s.get("mean", false), stdv = s.get("std", false);
+  YAML::Node resize = s.get("resize", false), crop = s.get("crop", false);
   s.finish();
+  if (resize) {
+    int64_t v = 0;
+    std::string why;
+    if (!yaml_int(resize, v, why) || v < 1 || v > 65535)
+      s.fail("resize", resize, why.empty() ? "expected the shorter side's length, 1..65535" : why);
+    net.pre.resize = static_cast<int>(v);
+    net.pre.resize_loc = yaml_loc(file, resize);
+  }
+  if (crop) {
+    std::vector<int64_t> hw;
+    std::string why;
+    int64_t v = 0;
+    if (crop.IsSequence() && crop.size() == 2) {
+      for (size_t i = 0; i < 2; ++i)
+        if (yaml_int(crop[i], v, why)) hw.push_back(v);
+    } else if (yaml_int(crop, v, why)) {
+      hw = {v, v};
+    }
+    if (hw.size() != 2) s.fail("crop", crop, "expected a size n or [height, width]");
+    if (hw[0] != net.input.h || hw[1] != net.input.w)
+      s.fail("crop", crop,
+             "the crop " + std::to_string(hw[0]) + "x" + std::to_string(hw[1]) +
+                 " must be the input's height x width " + std::to_string(net.input.h) + "x" +
+                 std::to_string(net.input.w));
+    net.pre.crop_h = static_cast<int>(hw[0]);
+    net.pre.crop_w = static_cast<int>(hw[1]);
+    if (!resize) net.pre.resize_loc = yaml_loc(file, crop);
+  }
   if ((scale || shift) && (mean || stdv))
     s.fail(mean ? "mean" : "std", mean ? mean : stdv, "give either scale/shift or mean/std, not both");
   if (scale) net.pre.scale = read_floats(file, scale, "preprocess.scale", c);
@@ -156,10 +186,67 @@ void parse_data(Network& net, const std::string& file, const YAML::Node& n) {
   } else if (net.data.format == "idx") {
     net.data.images = s.get_string("images", true);
     net.data.labels = s.get_string("labels", true);
+  } else if (net.data.format == "npy") {
+    net.data.images = s.get_string("images", true);
+    net.data.labels = s.get_string("labels", false);  // unlabelled without
+  } else if (net.data.format == "cifar100") {
+    net.data.paths = string_list(file, s.get("path", true), "data.path");
+    net.data.split = s.get_string("split", false, "train");
+    if (net.data.split != "train" && net.data.split != "test")
+      s.fail("split", n["split"], "expected 'train' or 'test', found '" + net.data.split + "'");
+    net.data.labels = s.get_string("labels", false, "fine");
+    if (net.data.labels != "fine" && net.data.labels != "coarse")
+      s.fail("labels", n["labels"],
+             "expected 'fine' (100 classes) or 'coarse' (20), found '" + net.data.labels + "'");
+  } else if (net.data.format == "images") {
+    net.data.paths = {s.get_string("path", true)};
   } else {
-    s.fail("format", n["format"], "unknown data format '" + net.data.format + "'; expected cifar10 or idx");
+    s.fail("format", n["format"],
+           "unknown data format '" + net.data.format + "'; expected cifar10, cifar100, idx, npy or images");
   }
   s.finish();
+}
+
+// classes: a list of names in label order, a count (names "0".."N-1"), or a text file of one
+// name per line (blank lines and trailing spaces ignored), resolved like every netdef path.
+std::vector<std::string> parse_classes(const std::string& file, const std::string& dir, const YAML::Node& v) {
+  constexpr int64_t kMaxClasses = int64_t{1} << 24;
+  std::vector<std::string> out;
+  if (v.IsScalar()) {
+    int64_t count = 0;
+    std::string why;
+    const std::string& text = v.Scalar();
+    if (!text.empty() && text.find_first_not_of("+-0123456789") == std::string::npos) {
+      if (!yaml_int(v, count, why)) fail_at(yaml_loc(file, v), "", "", "classes", why);
+      if (count < 1 || count > kMaxClasses)
+        fail_at(yaml_loc(file, v), "", "", "classes",
+                "a class count must be 1.." + std::to_string(kMaxClasses) + ", found " + text);
+      for (int64_t i = 0; i < count; ++i) out.push_back(std::to_string(i));
+      return out;
+    }
+    const SourceLoc loc = yaml_loc(file, v);
+    AssetResolver assets(dir, AssetResolver::default_roots({}));
+    const std::string path = assets.resolve(text, loc, "classes file");
+    std::ifstream f(path);
+    if (!f) fail_at(loc, "", "", "classes", "cannot open the class names file " + path);
+    std::string line;
+    int64_t lineno = 0;
+    while (std::getline(f, line)) {
+      ++lineno;
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+        line.pop_back();
+      if (line.empty()) continue;
+      if (static_cast<int64_t>(out.size()) >= kMaxClasses || line.size() > 4096)
+        fail_at(loc, "", "", "classes",
+                path + ":" + std::to_string(lineno) + ": not a class names file (over " +
+                    std::to_string(kMaxClasses) + " names or a line over 4096 bytes)");
+      out.push_back(line);
+    }
+    if (f.bad()) fail_at(loc, "", "", "classes", "read error in " + path);
+    if (out.empty()) fail_at(loc, "", "", "classes", path + ": no class names (one per line expected)");
+    return out;
+  }
+  return string_list(file, v, "classes");
 }
 
 void parse_weights(Network& net, const std::string& file, const YAML::Node& n) {
@@ -342,11 +429,7 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
   parse_preprocess(net, file, top.get("preprocess", false));
 
   YAML::Node classes = top.get("classes", true);
-  net.classes = string_list(file, classes, "classes");
-  if (net.classes.size() > 256)
-    top.fail(
-        "classes", classes,
-        "at most 256 classes are supported (labels are bytes), found " + std::to_string(net.classes.size()));
+  net.classes = parse_classes(file, dir, classes);
   parse_data(net, file, top.get("data", false));
   parse_weights(net, file, top.get("weights", false));
 
