@@ -327,9 +327,9 @@ std::map<std::string, Block> parse_blocks(const std::string& file, const YAML::N
         param_refs(kv->second, refs);
         const std::string k = kv->first.Scalar();
         for (const YAML::Node& r : refs) {
-          if (k == "name" || k == "type" || k == "inputs")
+          if (k == "name" || k == "inputs")
             fail_at(yaml_loc(file, r), "", "", key + ".layers",
-                    "a parameter can give a layer's values, not its " + k);
+                    "a parameter can give a layer's values and type, not its " + k);
           auto p = std::find(b.params.begin(), b.params.end(), r.Scalar().substr(1));
           if (p == b.params.end())
             fail_at(yaml_loc(file, r), "", "", key + ".layers",
@@ -453,7 +453,12 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
                        bool first_in_block) {
     SourceLoc loc = yaml_loc(file, ln);
     if (!ln.IsMap()) fail_at(loc, "", "", "", where + ": expected a mapping with a 'type'");
-    YAML::Node tn = ln["type"];
+    // A block's "$param" type (the parameter checked to exist) reads the instance's value. (A
+    // YAML::Node copy refers to the same node; assigning to it would rewrite the block itself.)
+    const YAML::Node written = ln["type"];
+    const bool param_type =
+        params && written && written.IsScalar() && written.Scalar().size() > 1 && written.Scalar()[0] == '$';
+    const YAML::Node tn = param_type ? params->at(written.Scalar().substr(1)) : written;
     std::string local = ln["name"] && ln["name"].IsScalar() ? ln["name"].Scalar() : "";
     if (!tn || !tn.IsScalar())
       fail_at(tn ? yaml_loc(file, tn) : loc, local.empty() ? where : prefix + local, "", "type",
