@@ -106,11 +106,11 @@ static const std::map<std::string, std::string>& unsupported_types() {
 std::string unknown_type_message(const std::string& type) {
   std::string lower;
   for (char c : type) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  std::vector<std::string> names;  // alphabetical, for the reader
+  std::string list;
+  std::vector<std::string> names;
   for (const LayerType& t : layer_types()) names.push_back(t.name);
   std::sort(names.begin(), names.end());
-  std::string list;
-  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
   auto a = type_aliases().find(lower);
   if (a != type_aliases().end())
     return "unknown layer type '" + type + "'; the same layer is called " + a->second + " in a netdef";
@@ -150,7 +150,18 @@ struct ParamReader::Impl {
   std::string file, layer, type;
   std::set<std::string> used;
   std::set<std::string> known;  // keys the type takes but this parse did not read
-  std::string pending;          // first getter error, thrown by finish() after the unknown-key check
+  const std::map<std::string, YAML::Node>* params = nullptr;  // a block's "$name" values
+
+  // The key's value, a "$name" scalar replaced by the block instance's value for it.
+  YAML::Node value(const YAML::Node& n) const {
+    if (params && n && n.IsScalar() && !n.Scalar().empty() && n.Scalar()[0] == '$') {
+      auto it = params->find(n.Scalar().substr(1));
+      if (it != params->end()) return it->second;
+    }
+    return n;
+  }
+  YAML::Node get(const std::string& key) const { return value(map[key]); }
+  std::string pending;  // first getter error, thrown by finish() after the unknown-key check
 };
 
 ParamReader::ParamReader(const YAML::Node& map, const std::string& file, const std::string& layer,
@@ -167,7 +178,7 @@ ParamReader::~ParamReader() = default;
 bool ParamReader::has(const std::string& key) const { return static_cast<bool>(impl_->map[key]); }
 
 SourceLoc ParamReader::loc_of(const std::string& key) const {
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   return yaml_loc(impl_->file, n ? n : impl_->map);
 }
 
@@ -176,6 +187,8 @@ void ParamReader::fail(const std::string& key, const std::string& what) const {
 }
 
 void ParamReader::mark_used(const std::string& key) { impl_->used.insert(key); }
+
+void ParamReader::set_params(const std::map<std::string, YAML::Node>* params) { impl_->params = params; }
 
 void ParamReader::also_known(std::initializer_list<const char*> keys) {
   for (const char* k : keys) impl_->known.insert(k);
@@ -201,7 +214,7 @@ void ParamReader::defer(const std::string& key, const std::string& what) {
 
 int64_t ParamReader::get_int(const std::string& key, int64_t min_value) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   if (!n) {
     defer(key, "missing; expected an integer >= " + std::to_string(min_value));
     return std::max<int64_t>(min_value, 1);
@@ -229,7 +242,7 @@ int64_t ParamReader::get_int(const std::string& key, int64_t def, int64_t min_va
 
 std::pair<int64_t, int64_t> ParamReader::get_pair(const std::string& key, int64_t min_value) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   std::string want = "an integer >= " + std::to_string(min_value) + " or a list [height, width]";
   if (!n) {
     defer(key, "missing; expected " + want);
@@ -242,7 +255,7 @@ std::pair<int64_t, int64_t> ParamReader::get_pair(const std::string& key, int64_
       defer(key, "expected " + want + ", found a list of " + std::to_string(n.size()));
       return std::make_pair(std::max<int64_t>(min_value, 1), std::max<int64_t>(min_value, 1));
     }
-    if (!yaml_int(n[0], a, why) || !yaml_int(n[1], b, why)) {
+    if (!yaml_int(impl_->value(n[0]), a, why) || !yaml_int(impl_->value(n[1]), b, why)) {
       defer(key, why);
       return std::make_pair(std::max<int64_t>(min_value, 1), std::max<int64_t>(min_value, 1));
     }
@@ -272,7 +285,7 @@ std::pair<int64_t, int64_t> ParamReader::get_pair(const std::string& key, std::p
 
 double ParamReader::get_double(const std::string& key, double def) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   if (!n) return def;
   double v = 0;
   std::string why;
@@ -285,7 +298,7 @@ double ParamReader::get_double(const std::string& key, double def) {
 
 bool ParamReader::get_bool(const std::string& key, bool def) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   if (!n) return def;
   std::string why;
   bool v = false;
@@ -298,7 +311,7 @@ bool ParamReader::get_bool(const std::string& key, bool def) {
 
 std::string ParamReader::get_string(const std::string& key, const std::string& def) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   if (!n) return def;
   if (!n.IsScalar()) {
     defer(key, "expected a string");

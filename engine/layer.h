@@ -43,6 +43,9 @@ class ParamReader {
   double get_double(const std::string& key, double def);
   bool get_bool(const std::string& key, bool def);
   std::string get_string(const std::string& key, const std::string& def);
+  // A block instance's parameter values: a value written "$name" in the block's layers reads
+  // as params[name] (whose position the errors then name). Null outside blocks.
+  void set_params(const std::map<std::string, YAML::Node>* params);
   // Marks keys the caller handles itself (name, type, inputs, algo).
   void mark_used(const std::string& key);
   // Keys the type takes that this parse may not read (a global pool's size): they complete the
