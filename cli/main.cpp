@@ -37,7 +37,8 @@ struct Options {
   std::string netdef;
   int64_t batch = 0;
   std::string engine = "auto";
-  std::string data, data_format, weights, json, dump, conv_algo;
+  std::string data, data_format, weights, json, dump, conv_algo = "auto";
+  std::string gpu_off;             // --gpu-off LIST (else $CNNRUN_GPU_OFF)
   std::string precision = "fp32";  // --precision
   std::string predictions;         // --predictions FILE.csv
   int top_k = 0;                   // --top-k; 0 = 5 with more than 10 classes, else 1
@@ -134,7 +135,8 @@ int run_network(const Options& o) {
   // MiB to bytes; a cap past 2^63 bytes is no cap (more than any GPU holds).
   constexpr int64_t kMaxMib = std::numeric_limits<int64_t>::max() >> 20;
   ro.gpu_memory = o.gpu_memory_mib > kMaxMib ? std::numeric_limits<int64_t>::max() : o.gpu_memory_mib << 20;
-  ro.conv_algo = o.conv_algo;
+  ro.conv_algo = *parse_conv_algo(o.conv_algo);  // checked by the option's validator
+  ro.tuning = parse_gpu_off(o.gpu_off);
   ro.precision = *parse_precision(o.precision);  // checked by the option's validator
   ro.resident = o.resident;
   ro.progress = progress_bar(o.quiet);
@@ -198,8 +200,7 @@ int run_network(const Options& o) {
       src->read(0, n, first_block);
       rep.validated_streamed_images = n;
     }
-    rep.validation =
-        validate(*ex, *ref, net, whole ? *whole : first_block, n, validation_tolerance(ro.precision));
+    rep.validation = validate(*ex, *ref, net, whole ? *whole : first_block, n, ro);
     rep.validated = true;
     if (!rep.validation.pass) status = 3;
   }
@@ -289,8 +290,13 @@ int main(int argc, char** argv) {
                  "validate on the first N images only (default: all run)")
       ->check(kPositiveInt);
   app.add_option("--conv-algo", o.conv_algo,
-                 "GPU convolution for every conv layer: auto, im2col, implicit, cudnn, depthwise")
-      ->check(CLI::IsMember({"auto", "im2col", "implicit", "cudnn", "depthwise"}));
+                 std::string("GPU convolution for every conv layer: ") + kConvAlgoExpected)
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return parse_conv_algo(v) ? std::string()
+                                      : "expected " + std::string(kConvAlgoExpected) + ", found '" + v + "'";
+          },
+          "ALGO"));
   app.add_option("--precision", o.precision,
                  "GPU: the format conv and fc operands may be rounded to, with FP32 accumulation: fp32 "
                  "(default, 3xTF32 on tensor cores), tf32, fp16 or bf16; --validate then allows 16 of its "
@@ -309,6 +315,20 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", o.repeat, "run the batch N times and report the median forward time (default 1)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+  app.add_option(
+         "--gpu-off", o.gpu_off,
+         std::string("GPU: turn these optimisations off, to measure what they gain (comma-separated: ") +
+             kGpuOffNames + "; default: $CNNRUN_GPU_OFF, else none)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            try {
+              parse_gpu_off(v);
+              return std::string();
+            } catch (const Error& e) {
+              return std::string(e.what());
+            }
+          },
+          "LIST"));
 
   std::string conv_netdef, conv_out;
   CLI::App* conv = app.add_subcommand("convert", "write a netdef's weights (any format) as safetensors");
@@ -330,7 +350,17 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cnnrun: no netdef given (see cnnrun --help)\n");
       return 2;
     }
-    if (o.conv_algo == "auto") o.conv_algo.clear();
+    // The environment is read here, once: A/B benches set CNNRUN_GPU_OFF for a whole script.
+    if (app.count("--gpu-off") == 0)
+      if (const char* env = std::getenv("CNNRUN_GPU_OFF")) {
+        o.gpu_off = env;
+        try {
+          parse_gpu_off(o.gpu_off);
+        } catch (const Error& e) {
+          std::fprintf(stderr, "cnnrun: CNNRUN_GPU_OFF=%s: %s\n", env, e.what());
+          return 2;
+        }
+      }
     if (o.resident && o.engine == "cpu") {
       std::fprintf(stderr, "cnnrun: --resident needs --engine gpu\n");
       return 2;

@@ -4,6 +4,35 @@
 
 namespace cnnrun {
 
+const char* const kGpuOffNames = "pool,u8,rows,graph,tc,exact,pack";
+
+bool GpuTuning::operator==(const GpuTuning& o) const {
+  return fuse_pool == o.fuse_pool && fuse_u8 == o.fuse_u8 && row_copies == o.row_copies &&
+         graphs == o.graphs && tensor_cores == o.tensor_cores && exact_pixels == o.exact_pixels &&
+         pack_low == o.pack_low;
+}
+
+GpuTuning parse_gpu_off(const std::string& list) {
+  GpuTuning t;
+  const std::pair<const char*, bool GpuTuning::*> names[] = {
+      {"pool", &GpuTuning::fuse_pool}, {"u8", &GpuTuning::fuse_u8},      {"rows", &GpuTuning::row_copies},
+      {"graph", &GpuTuning::graphs},   {"tc", &GpuTuning::tensor_cores}, {"exact", &GpuTuning::exact_pixels},
+      {"pack", &GpuTuning::pack_low}};
+  size_t start = 0;
+  while (start <= list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    const std::string name = list.substr(start, end - start);
+    start = end + 1;
+    if (name.empty()) continue;
+    bool found = false;
+    for (const auto& [n, field] : names)
+      if (name == n) t.*field = false, found = true;
+    if (!found)
+      throw Error("unknown GPU optimisation '" + name + "' to turn off; expected names from " + kGpuOffNames);
+  }
+  return t;
+}
+
 void preprocess_images(const Network& net, const uint8_t* pixels, int64_t n, float* out) {
   const int64_t plane = net.input.h * net.input.w;
   for (int64_t i = 0; i < n; ++i)

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/conv_algo.h"
 #include "engine/core/precision.h"
 #include "engine/core/tensor.h"
 #include "engine/io/dataset.h"
@@ -15,14 +16,34 @@
 
 namespace cnnrun {
 
+// GPU: optimisations that can be turned off one by one, to measure what each gains (A/B
+// benches); all on by default, and every combination computes the same network. The CLI fills
+// it once, from --gpu-off LIST (or CNNRUN_GPU_OFF); the library reads no environment for it.
+struct GpuTuning {
+  bool fuse_pool = true;     // pool: the implicit kernel computes the 2x2 max-pool after its ReLU
+  bool fuse_u8 = true;       // u8: the first conv reads the uint8 pixels (no preprocess pass)
+  bool row_copies = true;    // rows: the implicit kernel stages whole input rows, 16 bytes at a time
+  bool graphs = true;        // graph: each full block after its copy is one CUDA graph launch
+  bool tensor_cores = true;  // tc: the tensor-core kernel where it can run (else FFMAs)
+  bool exact_pixels = true;  // exact: FP32 conv1 on exact pixels with FP16 products of 2-part weights
+  bool pack_low = true;      // pack: 3xTF32's last n-tile carries its low parts in spare columns
+  bool operator==(const GpuTuning& o) const;
+  bool operator!=(const GpuTuning& o) const { return !(*this == o); }
+};
+// The names --gpu-off takes, comma-separated: "pool,u8,rows,graph,tc,exact,pack".
+extern const char* const kGpuOffNames;
+// All on but the comma-separated names in `list` ("" = all on). Throws Error naming an unknown
+// name and the known ones.
+GpuTuning parse_gpu_off(const std::string& list);
+
 struct RunOptions {
   int64_t batch = 0;  // images to run: dataset images 0..batch-1, modulo count when cycling
   bool cycle = false;
-  bool want_probs = false;  // keep the output layer's values for every image
-  int64_t block = 0;        // images per block (0 = executor's choice)
-  int streams = 0;          // GPU streams (0 = executor's choice)
-  std::string conv_algo;    // GPU: "" (auto / netdef), "im2col", "implicit", "cudnn"
-  int threads = 0;          // CPU threads (0 = hardware concurrency)
+  bool want_probs = false;               // keep the output layer's values for every image
+  int64_t block = 0;                     // images per block (0 = executor's choice)
+  int streams = 0;                       // GPU streams (0 = executor's choice)
+  ConvAlgo conv_algo = ConvAlgo::kAuto;  // GPU: every conv's algorithm (kAuto: the netdef's, else auto)
+  int threads = 0;                       // CPU threads (0 = hardware concurrency)
   // GPU: the operands' format the convolutions and fully-connected layers may round to
   // (engine/core/precision.h); the CPU executor computes in FP32 and rejects anything else.
   Precision precision = Precision::kFp32;
@@ -33,6 +54,7 @@ struct RunOptions {
   // GPU: at most this many bytes for the per-stream image buffers and workspaces (0 = no cap:
   // what is free); blocks are cut to fit it.
   int64_t gpu_memory = 0;
+  GpuTuning tuning;  // GPU: optimisations on (all) or off, to measure them
   // Called now and then with images done so far (for a progress bar); may be empty.
   std::function<void(int64_t done, int64_t total)> progress;
 };
@@ -110,13 +132,16 @@ class Executor {
   // Runs opt.batch images of `data`, counting correct predictions against its labels (none
   // without labels).
   virtual RunResult run(const Dataset& data, const RunOptions& opt) = 0;
-  // Every layer's output (index = layer index, [n, C, H, W]) for images first..first+n-1;
-  // the network input after preprocessing is not included.
-  virtual std::vector<Tensor> forward_layers(const Dataset& data, int64_t first, int64_t n) = 0;
-  // Non-empty when layer `index`'s output is never materialised because its consumer's kernel
-  // computes it (conv fused with the following relu): forward_layers then returns an empty
-  // tensor for it, and validation checks it through the named consumer.
-  virtual std::string fused_into(int /*index*/) const { return ""; }
+  // Every layer's output (index = layer index, [n, C, H, W]) for images first..first+n-1, run
+  // as `opt` says (its conv_algo, precision, gpu_memory and tuning; batch, block, streams and
+  // the like are ignored); the network input after preprocessing is not included.
+  virtual std::vector<Tensor> forward_layers(const Dataset& data, int64_t first, int64_t n,
+                                             const RunOptions& opt) = 0;
+  // Non-empty when layer `index`'s output is never materialised by forward_layers(opt) because
+  // its consumer's kernel computes it (conv fused with the following relu): forward_layers then
+  // returns an empty tensor for it, and validation checks it through the named consumer. Where
+  // that depends on auto's pick, the answer holds once forward_layers(opt) or run(opt) made it.
+  virtual std::string fused_into(int /*index*/, const RunOptions& /*opt*/) const { return ""; }
 };
 
 // Preprocesses n images into NCHW floats (the definition every executor must match).

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/conv_algo.h"
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
 #include "engine/layer_types.h"
@@ -108,7 +109,7 @@ class Layer {
   std::vector<int> inputs;  // resolved: index into Network::layers, -1 = network input
   std::vector<Shape> in_shapes;
   Shape out_shape;
-  std::string algo;                       // pinned algorithm ("" = executor's choice)
+  ConvAlgo algo = ConvAlgo::kAuto;        // conv: pinned algorithm (kAuto = executor's choice)
   std::map<std::string, Tensor> weights;  // loaded weights, keyed by WeightSpec::name
   bool folded = false;                    // a batchnorm folded into its producer: runs as identity
 

@@ -493,10 +493,10 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
     if (YAML::Node a = ln["algo"]) {
       if (layer->kind != LayerKind::kConv) r.fail("algo", "only conv layers take 'algo'");
       r.mark_used("algo");
-      std::string v = a.IsScalar() ? a.Scalar() : "";
-      if (v != "auto" && v != "im2col" && v != "implicit" && v != "cudnn" && v != "depthwise")
-        r.fail("algo", "expected auto, im2col, implicit, cudnn or depthwise, found '" + v + "'");
-      layer->algo = v == "auto" ? "" : v;
+      const std::string v = a.IsScalar() ? a.Scalar() : "";
+      const std::optional<ConvAlgo> algo = parse_conv_algo(v);
+      if (!algo) r.fail("algo", std::string("expected ") + kConvAlgoExpected + ", found '" + v + "'");
+      layer->algo = *algo;
     }
     layer->parse(r);
     r.finish();

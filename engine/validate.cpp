@@ -6,7 +6,9 @@
 namespace cnnrun {
 
 Validation validate(Executor& test, Executor& ref, const Network& net, const Dataset& data, int64_t n,
-                    double tolerance, int64_t chunk) {
+                    const RunOptions& opt, int64_t chunk) {
+  const double tolerance = validation_tolerance(opt.precision);
+  const RunOptions fp32;  // the reference computes in FP32 and takes no GPU options
   if (n > data.count) n = data.count;
   Validation v;
   v.images = n;
@@ -16,14 +18,15 @@ Validation validate(Executor& test, Executor& ref, const Network& net, const Dat
   for (size_t i = 0; i < L; ++i) {
     v.layers[i].name = net.layers[i]->name;
     v.layers[i].type = net.layers[i]->type;
-    v.layers[i].fused_into = test.fused_into(static_cast<int>(i));
   }
   for (int64_t first = 0; first < n; first += chunk) {
     int64_t m = std::min(chunk, n - first);
-    std::vector<Tensor> a = test.forward_layers(data, first, m);
-    std::vector<Tensor> b = ref.forward_layers(data, first, m);
+    std::vector<Tensor> a = test.forward_layers(data, first, m, opt);
+    std::vector<Tensor> b = ref.forward_layers(data, first, m, fp32);
     if (a.size() != L || b.size() != L)
       throw Error("validate: an executor returned the wrong number of layers");
+    if (first == 0)  // after the first forward_layers: auto's pick, which fusions hang on, is made
+      for (size_t i = 0; i < L; ++i) v.layers[i].fused_into = test.fused_into(static_cast<int>(i), opt);
     for (size_t i = 0; i < L; ++i) {
       LayerCheck& c = v.layers[i];
       if (!c.fused_into.empty()) continue;

@@ -28,9 +28,10 @@ struct Validation {
   int64_t prediction_mismatches = 0;  // argmax of the output differs
 };
 
-// Compares every layer's output of `test` and `ref` on images [0, n) of data (n <= count);
-// the tolerance is validation_tolerance (engine/core/precision.h) of the run's format.
+// Compares every layer's output of `test`, run as `opt` says, with `ref` (the CPU reference, run
+// with default options) on images [0, n) of data (n <= count); the tolerance is
+// validation_tolerance (engine/core/precision.h) of opt.precision.
 Validation validate(Executor& test, Executor& ref, const Network& net, const Dataset& data, int64_t n,
-                    double tolerance = kFp32Tolerance, int64_t chunk = 256);
+                    const RunOptions& opt = {}, int64_t chunk = 256);
 
 }  // namespace cnnrun

@@ -90,9 +90,7 @@ class CpuExecutor : public Executor {
     check_ready(net_, data);
     const int64_t batch = images_to_run(data, opt);
     if (opt.resident) throw Error("--resident needs --engine gpu: the CPU executor has no device memory");
-    if (opt.precision != Precision::kFp32)
-      throw Error(std::string("--precision ") + precision_name(opt.precision) +
-                  " needs --engine gpu: the CPU reference computes in FP32");
+    check_fp32(opt);
 
     const int64_t block = opt.block > 0 ? opt.block : kDefaultBlock;
     const int threads = thread_count(opt.threads, batch, block);
@@ -144,9 +142,11 @@ class CpuExecutor : public Executor {
     return r;
   }
 
-  std::vector<Tensor> forward_layers(const Dataset& data, int64_t first, int64_t n) override {
+  std::vector<Tensor> forward_layers(const Dataset& data, int64_t first, int64_t n,
+                                     const RunOptions& opt) override {
     check_ready(net_, data);
     check_range(data, first, n);
+    check_fp32(opt);
     std::vector<Tensor> outs;
     for (const auto& l : net_.layers)
       outs.emplace_back(std::vector<int64_t>{n, l->out_shape.c, l->out_shape.h, l->out_shape.w});
@@ -164,6 +164,12 @@ class CpuExecutor : public Executor {
  private:
   const Network& net_;
   std::vector<ref::ForwardFn> fns_;
+
+  static void check_fp32(const RunOptions& opt) {
+    if (opt.precision != Precision::kFp32)
+      throw Error(std::string("--precision ") + precision_name(opt.precision) +
+                  " needs --engine gpu: the CPU reference computes in FP32");
+  }
 
   static int thread_count(int asked, int64_t images, int64_t block) {
     int t = asked > 0 ? asked : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

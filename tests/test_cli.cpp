@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/executor.h"
 #include "engine/io/assets.h"
 #include "engine/io/npy.h"
 #include "engine/io/weights.h"
@@ -27,6 +28,12 @@ struct Out {
 Out run(const std::string& args) {
   Out o;
   o.rc = run_command(cnnrun_cmd(args), &o.text);
+  return o;
+}
+// The same with `env` (NAME=value) in the command's environment.
+Out run_env(const std::string& env, const std::string& args) {
+  Out o;
+  o.rc = run_command("env " + env + " " + cnnrun_cmd(args), &o.text);
   return o;
 }
 size_t count_lines(const std::string& s) { return static_cast<size_t>(std::count(s.begin(), s.end(), '\n')); }
@@ -288,4 +295,57 @@ TEST_CASE("cli: --resident needs the GPU engine: one line, exit 2 with --engine 
   Out h = run("--help");
   CHECK(h.rc == 0);
   CHECK(h.text.find("--resident") != std::string::npos);
+}
+
+TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF is read by the CLI") {
+  Out a = run(src("netdefs/cifar10.yaml") + " --conv-algo winograd");
+  CHECK(a.rc == 2);
+  CHECK(a.text ==
+        "cnnrun: --conv-algo: expected auto, im2col, implicit, cudnn or depthwise, found 'winograd' (see cnnrun "
+        "--help)\n");
+  Out g = run(src("netdefs/cifar10.yaml") + " --gpu-off pool,tensorcores");
+  CHECK(g.rc == 2);
+  CHECK(g.text ==
+        "cnnrun: --gpu-off: unknown GPU optimisation 'tensorcores' to turn off; expected names from "
+        "pool,u8,rows,graph,tc,exact,pack (see cnnrun --help)\n");
+  Out e = run_env("CNNRUN_GPU_OFF=pool,nope", src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu");
+  CHECK(e.rc == 2);
+  CHECK(e.text ==
+        "cnnrun: CNNRUN_GPU_OFF=pool,nope: unknown GPU optimisation 'nope' to turn off; expected names from "
+        "pool,u8,rows,graph,tc,exact,pack\n");
+  // Known names are accepted (the CPU engine has nothing to turn off: the run is the same).
+  Out ok = run_env("CNNRUN_GPU_OFF=pool,graph",
+                   src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet");
+  CHECK(ok.rc == 0);
+  Out opt = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet --gpu-off " +
+                "pool,u8,rows,graph,tc,exact,pack --conv-algo im2col");
+  CHECK(opt.rc == 0);
+  CHECK(opt.text == ok.text);
+}
+
+TEST_CASE("parse_gpu_off: each name turns one switch off; empty names are skipped") {
+  const GpuTuning all = parse_gpu_off("");
+  CHECK(all == GpuTuning{});
+  const GpuTuning t = parse_gpu_off("pool,,exact");
+  CHECK_FALSE(t.fuse_pool);
+  CHECK_FALSE(t.exact_pixels);
+  CHECK(t.fuse_u8);
+  CHECK(t.row_copies);
+  CHECK(t.graphs);
+  CHECK(t.tensor_cores);
+  CHECK(t.pack_low);
+  const GpuTuning none = parse_gpu_off(kGpuOffNames);
+  CHECK_FALSE(none.fuse_pool);
+  CHECK_FALSE(none.fuse_u8);
+  CHECK_FALSE(none.row_copies);
+  CHECK_FALSE(none.graphs);
+  CHECK_FALSE(none.tensor_cores);
+  CHECK_FALSE(none.exact_pixels);
+  CHECK_FALSE(none.pack_low);
+  CHECK_THROWS_WITH_AS(parse_gpu_off("Pool"), doctest::Contains("'Pool'"), Error);
+  CHECK(parse_conv_algo("implicit") == ConvAlgo::kImplicit);
+  CHECK(parse_conv_algo("auto") == ConvAlgo::kAuto);
+  CHECK_FALSE(parse_conv_algo("").has_value());
+  for (ConvAlgo a : {ConvAlgo::kAuto, ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn})
+    CHECK(parse_conv_algo(conv_algo_name(a)) == a);
 }

@@ -61,7 +61,7 @@ TEST_CASE("cpu run: predictions are the argmax of forward_layers' output, correc
   Network net = small_net();
   Dataset data = random_data(net, 50, 7);
   auto ex = make_cpu_executor(net);
-  std::vector<Tensor> outs = ex->forward_layers(data, 0, data.count);
+  std::vector<Tensor> outs = ex->forward_layers(data, 0, data.count, RunOptions{});
   const Tensor& y = outs[static_cast<size_t>(net.output)];
   REQUIRE(y.dims == std::vector<int64_t>{50, 5, 1, 1});
   // Labels right for every third image and wrong for the others.
@@ -170,8 +170,8 @@ TEST_CASE("cpu forward_layers: a range inside the data set, every layer's output
   Network net = small_net();
   Dataset data = random_data(net, 20, 5);
   auto ex = make_cpu_executor(net);
-  std::vector<Tensor> all = ex->forward_layers(data, 0, 20);
-  std::vector<Tensor> part = ex->forward_layers(data, 5, 11);
+  std::vector<Tensor> all = ex->forward_layers(data, 0, 20, RunOptions{});
+  std::vector<Tensor> part = ex->forward_layers(data, 5, 11, RunOptions{});
   REQUIRE(part.size() == net.layers.size());
   for (size_t i = 0; i < part.size(); ++i) {
     const Shape s = net.layers[i]->out_shape;
@@ -183,8 +183,8 @@ TEST_CASE("cpu forward_layers: a range inside the data set, every layer's output
   }
   // dropout is identity: its output equals its input's.
   CHECK(all[5].data == all[4].data);
-  CHECK_THROWS_WITH_AS(ex->forward_layers(data, 15, 6), doctest::Contains("outside the data set's 20 images"),
-                       Error);
+  CHECK_THROWS_WITH_AS(ex->forward_layers(data, 15, 6, RunOptions{}),
+                       doctest::Contains("outside the data set's 20 images"), Error);
 }
 
 TEST_CASE("cpu executor: wrong image shape and missing weights are errors") {

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <sstream>
 
 #include "engine/gpu_api.h"
@@ -26,6 +27,7 @@ using test::sanitizer_mode;
 
 constexpr double kAtol = 1e-4, kRtol = 1e-3;
 
+using test::algo_of;
 using test::classes;
 using test::compare_layers;
 using test::gpu_random_data;
@@ -72,7 +74,7 @@ void conv_algo_against_reference(const std::string& algo) {
   for (const ConvCase& k : kConvCases) {
     Network net = parse_netdef_string(conv_netdef(k), "convtest");
     for (auto& l : net.layers)
-      if (l->kind == LayerKind::kConv) l->algo = algo;
+      if (l->kind == LayerKind::kConv) l->algo = algo_of(algo);
     random_weights(net, seed);
     Dataset data = gpu_random_data(net.input, k.n + 3, 10, seed++);
     auto gpu = make_gpu_executor(net);
@@ -81,8 +83,8 @@ void conv_algo_against_reference(const std::string& algo) {
     what << algo << " C" << k.c << " F" << k.f << " k" << k.kh << "x" << k.kw << " s" << k.sh << "x" << k.sw
          << " p" << k.ph << "x" << k.pw << " in " << k.h << "x" << k.w << " n" << k.n;
     compare_layers(net, *gpu, *cpu, data, 2, k.n, what.str(), err);
-    CHECK(gpu->fused_into(0) == "relu1");  // conv1's ReLU runs in its epilogue
-    CHECK(gpu->fused_into(2) == "act2");   // so does conv2's tanh (any activation fuses)
+    CHECK(gpu->fused_into(0, RunOptions{}) == "relu1");  // conv1's ReLU runs in its epilogue
+    CHECK(gpu->fused_into(2, RunOptions{}) == "act2");   // so does conv2's tanh (any activation fuses)
   }
   MESSAGE("conv " << algo << ": max abs error " << err.abs << " (" << err.where << ")");
 }
@@ -149,16 +151,16 @@ layers:
   for (const char* algo : {"implicit", "im2col", "cudnn"}) {
     Network net = parse_netdef_string(text, "layers");
     for (auto& l : net.layers)
-      if (l->kind == LayerKind::kConv) l->algo = algo;
+      if (l->kind == LayerKind::kConv) l->algo = algo_of(algo);
     random_weights(net, 7);
     Dataset data = gpu_random_data(net.input, 9, 7, 3);
     auto gpu = make_gpu_executor(net);
     auto cpu = make_cpu_executor(net);
     compare_layers(net, *gpu, *cpu, data, 0, 9, algo, err);
     compare_layers(net, *gpu, *cpu, data, 4, 1, algo, err);
-    CHECK(gpu->fused_into(net.find("fc1")) == "r3");
-    CHECK(gpu->fused_into(net.find("c3")).empty());  // read by the add, not by a relu
-    CHECK(gpu->fused_into(net.find("c1")).empty());  // followed by a batchnorm
+    CHECK(gpu->fused_into(net.find("fc1"), RunOptions{}) == "r3");
+    CHECK(gpu->fused_into(net.find("c3"), RunOptions{}).empty());  // read by the add, not by a relu
+    CHECK(gpu->fused_into(net.find("c1"), RunOptions{}).empty());  // followed by a batchnorm
   }
   MESSAGE("layer types: max abs error " << err.abs << " (" << err.where << ")");
 }
@@ -203,7 +205,7 @@ struct RunVariant {
     o.block = block;
     o.streams = streams;
     o.cycle = cycle;
-    o.conv_algo = algo;
+    o.conv_algo = algo_of(algo);
     o.want_probs = true;
     return o;
   }
@@ -283,9 +285,6 @@ TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" *
   RunOptions bad;
   bad.batch = count + 1;
   CHECK_THROWS_WITH_AS(gpu->run(data, bad), doctest::Contains("cycle"), Error);
-  bad.batch = count;
-  bad.conv_algo = "winograd";
-  CHECK_THROWS_WITH_AS(gpu->run(data, bad), doctest::Contains("winograd"), Error);
 }
 
 namespace {
@@ -341,12 +340,6 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
     for (const char* variant : {"implicit", "implicit-3xtf32", "implicit-ffma", "cudnn"}) {
       const std::string v = variant;
       const char* algo = v == "cudnn" ? "cudnn" : "implicit";
-      struct Env {  // the executor reads CNNRUN_GPU_OFF when it is made
-        explicit Env(const char* off) {
-          if (*off) setenv("CNNRUN_GPU_OFF", off, 1);
-        }
-        ~Env() { unsetenv("CNNRUN_GPU_OFF"); }
-      } env(v == "implicit-ffma" ? "tc" : v == "implicit-3xtf32" ? "exact" : "");
       Network net = parse_netdef_string(fused_netdef(k), "fusetest");
       random_weights(net, seed);
       Dataset data = gpu_random_data(net.input, k.n + 2, 10, seed);
@@ -356,15 +349,16 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
       what << variant << " C" << k.c << " " << k.h << "x" << k.w << " F" << k.f1 << " k" << k.k1 << " s"
            << k.s1 << " p" << k.p1 << " / F" << k.f2 << " k" << k.k2 << " p" << k.p2 << " n" << k.n;
       INFO(what.str());
-      // run() first (it picks the algorithm the later forward_layers uses), over small blocks on
-      // two streams with cycling, so tiles past the end of a block and u8 staging of every block
-      // are exercised; its output values must match the reference's.
+      // run() over small blocks on two streams with cycling, so tiles past the end of a block and
+      // u8 staging of every block are exercised; its output values must match the reference's.
+      // forward_layers then runs with the same options.
       RunOptions o;
       o.batch = 2 * k.n + 1;
       o.cycle = true;
       o.block = 3;
       o.streams = 2;
-      o.conv_algo = algo;
+      o.conv_algo = algo_of(algo);
+      o.tuning = parse_gpu_off(v == "implicit-ffma" ? "tc" : v == "implicit-3xtf32" ? "exact" : "");
       o.want_probs = true;
       RunResult r = gpu->run(data, o);
       RunOptions co;
@@ -379,9 +373,9 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
       }
       const bool implicit = std::string(algo) == "implicit";
       const bool pool1 = implicit && k.expect_pool1, u8 = implicit && k.expect_u8;
-      CHECK(gpu->fused_into(0) == (pool1 ? "pool1" : "relu1"));
-      CHECK(gpu->fused_into(1) == (pool1 ? "pool1" : ""));
-      CHECK(gpu->fused_into(2).empty());
+      CHECK(gpu->fused_into(0, o) == (pool1 ? "pool1" : "relu1"));
+      CHECK(gpu->fused_into(1, o) == (pool1 ? "pool1" : ""));
+      CHECK(gpu->fused_into(2, o).empty());
       CHECK(r.layers[2].algo == (pool1 ? "fused into conv1" : ""));
       CHECK((r.layers[0].algo.find("uint8 input") != std::string::npos) == u8);
       CHECK((r.layers[0].algo.find("maxpool") != std::string::npos) == pool1);
@@ -389,7 +383,7 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
       CHECK((r.layers[0].algo.find("exact pixels") != std::string::npos) == (tc1 && u8 && v == "implicit"));
       CHECK((r.layers[0].algo.find("3xTF32") != std::string::npos) == (tc1 && !(u8 && v == "implicit")));
       if (pool1) CHECK(r.layers[2].seconds == 0.0);
-      compare_layers(net, *gpu, *cpu, data, 1, k.n, what.str(), err);
+      compare_layers(net, *gpu, *cpu, data, 1, k.n, what.str(), err, o);
       seed += 3;
     }
   }
@@ -428,7 +422,7 @@ TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too 
   free_run.batch = 2000;
   free_run.cycle = true;
   free_run.block = 2000;
-  free_run.conv_algo = "implicit";
+  free_run.conv_algo = ConvAlgo::kImplicit;
   RunResult a = gpu->run(data, free_run);
   CHECK(cut_from(a) == 0);
   // About 17 KB per image: 40 MiB less the 32 MiB cuBLASLt workspace holds a few hundred images.
@@ -443,8 +437,8 @@ TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too 
   REQUIRE(b.predictions.size() == 2000);
   CHECK(a.predictions == b.predictions);
   CHECK(a.correct == b.correct);
-  CHECK(gpu->forward_layers(data, 0, 37).size() == net.layers.size());  // under the last run's cap
-  capped.gpu_memory = int64_t{1} << 20;                                 // less than the workspace alone
+  CHECK(gpu->forward_layers(data, 0, 37, capped).size() == net.layers.size());  // under the cap
+  capped.gpu_memory = int64_t{1} << 20;  // less than the workspace alone
   std::string what;
   try {
     gpu->run(data, capped);
@@ -549,7 +543,7 @@ TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 image
     o.batch = images;
     o.cycle = true;
     o.block = cb.block;
-    o.conv_algo = algo;
+    o.conv_algo = algo_of(algo);
     RunResult r = gpu->run(gdata, o);
     int64_t differ = 0, correct = 0;
     for (int64_t i = 0; i < images; ++i) {
@@ -636,7 +630,7 @@ TEST_CASE("gpu: --resident gives the same predictions as copying from host memor
     o.batch = cb.images;
     o.block = cb.block;
     o.cycle = true;
-    o.conv_algo = algo;
+    o.conv_algo = algo_of(algo);
     check_resident_same(*cgpu, cb.data, o);
   }
 }

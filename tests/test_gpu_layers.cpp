@@ -13,6 +13,7 @@
 #include "tests/test_util.h"
 
 using namespace cnnrun;
+using test::algo_of;
 using test::classes;
 using test::compare_layers;
 using test::gpu_present;
@@ -81,7 +82,7 @@ TEST_CASE(
     if (k.groups == 1) algos.push_back("im2col");  // im2col computes dilation, not groups
     for (const std::string& algo : algos) {
       Network net = parse_netdef_string(group_netdef(k, act), "grouped");
-      net.layers[0]->algo = algo;
+      net.layers[0]->algo = algo_of(algo);
       random_weights(net, seed);
       Dataset data = gpu_random_data(net.input, k.n + 2, 10, seed);
       auto gpu = make_gpu_executor(net);
@@ -92,13 +93,13 @@ TEST_CASE(
            << k.dw << " in " << k.h << "x" << k.w << " n" << k.n << " " << kActLayers[act % kNumActs];
       compare_layers(net, *gpu, *cpu, data, 1, k.n, what.str(), err);
       // Every activation runs in the conv's epilogue, whichever algorithm ran it.
-      CHECK(gpu->fused_into(0) == "act1");
+      CHECK(gpu->fused_into(0, RunOptions{}) == "act1");
     }
     // The dense algorithms refuse, with the reason, what they do not compute.
     for (const char* algo : {"implicit", "im2col"}) {
       if (std::string(algo) == "im2col" && k.groups == 1) continue;
       Network net = parse_netdef_string(group_netdef(k, act), "grouped");
-      net.layers[0]->algo = algo;
+      net.layers[0]->algo = algo_of(algo);
       random_weights(net, seed);
       Dataset data = gpu_random_data(net.input, 2, 10, seed);
       auto gpu = make_gpu_executor(net);
@@ -120,7 +121,7 @@ TEST_CASE("gpu: --conv-algo depthwise refuses a dense convolution" * doctest::sk
   auto gpu = make_gpu_executor(net);
   RunOptions o;
   o.batch = 2;
-  o.conv_algo = "depthwise";
+  o.conv_algo = ConvAlgo::kDepthwise;
   CHECK_THROWS_WITH_AS(gpu->run(data, o), doctest::Contains("depthwise"), Error);
 }
 
@@ -154,7 +155,7 @@ TEST_CASE(
     for (const char* algo : {"implicit", "im2col", "cudnn"}) {
       Network net = parse_netdef_string(act_netdef(act), "acts");
       for (auto& l : net.layers)
-        if (l->kind == LayerKind::kConv) l->algo = algo;
+        if (l->kind == LayerKind::kConv) l->algo = algo_of(algo);
       random_weights(net, 40 + static_cast<uint32_t>(act));
       Dataset data = gpu_random_data(net.input, 7, 6, 9);
       auto gpu = make_gpu_executor(net);
@@ -162,9 +163,9 @@ TEST_CASE(
       const std::string what = std::string(algo) + " " + kActLayers[act];
       compare_layers(net, *gpu, *cpu, data, 0, 7, what, err);
       INFO(what);
-      CHECK(gpu->fused_into(net.find("c1")) == "a1");
-      CHECK(gpu->fused_into(net.find("fc1")) == "a3");
-      CHECK(gpu->fused_into(net.find("sum")).empty());  // an add has no epilogue: a2 runs alone
+      CHECK(gpu->fused_into(net.find("c1"), RunOptions{}) == "a1");
+      CHECK(gpu->fused_into(net.find("fc1"), RunOptions{}) == "a3");
+      CHECK(gpu->fused_into(net.find("sum"), RunOptions{}).empty());  // an add has no epilogue: a2 runs alone
     }
   MESSAGE("activations: max abs error " << err.abs << " (" << err.where << ")");
 }
@@ -202,14 +203,14 @@ layers:
   MaxErr err;
   for (const char* algo : {"implicit", "im2col", "cudnn"}) {
     Network net = parse_netdef_string(text, "pools");
-    net.layers[0]->algo = algo;
+    net.layers[0]->algo = algo_of(algo);
     random_weights(net, 17);
     Dataset data = gpu_random_data(net.input, 6, 5, 4);
     auto gpu = make_gpu_executor(net);
     auto cpu = make_cpu_executor(net);
     compare_layers(net, *gpu, *cpu, data, 0, 6, algo, err);
     CHECK(net.layers[static_cast<size_t>(net.find("mp2"))]->out_shape.h == 8);  // ceil: 15 -> 8
-    CHECK(gpu->fused_into(net.find("r1")).empty());  // several readers: materialised
+    CHECK(gpu->fused_into(net.find("r1"), RunOptions{}).empty());  // several readers: materialised
   }
   // The 2x2 ceil_mode pool as the only reader of the ReLU: fusable shapes except for ceil_mode.
   const char* fused = R"(
@@ -223,14 +224,14 @@ layers:
   - {name: fc, type: fc, outputs: 5}
 )";
   Network net = parse_netdef_string(fused, "ceil2");
-  net.layers[0]->algo = "implicit";
+  net.layers[0]->algo = ConvAlgo::kImplicit;
   random_weights(net, 18);
   Dataset data = gpu_random_data(net.input, 6, 5, 4);
   auto gpu = make_gpu_executor(net);
   auto cpu = make_cpu_executor(net);
   compare_layers(net, *gpu, *cpu, data, 0, 6, "ceil_mode 2x2 after implicit conv", err);
-  CHECK(gpu->fused_into(net.find("c1")) == "r1");  // the ReLU fuses ...
-  CHECK(gpu->fused_into(net.find("r1")).empty());  // ... the ceil_mode pool does not
+  CHECK(gpu->fused_into(net.find("c1"), RunOptions{}) == "r1");  // the ReLU fuses ...
+  CHECK(gpu->fused_into(net.find("r1"), RunOptions{}).empty());  // ... the ceil_mode pool does not
   MESSAGE("pools: max abs error " << err.abs << " (" << err.where << ")");
 }
 
@@ -266,13 +267,13 @@ layers:
   for (const char* algo : {"implicit", "im2col", "cudnn"}) {
     Network net = parse_netdef_string(text, "se");
     for (auto& l : net.layers)
-      if (l->kind == LayerKind::kConv) l->algo = algo;
+      if (l->kind == LayerKind::kConv) l->algo = algo_of(algo);
     random_weights(net, 23);
     Dataset data = gpu_random_data(net.input, 5, 3, 8);
     auto gpu = make_gpu_executor(net);
     auto cpu = make_cpu_executor(net);
     compare_layers(net, *gpu, *cpu, data, 0, 5, algo, err);
-    CHECK(gpu->fused_into(net.find("fc2")) == "hs");
+    CHECK(gpu->fused_into(net.find("fc2"), RunOptions{}) == "hs");
   }
   MESSAGE("mul/upsample: max abs error " << err.abs << " (" << err.where << ")");
 }

@@ -378,7 +378,7 @@ TEST_CASE("cpu executor runs a branching graph: two convs, concat, add with a sk
   data.labels.assign(7, 0);
 
   auto ex = make_cpu_executor(net);
-  std::vector<Tensor> outs = ex->forward_layers(data, 0, data.count);
+  std::vector<Tensor> outs = ex->forward_layers(data, 0, data.count, RunOptions{});
   REQUIRE(outs.size() == net.layers.size());
   auto out_of = [&](const char* name) -> const Tensor& { return outs[static_cast<size_t>(net.find(name))]; };
   CHECK(out_of("cat").dims == std::vector<int64_t>{7, 9, 7, 9});

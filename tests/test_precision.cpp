@@ -78,7 +78,7 @@ TEST_CASE("gpu: the CIFAR-10 network at every precision and algorithm validates 
 
   RunOptions o;
   o.batch = batch;
-  o.conv_algo = "implicit";
+  o.conv_algo = ConvAlgo::kImplicit;
   const RunResult base = gpu->run(data, o);
   // Every conv of this network runs the fused tensor-core kernel with its pool (a change that
   // silently lost the fusion once passed every accuracy check at a quarter of the speed): conv1
@@ -90,7 +90,7 @@ TEST_CASE("gpu: the CIFAR-10 network at every precision and algorithm validates 
             std::string::npos);
       CHECK(t.algo.find("maxpool") != std::string::npos);
     }
-  const Validation v32 = validate(*gpu, *cpu, net, data, n);
+  const Validation v32 = validate(*gpu, *cpu, net, data, n, o);
   CHECK(v32.pass);
   double fp32_err = 0;
   for (const LayerCheck& c : v32.layers) fp32_err = std::max(fp32_err, c.max_rel);
@@ -101,10 +101,10 @@ TEST_CASE("gpu: the CIFAR-10 network at every precision and algorithm validates 
       const std::string pname = precision_name(p);
       INFO("precision " << pname << ", conv " << algo);
       o.precision = p;
-      o.conv_algo = algo;
+      o.conv_algo = *parse_conv_algo(algo);
       const RunResult r = gpu->run(data, o);
       CHECK(r.precision == p);
-      const Validation v = validate(*gpu, *cpu, net, data, n, validation_tolerance(p));
+      const Validation v = validate(*gpu, *cpu, net, data, n, o);  // at validation_tolerance(p)
       double err = 0;
       std::string where;
       for (const LayerCheck& c : v.layers)
@@ -132,10 +132,10 @@ TEST_CASE("gpu: the CIFAR-10 network at every precision and algorithm validates 
   }
   // Back to FP32 on the same executor: the plans made for the other precisions are gone.
   o.precision = Precision::kFp32;
-  o.conv_algo = "";
+  o.conv_algo = ConvAlgo::kAuto;
   const RunResult again = gpu->run(data, o);
   CHECK(again.predictions == base.predictions);
-  const Validation back = validate(*gpu, *cpu, net, data, n);
+  const Validation back = validate(*gpu, *cpu, net, data, n, o);
   double err = 0;
   for (const LayerCheck& c : back.layers) err = std::max(err, c.max_rel);
   CHECK(err < 1e-5);

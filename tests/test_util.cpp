@@ -150,9 +150,10 @@ std::string classes(int n) {
 }
 
 void compare_layers(const Network& net, Executor& gpu, Executor& cpu, const Dataset& data, int64_t first,
-                    int64_t n, const std::string& what, MaxErr& err, double atol, double rtol) {
-  std::vector<Tensor> g = gpu.forward_layers(data, first, n);
-  std::vector<Tensor> c = cpu.forward_layers(data, first, n);
+                    int64_t n, const std::string& what, MaxErr& err, const RunOptions& opt, double atol,
+                    double rtol) {
+  std::vector<Tensor> g = gpu.forward_layers(data, first, n, opt);
+  std::vector<Tensor> c = cpu.forward_layers(data, first, n, RunOptions{});
   REQUIRE(g.size() == net.layers.size());
   REQUIRE(c.size() == net.layers.size());
   for (size_t i = 0; i < g.size(); ++i) {
@@ -160,10 +161,10 @@ void compare_layers(const Network& net, Executor& gpu, Executor& cpu, const Data
     INFO(what << ", layer " << lname << " (" << net.layers[i]->type << "), images " << first << ".."
               << first + n - 1);
     if (g[i].dims.empty()) {
-      CHECK(!gpu.fused_into(static_cast<int>(i)).empty());
+      CHECK(!gpu.fused_into(static_cast<int>(i), opt).empty());
       continue;
     }
-    CHECK(gpu.fused_into(static_cast<int>(i)).empty());
+    CHECK(gpu.fused_into(static_cast<int>(i), opt).empty());
     REQUIRE(g[i].dims == c[i].dims);
     Compare cmp = compare(g[i].ptr(), c[i].ptr(), g[i].data.size(), atol, rtol);
     INFO("max abs error " << cmp.max_abs << " at " << cmp.worst << ": gpu " << g[i].data[cmp.worst] << " cpu "
@@ -171,6 +172,13 @@ void compare_layers(const Network& net, Executor& gpu, Executor& cpu, const Data
     CHECK(cmp.ok);
     err.note(cmp.max_abs, what + " " + lname);
   }
+}
+
+ConvAlgo algo_of(const std::string& name) {
+  if (name.empty()) return ConvAlgo::kAuto;
+  const std::optional<ConvAlgo> a = parse_conv_algo(name);
+  REQUIRE_MESSAGE(a, "no convolution algorithm '" << name << "'");
+  return *a;
 }
 
 }  // namespace cnnrun::test

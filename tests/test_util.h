@@ -104,9 +104,13 @@ struct MaxErr {
   }
 };
 
-// forward_layers on both executors (the GPU's first): every materialised layer within
+// forward_layers on both executors (the GPU's run as `opt` says): every materialised layer within
 // atol + rtol * |reference|, every empty one reported as fused into its consumer.
 void compare_layers(const Network& net, Executor& gpu, Executor& cpu, const Dataset& data, int64_t first,
-                    int64_t n, const std::string& what, MaxErr& err, double atol = 1e-4, double rtol = 1e-3);
+                    int64_t n, const std::string& what, MaxErr& err, const RunOptions& opt = {},
+                    double atol = 1e-4, double rtol = 1e-3);
+
+// The algorithm a test names ("" = the executor's choice).
+ConvAlgo algo_of(const std::string& name);
 
 }  // namespace cnnrun::test

@@ -50,6 +50,34 @@ bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) ==
 
 }  // namespace
 
+ActFn act_fn(const ActivationParams& p) {
+  switch (p.kind) {
+    case ActKind::kNone:
+      return {Act::kIdentity};
+    case ActKind::kRelu:
+      return {Act::kRelu};
+    case ActKind::kTanh:
+      return {Act::kTanh};
+    case ActKind::kSigmoid:
+      return {Act::kSigmoid};
+    case ActKind::kRelu6:
+      return {Act::kRelu6};
+    case ActKind::kLeakyRelu:
+      return {Act::kLeakyRelu, p.slope};
+    case ActKind::kHardswish:
+      return {Act::kHardswish};
+    case ActKind::kHardsigmoid:
+      return {Act::kHardsigmoid};
+    case ActKind::kSilu:
+      return {Act::kSilu};
+    case ActKind::kGelu:
+      return {Act::kGelu};
+    case ActKind::kGeluTanh:
+      return {Act::kGeluTanh};
+  }
+  throw Error("activation kind " + std::to_string(static_cast<int>(p.kind)) + " has no GPU form");
+}
+
 std::string act_fn_name(const ActFn& a) {
   switch (a.kind) {
     case Act::kIdentity:

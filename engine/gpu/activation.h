@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/layers/activation.h"
+
 namespace cnnrun::gpu {
 
 enum class Act : int {
@@ -33,6 +35,9 @@ struct ActFn {
   }
   bool operator!=(const ActFn& o) const { return !(*this == o); }
 };
+
+// The GPU form of an activation layer's parameters (kNone: identity).
+ActFn act_fn(const ActivationParams& p);
 
 // "relu", "leaky_relu(0.01)", "gelu(tanh)": for the report's algorithm names.
 std::string act_fn_name(const ActFn& a);

@@ -140,6 +140,26 @@ DepthwiseConfig depthwise_config(const DepthwiseArgs& a) {
   return c;
 }
 
+DepthwisePlan depthwise_plan(const ConvParams& p) {
+  DepthwisePlan d;
+  if (p.groups != p.in_c || p.filters % p.in_c != 0) {
+    d.cfg.why = p.groups == 1 ? "a dense convolution: the depthwise kernel needs groups == channels"
+                              : "groups (" + std::to_string(p.groups) + ") differ from the channels (" +
+                                    std::to_string(p.in_c) + ")";
+    return d;
+  }
+  DepthwiseArgs& a = d.args;
+  a.channels = static_cast<int>(p.in_c), a.filters = static_cast<int>(p.filters);
+  a.in_h = static_cast<int>(p.in_h), a.in_w = static_cast<int>(p.in_w);
+  a.out_h = static_cast<int>(p.out_h), a.out_w = static_cast<int>(p.out_w);
+  a.kernel_h = static_cast<int>(p.kernel_h), a.kernel_w = static_cast<int>(p.kernel_w);
+  a.stride_h = static_cast<int>(p.stride_h), a.stride_w = static_cast<int>(p.stride_w);
+  a.pad_h = static_cast<int>(p.pad_h), a.pad_w = static_cast<int>(p.pad_w);
+  a.dilation_h = static_cast<int>(p.dilation_h), a.dilation_w = static_cast<int>(p.dilation_w);
+  d.cfg = depthwise_config(a);
+  return d;
+}
+
 void launch_conv_depthwise(const DepthwiseConfig& cfg, const DepthwiseArgs& a, const float* x, const float* w,
                            const float* bias, float* y, int64_t n, ActFn act, cudaStream_t s) {
   if (!cfg.ok) throw Error("depthwise convolution: " + cfg.why);

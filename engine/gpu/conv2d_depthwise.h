@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/gpu/activation.h"
+#include "engine/layers/conv.h"
 
 namespace cnnrun::gpu {
 
@@ -31,6 +32,14 @@ struct DepthwiseConfig {
 };
 
 DepthwiseConfig depthwise_config(const DepthwiseArgs& a);
+
+// A conv's arguments and tiling: cfg.ok false (with why) unless groups == channels and the
+// filters are a multiple of them, and the tile fits.
+struct DepthwisePlan {
+  DepthwiseArgs args;
+  DepthwiseConfig cfg;
+};
+DepthwisePlan depthwise_plan(const ConvParams& p);
 
 // y = act(conv(x) + bias) for n images: x [n, channels, in_h, in_w], w PyTorch's
 // [filters, 1, kh, kw], bias `filters` values (may be null: zero), y [n, filters, out_h, out_w].

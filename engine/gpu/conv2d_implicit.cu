@@ -819,15 +819,9 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
 }
 
 // Whether the 3xTF32 weights of `filters` filters carry the last n-tile's low parts in its spare
-// columns (PK above): at most 4 filters in that n-tile. CNNRUN_GPU_OFF=pack turns it off (to
-// measure); the weights and the launch both ask here.
-bool tc_packs_lo(int64_t filters) {
-  static const bool off = [] {
-    const char* v = std::getenv("CNNRUN_GPU_OFF");
-    return v && std::string(v).find("pack") != std::string::npos;
-  }();
-  return !off && filters > 0 && (filters - 1) % 8 < 4;
-}
+// columns (PK above): at most 4 filters in that n-tile, and `pack` (ImplicitFusion::pack_low,
+// off to measure it); the weights and the launch both ask here.
+bool tc_packs_lo(int64_t filters, bool pack) { return pack && filters > 0 && (filters - 1) % 8 < 4; }
 
 int sm_count() {
   static const int n = [] {
@@ -907,7 +901,7 @@ void launch_tc_prec(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s
     if constexpr (U8) return launch_tc<NT, true, kTcX16, 1>(cfg, a, s);
     throw Error("implicit convolution: exact products need the uint8 input");
   }
-  if (tc_packs_lo(a.F)) return launch_tc<NT, U8, kTcFp32, tc_flush<NT>(), true>(cfg, a, s);
+  if (tc_packs_lo(a.F, cfg.fuse.pack_low)) return launch_tc<NT, U8, kTcFp32, tc_flush<NT>(), true>(cfg, a, s);
   launch_tc<NT, U8, kTcFp32, tc_flush<NT>(), false>(cfg, a, s);
 }
 
@@ -1000,16 +994,6 @@ int pixel_wavefronts(bool pool, const ConvParams& p, int g, int r, int ow, int p
   return total;
 }
 
-// CNNRUN_GPU_OFF=rows: stage element by element even where whole rows could be copied (to
-// measure what the row copies gain).
-bool rows_off() {
-  static const bool off = [] {
-    const char* v = std::getenv("CNNRUN_GPU_OFF");
-    return v && std::string(v).find("rows") != std::string::npos;
-  }();
-  return off;
-}
-
 }  // namespace
 
 int implicit_bm(int64_t filters) {
@@ -1038,8 +1022,8 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
                          int64_t, int64_t, int64_t, int>;
   const Key key{p.filters, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
                 p.in_c,    p.in_h,     p.in_w,     p.out_h,    p.out_w,    n};
-  const int flags =
-      (fuse.relu_pool ? 1 : 0) | (fuse.u8_input ? 2 : 0) | (fuse.tensor_core ? 4 : 0) | (rows_off() ? 8 : 0);
+  const int flags = (fuse.relu_pool ? 1 : 0) | (fuse.u8_input ? 2 : 0) | (fuse.tensor_core ? 4 : 0) |
+                    (fuse.row_copies ? 0 : 8);
   static std::mutex mu;
   static std::map<std::pair<Key, int>, ImplicitConfig> cache;
   {
@@ -1134,7 +1118,7 @@ ImplicitConfig implicit_config_uncached(const ConvParams& p, int64_t n, Implicit
     // bytes at a time to a column xs + PW that is a multiple of 4 (the padding is zeroed once).
     const int64_t xs = (4 - p.pad_w % 4) % 4;
     const bool row_copy =
-        !fuse.u8_input && r >= oh && p.in_w % 4 == 0 && (!pool || xs % 2 == 0) && !rows_off();
+        !fuse.u8_input && r >= oh && p.in_w % 4 == 0 && (!pool || xs % 2 == 0) && fuse.row_copies;
     const int64_t need_w = std::max<int64_t>(pool ? (pw + 1) / 2 * 2 : pw, row_copy ? p.pad_w + p.in_w : 0);
     const int64_t pitch0 = row_copy ? (xs + need_w + 3) / 4 * 4 : need_w;
     // (A search for the tensor-core kernel's own load pattern, over any pitch, found pitches with
@@ -1245,9 +1229,10 @@ std::vector<float> tc_fragments(const ConvParams& p, Fill fill) {
   return out;
 }
 
-std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight, Precision prec) {
+std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight, Precision prec,
+                                       bool pack_low) {
   const int64_t k = p.in_c * p.kernel_h * p.kernel_w, nt = (p.filters + 7) / 8;
-  const bool pack_lo = tc_packs_lo(p.filters);
+  const bool pack_lo = tc_packs_lo(p.filters, pack_low);
   auto w = [&](int64_t f, int64_t kk) { return f < p.filters && kk < k ? weight[f * k + kk] : 0.f; };
   return tc_fragments(p, [&](float* o, int64_t t, int g, const int64_t(&kk)[2]) {
     const int64_t f = t * 8 + g;

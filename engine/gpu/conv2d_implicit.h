@@ -37,6 +37,12 @@ struct ImplicitFusion {
   // two FP16 parts (implicit_weights_x16): 2 products per 16 taps instead of 3xTF32's 6, with
   // FP32-level results.
   bool u8_exact = false;
+  // Stages may copy whole input rows 16 bytes at a time where the shape allows (GpuTuning's
+  // `rows`; off: element by element, to measure what the copies gain).
+  bool row_copies = true;
+  // With tensor_core and FP32: the last n-tile's spare columns carry its low parts (GpuTuning's
+  // `pack`); the weights must have been packed with the same value (implicit_weights_tc).
+  bool pack_low = true;
 };
 
 // How one convolution is cut into thread blocks for a block of n images.
@@ -71,9 +77,10 @@ std::vector<float> implicit_weights(const ConvParams& p, const float* weight);
 // the lane's two B values (taps lane % 4 and lane % 4 + 4, filter lane / 4): for FP32 rounded to
 // tf32 and then the two remainders, rounded too; for TF32 the two rounded; for FP16 / BF16 the
 // pair as the bits of one half2 / bfloat162. [k-steps][n-tiles][32][4].
-// FP32: where the last n-tile has at most 4 filters, its columns 4-7 hold the low parts of its
-// columns 0-3 instead of zeros (one product fewer per k-step for that n-tile).
-std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight, Precision prec);
+// FP32 with pack_low: where the last n-tile has at most 4 filters, its columns 4-7 hold the low
+// parts of its columns 0-3 instead of zeros (one product fewer per k-step for that n-tile).
+std::vector<float> implicit_weights_tc(const ConvParams& p, const float* weight, Precision prec,
+                                       bool pack_low = true);
 
 // For u8_exact: per input channel an offset o with byte - o exact in FP16 for every byte and
 // scale * (byte - o) equal to byte * scale + shift up to a change below FP32 rounding (o a

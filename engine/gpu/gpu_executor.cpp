@@ -1,22 +1,13 @@
-// The GPU executor: plans the network once (which layers fuse, which buffers alias), uploads
-// the weights, then streams blocks of images through it.
+// The GPU executor: a facade over the planner (plan.h: steps, fusions, buffers), the device
+// weights (device_weights.h), the conv-algorithm selector (conv_selector.h), the block pipeline
+// (pipeline.h: memory budget, slots, copies, graphs) and the timeline (timeline.h). What it
+// keeps itself is the launches: which kernel or library call runs each step.
 //
-// Pipeline. The batch is cut into blocks sized from cudaMemGetInfo; block b runs on stream
-// b % S with that stream's own buffers (a "slot"): raw uint8 pixels are copied from pinned
-// host memory (the data set's own pixel buffer, registered with cudaHostRegister, or a pinned
-// staging buffer if registering fails), normalised on the GPU, run through every layer, and
-// only the predictions (and the output layer's values when asked) come back. Before a slot
-// takes its next block the host waits for the slot's previous one, so at most S blocks are in
-// flight: copies of one block overlap the compute of the others, and the host reads each
-// block's events while the GPU works on the rest. With RunOptions::resident the pixels are
-// uploaded to device memory before the clock and each block's copy is device to device.
-//
-// Timing. CUDA events are recorded between the stages of every block on its own stream, all
-// read relative to one start event, so each stage is an interval on one GPU timeline. A
-// layer's time is the sum of its intervals over all blocks; the copy time not hidden behind
-// compute is the part of the copy intervals' union that no compute interval covers.
+// Every entry point takes its options explicitly: run(opt), forward_layers(opt) and
+// fused_into(opt) each plan and launch for the RunOptions they are given, never for an earlier
+// call's. What does carry over between calls is work that stays valid: the uploaded weights,
+// auto's picks for a block size, the slots, and the library plans for one precision.
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -25,60 +16,29 @@
 #include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
-#include "engine/gpu/conv2d_depthwise.h"
 #include "engine/gpu/conv2d_im2col.h"
 #include "engine/gpu/conv2d_implicit.h"
+#include "engine/gpu/conv_selector.h"
+#include "engine/gpu/device_weights.h"
 #include "engine/gpu/gemm.h"
 #include "engine/gpu/kernels.h"
 #include "engine/gpu/mul.h"
+#include "engine/gpu/pipeline.h"
+#include "engine/gpu/plan.h"
 #include "engine/gpu/pool2d.h"
+#include "engine/gpu/timeline.h"
 #include "engine/gpu/upsample.h"
 #include "engine/gpu_api.h"
-#include "engine/layers/activation.h"
-#include "engine/layers/batchnorm.h"
-#include "engine/layers/conv.h"
 #include "engine/layers/fc.h"
 #include "engine/layers/merge.h"
 #include "engine/layers/pool.h"
-#include "engine/layers/simple.h"
 #include "engine/layers/upsample.h"
-#include "engine/passes.h"
-#include "engine/report.h"
 
 namespace cnnrun {
 
 namespace gpu {
 
 namespace {
-
-// The GPU form of an activation layer's parameters (PyTorch's definitions on both sides).
-ActFn act_fn(const ActivationParams& p) {
-  switch (p.kind) {
-    case ActKind::kNone:
-      return {Act::kIdentity};
-    case ActKind::kRelu:
-      return {Act::kRelu};
-    case ActKind::kTanh:
-      return {Act::kTanh};
-    case ActKind::kSigmoid:
-      return {Act::kSigmoid};
-    case ActKind::kRelu6:
-      return {Act::kRelu6};
-    case ActKind::kLeakyRelu:
-      return {Act::kLeakyRelu, p.slope};
-    case ActKind::kHardswish:
-      return {Act::kHardswish};
-    case ActKind::kHardsigmoid:
-      return {Act::kHardsigmoid};
-    case ActKind::kSilu:
-      return {Act::kSilu};
-    case ActKind::kGelu:
-      return {Act::kGelu};
-    case ActKind::kGeluTanh:
-      return {Act::kGeluTanh};
-  }
-  throw Error("activation kind " + std::to_string(static_cast<int>(p.kind)) + " has no GPU form");
-}
 
 // The pooling kernel's arguments for a pool layer (its windows bound at shape inference).
 Pool2dArgs pool_args(const PoolParams& p, const Shape& in, const Shape& out) {
@@ -94,307 +54,119 @@ Pool2dArgs pool_args(const PoolParams& p, const Shape& in, const Shape& out) {
   return a;
 }
 
-// The depthwise kernel's arguments for a conv with groups == channels (filters a multiple of them).
-DepthwiseArgs depthwise_args(const ConvParams& p) {
-  DepthwiseArgs a;
-  a.channels = static_cast<int>(p.in_c), a.filters = static_cast<int>(p.filters);
-  a.in_h = static_cast<int>(p.in_h), a.in_w = static_cast<int>(p.in_w);
-  a.out_h = static_cast<int>(p.out_h), a.out_w = static_cast<int>(p.out_w);
-  a.kernel_h = static_cast<int>(p.kernel_h), a.kernel_w = static_cast<int>(p.kernel_w);
-  a.stride_h = static_cast<int>(p.stride_h), a.stride_w = static_cast<int>(p.stride_w);
-  a.pad_h = static_cast<int>(p.pad_h), a.pad_w = static_cast<int>(p.pad_w);
-  a.dilation_h = static_cast<int>(p.dilation_h), a.dilation_w = static_cast<int>(p.dilation_w);
-  return a;
-}
-
-constexpr int kDefaultStreams = 3;
-constexpr int64_t kDefaultBlock = 4096;         // images; large enough to fill the GPU per layer
-constexpr size_t kLtWorkspace = 32u << 20;      // cuBLASLt's recommended workspace on Hopper
-constexpr size_t kColBudget = 256u << 20;       // im2col column buffer per stream (at most)
-constexpr size_t kCudnnWorkspace = 256u << 20;  // cuDNN workspace per stream (at most)
 constexpr int kTuneRepeats = 3;
-
-enum class Op {
-  kConv,
-  kFc,
-  kAct,
-  kPool,
-  kIdentity,
-  kAffine,
-  kAdd,
-  kConcat,
-  kSoftmax,
-  kMul,
-  kUpsample,
-  kFused
-};
-
-const char* const kAlgos[] = {"implicit", "im2col", "cudnn", "depthwise"};
-
-struct ConvState {
-  ConvParams p;
-  std::string chosen;   // for this run: implicit | im2col | cudnn
-  std::string tuned;    // auto's pick, kept across runs with the same block size
-  int64_t tuned_n = 0;  // the block size it was timed on
-  ConvTuning tuning;    // auto's search that picked `tuned` (layer empty: none yet)
-  DevBuf w, wt, bias;
-  DevBuf wt_tc[4];  // for the tensor-core kernel per Precision, when the conv can fuse its pool
-  bool tc_ok = false, tc_ok_u8 = false;  // the tensor-core kernel can run it (reading floats / bytes)
-  DevBuf wt_x16;                         // FP32 reading bytes: exact pixels, FP16 products (u8_exact)
-  float x16_scale = 1.f;                 // ... and its accumulators' scale
-  std::unique_ptr<Im2colConv> im2col;    // null when im2col cannot run it (grouped)
-  std::unique_ptr<CudnnConv> cudnn;
-  DepthwiseArgs dw;
-  DepthwiseConfig dw_cfg;  // ok when the depthwise kernel can run it
-};
-
-// "" when `algo` computes this convolution for blocks of n images, else why it does not (the
-// selector's "n/a", and the error for an algorithm pinned or forced on a layer it cannot run).
-std::string cannot_run(const ConvState& c, const std::string& algo, int64_t n) {
-  if (algo == "implicit") {
-    const ImplicitConfig cfg = implicit_config(c.p, n);
-    return cfg.ok ? "" : cfg.why;
-  }
-  if (algo == "im2col") {
-    std::string why;
-    return im2col_can_run(c.p, &why) ? "" : why;
-  }
-  if (algo == "depthwise") return c.dw_cfg.ok ? "" : c.dw_cfg.why;
-  if (algo == "cudnn") return "";
-  return "no convolution algorithm is called '" + algo + "'";
-}
-
-struct Step {
-  Op op = Op::kIdentity;
-  int layer = 0;
-  int out = 0;           // buffer index
-  std::vector<int> ins;  // buffer indices
-  Shape in_shape, out_shape;
-  ActFn act;  // kAct: the activation; kConv/kFc: the one fused into the epilogue (identity: none)
-  int fused_consumer = -1;  // kConv/kFc: the activation layer computed in this epilogue
-  int fused_producer = -1;  // kFused: the layer whose epilogue computes this one
-  // kConv: the 2x2/2 max-pool after the fused ReLU that the implicit kernel can compute too
-  // (then neither the conv's nor the ReLU's output exists); kPool: that conv.
-  int pool_layer = -1;
-  int pool_conv = -1;
-  // kConv: the only reader of the network input, and the implicit kernel can read the bytes
-  // (with and without its pool fused)
-  bool u8_input = false, u8_input_pool = false;
-  DevBuf w, b, scale, shift;
-  std::unique_ptr<ConvState> conv;
-  std::map<int64_t, std::unique_ptr<LtGemm>> fc_plans;  // by images
-};
-
-// One stream and everything a block needs on it.
-struct Slot {
-  cudaStream_t stream = nullptr;
-  int64_t block = 0;
-  DevBuf in_u8, pred;
-  std::vector<DevBuf> bufs;
-  DevBuf col, lt_ws, cudnn_ws;
-  PinnedBuf pred_host, probs_host, staging;
-  std::unique_ptr<CudnnHandle> cudnn;
-  std::vector<cudaEvent_t> ev;
-  DevBuf labels;                   // the block's labels (so a captured graph needs no per-block argument)
-  cudaGraphExec_t exec = nullptr;  // the block's launches after its H2D copy, for blocks of exec_n
-  int64_t exec_n = 0;
-  int64_t first = -1, n = 0;  // block in flight (first < 0: none)
-
-  Slot() = default;
-  Slot(const Slot&) = delete;
-  Slot& operator=(const Slot&) = delete;
-  void drop_graph() {
-    if (exec) cudaGraphExecDestroy(exec);
-    exec = nullptr;
-    exec_n = 0;
-  }
-  ~Slot() {
-    drop_graph();
-    for (cudaEvent_t e : ev) cudaEventDestroy(e);
-    if (stream) cudaStreamDestroy(stream);
-  }
-};
-
-// Merged union of intervals.
-std::vector<std::pair<double, double>> merge(std::vector<std::pair<double, double>> v) {
-  std::sort(v.begin(), v.end());
-  std::vector<std::pair<double, double>> out;
-  for (auto& iv : v) {
-    if (iv.second <= iv.first) continue;
-    if (!out.empty() && iv.first <= out.back().second)
-      out.back().second = std::max(out.back().second, iv.second);
-    else
-      out.push_back(iv);
-  }
-  return out;
-}
-double length(const std::vector<std::pair<double, double>>& v) {
-  double s = 0;
-  for (auto& iv : v) s += iv.second - iv.first;
-  return s;
-}
-double overlap(const std::vector<std::pair<double, double>>& a,
-               const std::vector<std::pair<double, double>>& b) {
-  double s = 0;
-  size_t i = 0, j = 0;
-  while (i < a.size() && j < b.size()) {
-    double lo = std::max(a[i].first, b[j].first), hi = std::min(a[i].second, b[j].second);
-    if (hi > lo) s += hi - lo;
-    if (a[i].second < b[j].second)
-      ++i;
-    else
-      ++j;
-  }
-  return s;
-}
-
-// Records a timing event; inside a stream capture it becomes an event-record node of the graph
-// (a plain cudaEventRecord there would only be a capture-internal marker).
-// Outside a capture the external flag is an error (cudaErrorIllegalState).
-void record(cudaEvent_t e, cudaStream_t s) {
-  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(s, &st));
-  if (st == cudaStreamCaptureStatusActive)
-    CUDA_CHECK(cudaEventRecordWithFlags(e, s, cudaEventRecordExternal));
-  else
-    CUDA_CHECK(cudaEventRecord(e, s));
-}
 
 class GpuExecutor : public Executor {
  public:
-  explicit GpuExecutor(const Network& net) : net_(net) {
+  explicit GpuExecutor(const Network& net)
+      : net_(net), plan_(make_plan(net)), selector_(plan_.steps.size()), fc_plans_(plan_.steps.size()) {
     CUDA_CHECK(cudaSetDevice(0));
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, 0));
     CUBLAS_CHECK(cublasLtCreate(&lt_));
-    if (const char* no = std::getenv("CNNRUN_GPU_OFF")) {
-      const std::string v = no;
-      fuse_pool_ = v.find("pool") == std::string::npos;
-      fuse_u8_ = v.find("u8") == std::string::npos;
-      graphs_ = v.find("graph") == std::string::npos;
-      tc_ = v.find("tc") == std::string::npos;
-      exact_ = v.find("exact") == std::string::npos;
-    }
-    plan();
+    weights_ = std::make_unique<DeviceWeights>();
+    pipeline_ = std::make_unique<BlockPipeline>(prop_.name);
   }
   ~GpuExecutor() override {
-    slots_.clear();
-    steps_.clear();
+    pipeline_.reset();
+    fc_plans_.clear();
+    weights_.reset();
     if (lt_) cublasLtDestroy(lt_);
   }
 
   std::string name() const override { return "gpu"; }
 
-  std::string fused_into(int index) const override {
-    if (index < 0 || index >= static_cast<int>(steps_.size())) return "";
-    const Step& s = steps_[static_cast<size_t>(index)];
+  std::string fused_into(int index, const RunOptions& opt) const override {
+    if (index < 0 || index >= static_cast<int>(plan_.steps.size())) return "";
+    const Step& s = step(index);
     const Step* conv = s.op == Op::kConv ? &s : nullptr;
-    if (s.op == Op::kFused && steps_[static_cast<size_t>(s.fused_producer)].op == Op::kConv)
-      conv = &steps_[static_cast<size_t>(s.fused_producer)];
-    if (conv && fuses_pool(*conv, conv->conv->chosen))
+    if (s.op == Op::kFused && step(s.fused_producer).op == Op::kConv) conv = &step(s.fused_producer);
+    if (conv && fuses_pool(*conv, selector_.would_choose(net_, *conv, opt.conv_algo), opt.tuning))
       return net_.layers[static_cast<size_t>(conv->pool_layer)]->name;
     return s.fused_consumer >= 0 ? net_.layers[static_cast<size_t>(s.fused_consumer)]->name : "";
   }
 
   RunResult run(const Dataset& data, const RunOptions& opt) override;
-  std::vector<Tensor> forward_layers(const Dataset& data, int64_t first, int64_t n) override;
+  std::vector<Tensor> forward_layers(const Dataset& data, int64_t first, int64_t n,
+                                     const RunOptions& opt) override;
 
  private:
   const Network& net_;
   cudaDeviceProp prop_{};
   cublasLtHandle_t lt_ = nullptr;
-  std::vector<Step> steps_;
-  std::vector<int64_t> buf_floats_;  // per image, by buffer index; buffer 0 = the network input
-  bool uploaded_ = false;
-  DevBuf pre_scale_, pre_shift_;
-  DevBuf exact_scale_, exact_shift_;  // u8_exact staging: 1 and -offset per channel (empty: no offsets)
-  std::vector<std::unique_ptr<Slot>> slots_;
-  int slot_streams_ = 0;
-  int64_t slot_block_ = 0;
-  int64_t slot_cap_ =
-      0;  // the room under RunOptions::gpu_memory (less the resident images) the slots were sized for
-  bool slot_col_ = false, slot_cudnn_ = false;  // the slots have im2col / cuDNN workspaces
-  bool any_auto_ = false;
-  // Fusions into the implicit kernel; CNNRUN_GPU_OFF=pool,u8 turns them off (to measure).
-  bool fuse_pool_ = true, fuse_u8_ = true;
-  // CNNRUN_GPU_OFF=graph: launch every block's kernels directly (to measure what graphs gain);
-  // =tc: the FFMA kernel where the 3xTF32 tensor-core one could run. (Choosing per layer by
-  // timing each kernel alone was tried and dropped: conv3 alone is faster with FFMAs, yet the
-  // whole run on three streams was up to 0.9 ms slower, and erratic over block sizes.)
-  // =exact: the 3xTF32 products where the first conv could take exact pixels (u8_exact).
-  bool graphs_ = true, tc_ = true, exact_ = true;
-  std::string forced_algo_;            // the last run's RunOptions::conv_algo
-  Precision prec_ = Precision::kFp32;  // the last run's RunOptions::precision (forward_layers uses it)
-  int64_t gpu_memory_ = 0;             // the last run's RunOptions::gpu_memory
+  Plan plan_;
+  ConvSelector selector_;
+  std::unique_ptr<DeviceWeights> weights_;
+  std::unique_ptr<BlockPipeline> pipeline_;
+  std::vector<std::map<int64_t, std::unique_ptr<LtGemm>>> fc_plans_;  // per step, by images
+  Precision prec_ = Precision::kFp32;  // the format the library plans are made for
+  GpuTuning tuning_;                   // the call in progress's (run or forward_layers)
 
-  // Whether conv step `st` run with `algo` computes its pool / reads the uint8 input.
-  bool fuses_pool(const Step& st, const std::string& algo) const {
-    return st.pool_layer >= 0 && fuse_pool_ && algo == "implicit";
-  }
-  bool fuses_u8(const Step& st, const std::string& algo) const {
-    return (fuses_pool(st, algo) ? st.u8_input_pool : st.u8_input) && fuse_u8_ && algo == "implicit";
-  }
-  // The tensor-core kernel's arithmetic for this run's precision, as the report names it.
-  std::string tc_name() const {
-    switch (prec_) {
-      case Precision::kTf32:
-        return "TF32 tensor cores, ";
-      case Precision::kFp16:
-        return "FP16 tensor cores, ";
-      case Precision::kBf16:
-        return "BF16 tensor cores, ";
-      case Precision::kFp32:
-        break;
-    }
-    return "3xTF32 tensor cores, ";
+  const Step& step(int i) const { return plan_.steps[static_cast<size_t>(i)]; }
+  ConvWeights& conv_weights(int i) const { return *weights_->step(i).conv; }
+
+  // The options of a call: weights up (the 3xTF32 fragments packed as it asks), the library
+  // plans for its precision.
+  void begin(const RunOptions& opt) {
+    tuning_ = opt.tuning;
+    weights_->upload(net_, plan_, prec_, opt.tuning.pack_low);
+    set_precision(opt.precision);
   }
   // The operands' format from now on: plans made for another are dropped (cuBLASLt's, cuDNN's
   // search, auto's picks, the captured graphs).
   void set_precision(Precision p) {
     if (p == prec_) return;
     prec_ = p;
-    for (Step& st : steps_) {
-      st.fc_plans.clear();
-      if (!st.conv) continue;
-      st.conv->tuned.clear();
-      st.conv->tuned_n = 0;
-      if (st.conv->im2col) st.conv->im2col->set_precision(p);
-      if (st.conv->cudnn) st.conv->cudnn->set_precision(p);
+    for (auto& m : fc_plans_) m.clear();
+    selector_.forget_picks();
+    for (const Step& st : plan_.steps) {
+      if (st.op != Op::kConv) continue;
+      if (conv_weights(st.layer).im2col) conv_weights(st.layer).im2col->set_precision(p);
+      conv_weights(st.layer).cudnn->set_precision(p);
     }
-    for (auto& sp : slots_) sp->drop_graph();
+    pipeline_->drop_graphs();
   }
-  bool uses_tc(const Step& st, const std::string& algo) const {  // needs the weights uploaded
-    return fuses_pool(st, algo) && tc_ && st.conv->wt_tc[0].get() != nullptr &&
-           (fuses_u8(st, algo) ? st.conv->tc_ok_u8 : st.conv->tc_ok);
+
+  bool uses_tc(const Step& st, ConvAlgo algo) const {  // needs the weights uploaded
+    const ConvWeights& c = conv_weights(st.layer);
+    return fuses_pool(st, algo, tuning_) && tuning_.tensor_cores && c.wt_tc[0].get() != nullptr &&
+           (fuses_u8(st, algo, tuning_) ? c.tc_ok_u8 : c.tc_ok);
   }
-  bool uses_exact(const Step& st, const std::string& algo) const {  // u8_exact this run
-    return prec_ == Precision::kFp32 && exact_ && st.conv->wt_x16.get() != nullptr && fuses_u8(st, algo) &&
-           uses_tc(st, algo);
+  bool uses_exact(const Step& st, ConvAlgo algo) const {  // u8_exact this run
+    return prec_ == Precision::kFp32 && tuning_.exact_pixels &&
+           conv_weights(st.layer).wt_x16.get() != nullptr && fuses_u8(st, algo, tuning_) && uses_tc(st, algo);
+  }
+  // What the implicit kernel fuses for conv step `st` run with `algo`.
+  ImplicitFusion implicit_fusion(const Step& st, ConvAlgo algo) const {
+    ImplicitFusion f;
+    f.relu_pool = fuses_pool(st, algo, tuning_);
+    f.u8_input = fuses_u8(st, algo, tuning_);
+    f.tensor_core = uses_tc(st, algo);
+    f.precision = prec_;
+    f.u8_exact = uses_exact(st, algo);
+    f.row_copies = tuning_.row_copies;
+    f.pack_low = tuning_.pack_low;
+    return f;
   }
   bool pool_fused(const Step& st) const {  // kPool: computed by its conv this run
-    return st.pool_conv >= 0 && fuses_pool(steps_[static_cast<size_t>(st.pool_conv)],
-                                           steps_[static_cast<size_t>(st.pool_conv)].conv->chosen);
+    return st.pool_conv >= 0 && fuses_pool(step(st.pool_conv), selector_.chosen(st.pool_conv), tuning_);
   }
   bool input_fused() const {  // no preprocess pass: the first conv reads the bytes
-    for (const Step& st : steps_)
-      if (st.op == Op::kConv && fuses_u8(st, st.conv->chosen)) return true;
+    for (const Step& st : plan_.steps)
+      if (st.op == Op::kConv && fuses_u8(st, selector_.chosen(st.layer), tuning_)) return true;
     return false;
   }
   bool launches(const Step& st) const {
     return st.op != Op::kFused && st.op != Op::kIdentity && !(st.op == Op::kPool && pool_fused(st));
   }
 
-  void plan();
-  void upload_weights();
-  void resolve_algos(const std::string& forced, int64_t block, bool any_tuning);
-  void ensure_slots(int streams, int64_t block, int64_t images, int64_t cap, int64_t reserved,
-                    GpuRunFacts* facts);
-  bool may_use(const char* algo) const;
-
-  DevBuf upload_resident(const Dataset& data, int64_t count);
-  void copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged,
-               const uint8_t* resident = nullptr);
+  // Each conv's algorithm for blocks of `block`, then slots for them.
+  SlotNeeds slot_needs() const;
+  void preprocess(Slot& s, int64_t n) const;
   void run_layers(Slot& s, int64_t n, bool events, int ev_base);
-  void run_step(Step& st, Slot& s, int64_t n);
+  void run_step(const Step& st, Slot& s, int64_t n);
+  void run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo);
+  void time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo);
+  float time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo, cudaEvent_t e0, cudaEvent_t e1);
   struct BlockOut {  // what a block's launches after its H2D copy write to
     int out_buf;
     int64_t out_size;
@@ -402,339 +174,91 @@ class GpuExecutor : public Executor {
     unsigned long long* correct;
   };
   void enqueue_compute(Slot& s, int64_t n, const BlockOut& o);
-  void capture(Slot& s, int64_t n, const BlockOut& o);
-  void run_conv(Step& st, Slot& s, int64_t n, const std::string& algo);
-  void time_conv(Step& st, Slot& s, int64_t n, const std::string& algo);
-  float time_ms(Step& st, Slot& s, int64_t n, const std::string& algo, cudaEvent_t e0, cudaEvent_t e1);
-  void tune(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* tuning);
-  void warm(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* tuning);
+  void search(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched);
+  void warm(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched);
   std::string step_algo(const Step& st) const;
 };
 
-// ---------------------------------------------------------------------------------------------
-// Planning: fusion and buffers (no GPU work).
-
-void GpuExecutor::plan() {
-  const size_t L = net_.layers.size();
-  const Fusions fusions = find_fusions(net_);
-#define CNNRUN_GPU_OP(kind, name, Class, args, cpu, gpu) Op::gpu,
-  static constexpr Op kOpOf[kLayerKinds] = {CNNRUN_LAYER_TYPES(CNNRUN_GPU_OP)};
-#undef CNNRUN_GPU_OP
-
-  buf_floats_.assign(1, net_.input.size());
-  std::vector<int> out_buf(L, 0);
-  auto buf_of = [&](int layer) { return layer < 0 ? 0 : out_buf[static_cast<size_t>(layer)]; };
-  auto new_buf = [&](const Shape& s) {
-    buf_floats_.push_back(s.size());
-    return static_cast<int>(buf_floats_.size() - 1);
-  };
-
-  steps_.resize(L);
-  for (size_t i = 0; i < L; ++i) {
-    const Layer& l = *net_.layers[i];
-    Step& st = steps_[i];
-    st.layer = static_cast<int>(i);
-    st.in_shape = l.in_shapes[0];
-    st.out_shape = l.out_shape;
-    for (int j : l.inputs) st.ins.push_back(buf_of(j));
-
-    if (st.op == Op::kFused) {  // set when its producer was planned
-      out_buf[i] = st.ins[0];
-      st.out = st.ins[0];
-      continue;
-    }
-    st.op = runs_as_identity(l) ? Op::kIdentity : kOpOf[index_of(l.kind)];
-    if (st.op == Op::kIdentity) {
-      out_buf[i] = st.ins[0];
-      st.out = st.ins[0];
-      continue;
-    }
-    if (st.op == Op::kConv) {
-      st.conv = std::make_unique<ConvState>();
-      ConvState& c = *st.conv;
-      c.p = layer_as<ConvLayer>(l).p;
-      if (c.p.groups == c.p.in_c && c.p.filters % c.p.in_c == 0) {
-        c.dw = depthwise_args(c.p);
-        c.dw_cfg = depthwise_config(c.dw);
-      } else {
-        c.dw_cfg.why = c.p.groups == 1 ? "a dense convolution: the depthwise kernel needs groups == channels"
-                                       : "groups (" + std::to_string(c.p.groups) +
-                                             ") differ from the channels (" + std::to_string(c.p.in_c) + ")";
-      }
-    } else if (st.op == Op::kAct) {
-      st.act = act_fn(layer_as<ActivationLayer>(l).p);
-    }
-    // An activation that is the only reader of a conv/fc output runs in that layer's epilogue:
-    // every convolution algorithm and the fc GEMM apply any ActFn (a ReLU inside the library
-    // call where it can, other activations with the bias or in place after it), so which layers
-    // are materialised never depends on the algorithm chosen.
-    if (const int j = fusions.act[i]; j >= 0) {
-      st.act = act_fn(layer_as<ActivationLayer>(*net_.layers[static_cast<size_t>(j)]).p);
-      st.fused_consumer = j;
-      steps_[static_cast<size_t>(j)].op = Op::kFused;
-      steps_[static_cast<size_t>(j)].fused_producer = static_cast<int>(i);
-      // ... and the 2x2 stride-2 max-pool that is that ReLU's only reader can follow it into the
-      // implicit kernel (stride-1 convs; the kernel floors odd sizes as the pool does).
-      if (const int k = fusions.pool[i]; k >= 0) {
-        ImplicitFusion f;
-        f.relu_pool = true;
-        if (implicit_config(st.conv->p, 1, f).ok) {
-          st.pool_layer = k;
-          steps_[static_cast<size_t>(k)].pool_conv = static_cast<int>(i);
-        }
-      }
-    }
-    // The first conv can read the uint8 pixels and normalise them while staging, when nothing
-    // else reads the network input (so the float input never has to exist).
-    if (static_cast<int>(i) == fusions.input_conv) {
-      ImplicitFusion f;
-      f.u8_input = true;
-      st.u8_input = implicit_config(st.conv->p, 1, f).ok;
-      f.relu_pool = true;
-      st.u8_input_pool = st.pool_layer >= 0 && implicit_config(st.conv->p, 1, f).ok;
-    }
-    st.out = new_buf(l.out_shape);
-    out_buf[i] = st.out;
-  }
-}
-
-// Weights go up once, on first use (tests and the CLI load them after parsing the netdef).
-void GpuExecutor::upload_weights() {
-  if (uploaded_) return;
-  pre_scale_ = upload(net_.pre.scale.data(), net_.pre.scale.size());
-  pre_shift_ = upload(net_.pre.shift.data(), net_.pre.shift.size());
-  std::vector<float> offsets;
-  const bool exact = exact_input_offsets(net_.pre.scale, net_.pre.shift, &offsets);
-  if (exact) {
-    std::vector<float> ones(offsets.size(), 1.f), neg(offsets.size());
-    for (size_t i = 0; i < offsets.size(); ++i) neg[i] = -offsets[i];
-    exact_scale_ = upload(ones.data(), ones.size());
-    exact_shift_ = upload(neg.data(), neg.size());
-  }
-  for (Step& st : steps_) {
-    const Layer& l = *net_.layers[static_cast<size_t>(st.layer)];
-    if (st.op == Op::kConv) {
-      ConvState& c = *st.conv;
-      const Tensor& w = l.weight("weight");
-      c.w = upload(w.ptr(), w.data.size());
-      if (c.p.groups == 1 && !c.p.dilated()) {  // the implicit layout is for dense, undilated convs
-        std::vector<float> wt = implicit_weights(c.p, w.ptr());
-        c.wt = upload(wt.data(), wt.size());
-      }
-      if (st.pool_layer >= 0) {
-        ImplicitFusion f;
-        f.relu_pool = f.tensor_core = true;
-        c.tc_ok = implicit_config(c.p, 1, f).ok;
-        f.u8_input = true;
-        c.tc_ok_u8 = st.u8_input_pool && implicit_config(c.p, 1, f).ok;
-        if (c.tc_ok || c.tc_ok_u8)
-          for (Precision pr : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
-            std::vector<float> wtc = implicit_weights_tc(c.p, w.ptr(), pr);
-            c.wt_tc[static_cast<int>(pr)] = upload(wtc.data(), wtc.size());
-          }
-        if (c.tc_ok_u8 && exact) {
-          std::vector<float> wx = implicit_weights_x16(c.p, w.ptr(), net_.pre.scale, &c.x16_scale);
-          if (!wx.empty()) c.wt_x16 = upload(wx.data(), wx.size());
-        }
-      }
-      std::vector<float> bias(static_cast<size_t>(c.p.filters), 0.f);
-      if (c.p.bias) bias = l.weight("bias").data;
-      c.bias = upload(bias.data(), bias.size());
-      if (im2col_can_run(c.p, nullptr)) {
-        c.im2col = std::make_unique<Im2colConv>(c.p, st.act, w.ptr(), bias.data(), c.bias.as<float>());
-        c.im2col->set_precision(prec_);
-      }
-      c.cudnn = std::make_unique<CudnnConv>(c.p, st.act);
-      c.cudnn->set_precision(prec_);
-    } else if (st.op == Op::kFc) {
-      const auto& fp = layer_as<FcLayer>(l).p;
-      const Tensor& w = l.weight("weight");
-      st.w = upload(w.ptr(), w.data.size());
-      std::vector<float> bias(static_cast<size_t>(fp.outputs), 0.f);
-      if (fp.bias) bias = l.weight("bias").data;
-      st.b = upload(bias.data(), bias.size());
-    } else if (st.op == Op::kAffine) {
-      std::vector<float> scale, shift;
-      layer_as<BatchnormLayer>(l).affine(scale, shift);
-      st.scale = upload(scale.data(), scale.size());
-      st.shift = upload(shift.data(), shift.size());
-    }
-  }
-  uploaded_ = true;
-}
-
-// The algorithm each conv runs: RunOptions::conv_algo overrides all, then the netdef's pin,
-// then auto: tuned on the first block of a run, kept for later runs with the same block size
-// (forward_layers takes any earlier pick, `any_tuning`: it only checks values).
-void GpuExecutor::resolve_algos(const std::string& forced, int64_t block, bool any_tuning) {
-  if (!forced.empty() && forced != "auto" && forced != "im2col" && forced != "implicit" &&
-      forced != "cudnn" && forced != "depthwise")
-    throw Error("--conv-algo: expected auto, im2col, implicit, cudnn or depthwise, found '" + forced + "'");
-  any_auto_ = false;
-  for (Step& st : steps_) {
-    if (st.op != Op::kConv) continue;
-    const Layer& l = *net_.layers[static_cast<size_t>(st.layer)];
-    ConvState& c = *st.conv;
-    std::string a = !forced.empty() && forced != "auto" ? forced : l.algo;
-    if (!a.empty()) {
-      if (std::string why = cannot_run(c, a, block); !why.empty())
-        throw Error(l.loc.str() + ": layer '" + l.name + "': the " + a +
-                    " convolution cannot run it: " + why);
-    }
-    if (a.empty()) {
-      if (c.tuned_n == block || (any_tuning && !c.tuned.empty())) a = c.tuned;
-      if (a.empty()) any_auto_ = true;
-    }
-    c.chosen = a;
-  }
-}
-
-bool GpuExecutor::may_use(const char* algo) const {
-  for (const Step& st : steps_)
-    if (st.op == Op::kConv && (st.conv->chosen.empty() || st.conv->chosen == algo)) return true;
-  return false;
-}
-
-// Streams and blocks that fit the GPU's free memory, and the cap (bytes, 0 = none) if one is set,
-// less the `reserved` bytes of it that are already taken (the --resident images).
-void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, int64_t total_cap,
-                               int64_t reserved, GpuRunFacts* facts) {
-  const int64_t cap = total_cap > 0 ? total_cap - reserved : 0;
-  const int64_t want_blocks = (images + block - 1) / block;
-  streams = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(streams, want_blocks)));
-  const bool use_im2col = may_use("im2col"), use_cudnn = may_use("cudnn");
-  if (!slots_.empty() && slot_streams_ == streams && slot_block_ == block && slot_cap_ == cap &&
-      (slot_col_ || !use_im2col) && (slot_cudnn_ || !use_cudnn))
-    return;
-  slots_.clear();  // give the memory back before measuring what is free
-
-  size_t max_col = 0;
-  for (const Step& st : steps_)
-    if (st.op == Op::kConv && st.conv->im2col)
-      max_col = std::max(max_col, st.conv->im2col->col_bytes_per_image());
-
-  size_t free_b = 0, total_b = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  // Room for the libraries' own allocations (cuDNN/cuBLAS handles, kernels' modules).
-  const size_t reserve = std::min<size_t>(free_b, (512u << 20) + free_b / 20);
-  size_t usable = free_b - reserve;
-  const bool capped = cap > 0 && static_cast<uint64_t>(cap) < usable;
-  if (capped) usable = static_cast<size_t>(cap);
-  size_t col = use_im2col ? std::max(max_col, std::min(kColBudget, usable / 16)) : 0;
-  size_t cudnn_ws = use_cudnn ? std::min(kCudnnWorkspace, usable / 16) : 0;
-  const size_t fixed = kLtWorkspace + col + cudnn_ws;
-
-  size_t per_image = static_cast<size_t>(net_.input.size()) + sizeof(int32_t);
-  for (size_t b = 0; b < buf_floats_.size(); ++b)
-    per_image += static_cast<size_t>(buf_floats_[b]) * sizeof(float);
-
-  int64_t fit = 0;
-  for (;;) {
-    size_t all_fixed = fixed * static_cast<size_t>(streams);
-    fit = usable > all_fixed
-              ? static_cast<int64_t>((usable - all_fixed) / (per_image * static_cast<size_t>(streams)))
-              : 0;
-    if (fit >= 1 || streams == 1) break;
-    streams = 1;
-  }
-  if (fit < 1)
-    throw Error("GPU memory: one image needs " + std::to_string(per_image) + " bytes of buffers plus " +
-                std::to_string(fixed) + " bytes of workspace, but " +
-                (capped ? "--gpu-memory allows only " + std::to_string(cap) + " bytes"
-                        : "only " + std::to_string(free_b) + " bytes of the " + prop_.name + "'s " +
-                              std::to_string(total_b) + " are free"));
-  if (block > fit) {
-    if (facts) {
-      facts->block_cut_from = block;
-      facts->cap_bytes = capped ? cap : 0;
-      facts->cap_total_bytes = capped ? total_cap : 0;
-    }
-    block = fit;
-  }
-
-  for (int i = 0; i < streams; ++i) {
-    auto s = std::make_unique<Slot>();
-    s->block = block;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking));
-    s->in_u8.alloc(static_cast<size_t>(block * net_.input.size()));
-    s->pred.alloc(static_cast<size_t>(block) * sizeof(int32_t));
-    s->bufs.resize(buf_floats_.size());
-    for (size_t b = 0; b < buf_floats_.size(); ++b)
-      s->bufs[b].alloc(static_cast<size_t>(block * buf_floats_[b]) * sizeof(float));
-    s->lt_ws.alloc(kLtWorkspace);
-    s->col.alloc(col);
-    s->cudnn_ws.alloc(cudnn_ws);
-    s->pred_host.alloc(static_cast<size_t>(block) * sizeof(int32_t));
-    s->labels.alloc(static_cast<size_t>(block) * sizeof(int32_t));
-    slots_.push_back(std::move(s));
-  }
-  slot_streams_ = streams;
-  slot_block_ = block;
-  slot_cap_ = cap;
-  slot_col_ = use_im2col;
-  slot_cudnn_ = use_cudnn;
+SlotNeeds GpuExecutor::slot_needs() const {
+  SlotNeeds needs;
+  needs.input_bytes = net_.input.size();
+  needs.buf_floats = plan_.buf_floats;
+  for (const Step& st : plan_.steps)
+    if (st.op == Op::kConv && conv_weights(st.layer).im2col)
+      needs.max_col = std::max(needs.max_col, conv_weights(st.layer).im2col->col_bytes_per_image());
+  needs.im2col = selector_.may_use(plan_, ConvAlgo::kIm2col);
+  needs.cudnn = selector_.may_use(plan_, ConvAlgo::kCudnn);
+  return needs;
 }
 
 // ---------------------------------------------------------------------------------------------
-// Running layers.
+// Launches.
 
-void GpuExecutor::run_conv(Step& st, Slot& s, int64_t n, const std::string& algo) {
-  ConvState& c = *st.conv;
+void GpuExecutor::preprocess(Slot& s, int64_t n) const {
+  launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
+                    net_.input.h * net_.input.w, weights_->pre_scale().as<float>(),
+                    weights_->pre_shift().as<float>(), s.stream);
+}
+
+void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
+  ConvWeights& c = conv_weights(st.layer);
   const float* x = s.bufs[static_cast<size_t>(st.ins[0])].as<float>();
   float* y = s.bufs[static_cast<size_t>(st.out)].as<float>();
-  if (algo == "implicit") {
-    ImplicitFusion f;
-    f.relu_pool = fuses_pool(st, algo);
-    f.u8_input = fuses_u8(st, algo);
-    f.tensor_core = uses_tc(st, algo);
-    f.precision = prec_;
-    f.u8_exact = uses_exact(st, algo);
-    ImplicitConfig cfg = implicit_config(c.p, n, f);
-    ImplicitIo io;
-    io.x = x;
-    if (f.u8_input)
-      io.x_u8 = s.in_u8.as<uint8_t>(), io.scale = pre_scale_.as<float>(), io.shift = pre_shift_.as<float>();
-    if (f.u8_exact)
-      io.scale = exact_scale_.as<float>(), io.shift = exact_shift_.as<float>(), io.out_scale = c.x16_scale;
-    io.y = f.relu_pool
-               ? s.bufs[static_cast<size_t>(steps_[static_cast<size_t>(st.pool_layer)].out)].as<float>()
-               : y;
-    const DevBuf& wt = f.u8_exact ? c.wt_x16 : f.tensor_core ? c.wt_tc[static_cast<int>(prec_)] : c.wt;
-    // The kernel's epilogue applies a ReLU (its tuned paths stay as they are); any other
-    // activation is one in-place pass after it.
-    const bool relu = st.act.kind == Act::kRelu;
-    launch_conv_implicit(cfg, c.p, io, wt.as<float>(), c.bias.as<float>(), n,
-                         relu ? ActKind::kRelu : ActKind::kNone, s.stream);
-    if (!relu && st.act.kind != Act::kIdentity)
-      launch_act(y, y, n * c.p.filters * c.p.out_h * c.p.out_w, st.act, s.stream);
-  } else if (algo == "depthwise") {
-    launch_conv_depthwise(c.dw_cfg, c.dw, x, c.w.as<float>(), c.bias.as<float>(), y, n, st.act, s.stream);
-  } else if (algo == "im2col") {
-    if (!c.im2col)
-      throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name + "': im2col cannot run it");
-    c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(),
-                      s.lt_ws.bytes(), s.stream);
-  } else if (algo == "cudnn") {
-    if (!s.cudnn) s.cudnn = std::make_unique<CudnnHandle>();
-    if (!c.cudnn->found())
-      c.cudnn->find(*s.cudnn, s.stream, n, x, c.w.as<float>(), y, s.cudnn_ws.get(), s.cudnn_ws.bytes());
-    c.cudnn->forward(*s.cudnn, s.stream, n, x, c.w.as<float>(), c.bias.as<float>(), y, s.cudnn_ws.get(),
-                     s.cudnn_ws.bytes());
-  } else {
-    throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name +
-                "': no convolution algorithm chosen");
+  switch (algo) {
+    case ConvAlgo::kImplicit: {
+      const ImplicitFusion f = implicit_fusion(st, algo);
+      ImplicitConfig cfg = implicit_config(st.conv, n, f);
+      ImplicitIo io;
+      io.x = x;
+      if (f.u8_input)
+        io.x_u8 = s.in_u8.as<uint8_t>(), io.scale = weights_->pre_scale().as<float>(),
+        io.shift = weights_->pre_shift().as<float>();
+      if (f.u8_exact)
+        io.scale = weights_->exact_scale().as<float>(), io.shift = weights_->exact_shift().as<float>(),
+        io.out_scale = c.x16_scale;
+      io.y = f.relu_pool ? s.bufs[static_cast<size_t>(step(st.pool_layer).out)].as<float>() : y;
+      const DevBuf& wt = f.u8_exact ? c.wt_x16 : f.tensor_core ? c.wt_tc[static_cast<int>(prec_)] : c.wt;
+      // The kernel's epilogue applies a ReLU (its tuned paths stay as they are); any other
+      // activation is one in-place pass after it.
+      const ActFn act = act_fn(st.act);
+      const bool relu = act.kind == Act::kRelu;
+      launch_conv_implicit(cfg, st.conv, io, wt.as<float>(), c.bias.as<float>(), n,
+                           relu ? ActKind::kRelu : ActKind::kNone, s.stream);
+      if (!relu && act.kind != Act::kIdentity)
+        launch_act(y, y, n * st.conv.filters * st.conv.out_h * st.conv.out_w, act, s.stream);
+      return;
+    }
+    case ConvAlgo::kDepthwise:
+      launch_conv_depthwise(c.dw.cfg, c.dw.args, x, c.w.as<float>(), c.bias.as<float>(), y, n, act_fn(st.act),
+                            s.stream);
+      return;
+    case ConvAlgo::kIm2col:
+      if (!c.im2col)
+        throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name + "': im2col cannot run it");
+      c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(),
+                        s.lt_ws.bytes(), s.stream);
+      return;
+    case ConvAlgo::kCudnn:
+      if (!s.cudnn) s.cudnn = std::make_unique<CudnnHandle>();
+      if (!c.cudnn->found())
+        c.cudnn->find(*s.cudnn, s.stream, n, x, c.w.as<float>(), y, s.cudnn_ws.get(), s.cudnn_ws.bytes());
+      c.cudnn->forward(*s.cudnn, s.stream, n, x, c.w.as<float>(), c.bias.as<float>(), y, s.cudnn_ws.get(),
+                       s.cudnn_ws.bytes());
+      return;
+    case ConvAlgo::kAuto:
+      break;
   }
+  throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name +
+              "': no convolution algorithm chosen");
 }
 
 // For auto: the conv with `algo` plus the passes that the implicit kernel's fusions would save
 // (the preprocess, the max-pool), so that the algorithms are compared on the same work.
-void GpuExecutor::time_conv(Step& st, Slot& s, int64_t n, const std::string& algo) {
-  if ((st.u8_input || st.u8_input_pool) && fuse_u8_ && !fuses_u8(st, algo))
-    launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
-                      net_.input.h * net_.input.w, pre_scale_.as<float>(), pre_shift_.as<float>(), s.stream);
+void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
+  if ((st.u8_input || st.u8_input_pool) && tuning_.fuse_u8 && !fuses_u8(st, algo, tuning_)) preprocess(s, n);
   run_conv(st, s, n, algo);
-  if (st.pool_layer >= 0 && fuse_pool_ && !fuses_pool(st, algo)) {
-    const Step& ps = steps_[static_cast<size_t>(st.pool_layer)];
+  if (st.pool_layer >= 0 && tuning_.fuse_pool && !fuses_pool(st, algo, tuning_)) {
+    const Step& ps = step(st.pool_layer);
     launch_pool2d(s.bufs[static_cast<size_t>(st.out)].as<float>(),
                   s.bufs[static_cast<size_t>(ps.out)].as<float>(), n,
                   pool_args(layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p, ps.in_shape,
@@ -743,65 +267,44 @@ void GpuExecutor::time_conv(Step& st, Slot& s, int64_t n, const std::string& alg
   }
 }
 
-void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
+void GpuExecutor::run_step(const Step& st, Slot& s, int64_t n) {
   auto buf = [&](int b) { return s.bufs[static_cast<size_t>(b)].as<float>(); };
   const Layer& l = *net_.layers[static_cast<size_t>(st.layer)];
+  const StepWeights& w = weights_->step(st.layer);
   switch (st.op) {
     case Op::kIdentity:
     case Op::kFused:
       return;
     case Op::kConv:
-      return run_conv(st, s, n, st.conv->chosen);
+      return run_conv(st, s, n, selector_.chosen(st.layer));
     case Op::kFc: {
       const auto& p = layer_as<FcLayer>(l).p;
-      auto& plan = st.fc_plans[n];
+      auto& plan = fc_plans_[static_cast<size_t>(st.layer)][n];
       if (!plan) {
         plan = std::make_unique<LtGemm>();
         GemmSpec g;  // column-major: out (O x n) = W^T-stored (I x O)^T * x (I x n)
         g.m = p.outputs, g.n = n, g.k = p.inputs;
         g.trans_a = true;
         g.lda = p.inputs, g.ldb = p.inputs, g.ldd = p.outputs;
-        g.epilogue = st.act.kind == Act::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
-        g.bias = st.b.as<float>();
+        g.epilogue = st.act.kind == ActKind::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+        g.bias = w.b.as<float>();
         g.precision = prec_;
         if (!plan->init(lt_, g, s.lt_ws.bytes()))
           throw Error("layer '" + l.name + "': cuBLASLt has no " + precision_name(prec_) +
                       " algorithm for its " + std::to_string(p.outputs) + "x" + std::to_string(p.inputs) +
                       " GEMM");
       }
-      plan->run(lt_, st.w.as<float>(), buf(st.ins[0]), buf(st.out), s.lt_ws.get(), s.lt_ws.bytes(), s.stream);
-      if (st.act.kind != Act::kIdentity && st.act.kind != Act::kRelu)  // not a cuBLASLt epilogue
-        launch_act(buf(st.out), buf(st.out), n * p.outputs, st.act, s.stream);
+      plan->run(lt_, w.w.as<float>(), buf(st.ins[0]), buf(st.out), s.lt_ws.get(), s.lt_ws.bytes(), s.stream);
+      if (st.act.kind != ActKind::kNone && st.act.kind != ActKind::kRelu)  // no cuBLASLt epilogue for it
+        launch_act(buf(st.out), buf(st.out), n * p.outputs, act_fn(st.act), s.stream);
       return;
     }
     case Op::kAct:
-      return launch_act(buf(st.ins[0]), buf(st.out), n * st.out_shape.size(), st.act, s.stream);
-    case Op::kPool: {
+      return launch_act(buf(st.ins[0]), buf(st.out), n * st.out_shape.size(), act_fn(st.act), s.stream);
+    case Op::kPool:
       if (pool_fused(st)) return;  // its conv wrote it
       return launch_pool2d(buf(st.ins[0]), buf(st.out), n,
                            pool_args(layer_as<PoolLayer>(l).p, st.in_shape, st.out_shape), s.stream);
-    }
-    case Op::kAffine:
-      return launch_channel_affine(buf(st.ins[0]), buf(st.out), n, static_cast<int>(st.out_shape.c),
-                                   st.out_shape.h * st.out_shape.w, st.scale.as<float>(),
-                                   st.shift.as<float>(), s.stream);
-    case Op::kAdd: {
-      std::vector<const float*> in;
-      for (int b : st.ins) in.push_back(buf(b));
-      return launch_add(in.data(), static_cast<int>(in.size()), buf(st.out), n * st.out_shape.size(),
-                        s.stream);
-    }
-    case Op::kConcat: {
-      const size_t dpitch = static_cast<size_t>(st.out_shape.size()) * sizeof(float);
-      size_t off = 0;
-      for (size_t k = 0; k < st.ins.size(); ++k) {
-        const size_t w = static_cast<size_t>(l.in_shapes[k].size()) * sizeof(float);
-        CUDA_CHECK(cudaMemcpy2DAsync(reinterpret_cast<char*>(buf(st.out)) + off, dpitch, buf(st.ins[k]), w, w,
-                                     static_cast<size_t>(n), cudaMemcpyDeviceToDevice, s.stream));
-        off += w;
-      }
-      return;
-    }
     case Op::kMul: {
       const MulParams& p = layer_as<MulLayer>(l).p;
       std::vector<MulInput> in;
@@ -819,6 +322,27 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
       a.factor_h = static_cast<int>(p.scale_h), a.factor_w = static_cast<int>(p.scale_w);
       return launch_upsample(buf(st.ins[0]), buf(st.out), n, a, s.stream);
     }
+    case Op::kAffine:
+      return launch_channel_affine(buf(st.ins[0]), buf(st.out), n, static_cast<int>(st.out_shape.c),
+                                   st.out_shape.h * st.out_shape.w, w.scale.as<float>(), w.shift.as<float>(),
+                                   s.stream);
+    case Op::kAdd: {
+      std::vector<const float*> in;
+      for (int b : st.ins) in.push_back(buf(b));
+      return launch_add(in.data(), static_cast<int>(in.size()), buf(st.out), n * st.out_shape.size(),
+                        s.stream);
+    }
+    case Op::kConcat: {
+      const size_t dpitch = static_cast<size_t>(st.out_shape.size()) * sizeof(float);
+      size_t off = 0;
+      for (size_t k = 0; k < st.ins.size(); ++k) {
+        const size_t wb = static_cast<size_t>(l.in_shapes[k].size()) * sizeof(float);
+        CUDA_CHECK(cudaMemcpy2DAsync(reinterpret_cast<char*>(buf(st.out)) + off, dpitch, buf(st.ins[k]), wb,
+                                     wb, static_cast<size_t>(n), cudaMemcpyDeviceToDevice, s.stream));
+        off += wb;
+      }
+      return;
+    }
     case Op::kSoftmax:
       return launch_softmax(buf(st.ins[0]), buf(st.out), n, static_cast<int>(st.out_shape.c),
                             st.out_shape.h * st.out_shape.w, s.stream);
@@ -827,72 +351,18 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
 
 // Events ev[ev_base + i] after step i when `events`.
 void GpuExecutor::run_layers(Slot& s, int64_t n, bool events, int ev_base) {
-  if (!input_fused())
-    launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
-                      net_.input.h * net_.input.w, pre_scale_.as<float>(), pre_shift_.as<float>(), s.stream);
+  if (!input_fused()) preprocess(s, n);
   if (events) record(s.ev[static_cast<size_t>(ev_base - 1)], s.stream);
-  for (size_t i = 0; i < steps_.size(); ++i) {
-    run_step(steps_[i], s, n);
+  for (size_t i = 0; i < plan_.steps.size(); ++i) {
+    run_step(plan_.steps[i], s, n);
     if (events) record(s.ev[static_cast<size_t>(ev_base) + i], s.stream);
-  }
-}
-
-// --resident: images 0..count-1 of the data set in device memory, copied once before the clock
-// and before the slots are sized, so that the blocks fit around them. Slots of an earlier run
-// that leave less room than ensure_slots' own reserve are given back first (and made again,
-// smaller); images that do not fit in the free memory even then are an error, not a silent
-// fallback to host copies, since the run would then time something else than it says.
-DevBuf GpuExecutor::upload_resident(const Dataset& data, int64_t count) {
-  const size_t bytes = static_cast<size_t>(count * data.shape.size());
-  constexpr size_t kHeadroom = 512u << 20;  // as ensure_slots keeps back for the libraries
-  size_t free_b = 0, total_b = 0;
-  CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  if (!slots_.empty() && free_b < bytes + kHeadroom + free_b / 20) {
-    slots_.clear();
-    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
-  }
-  if (bytes > free_b)
-    throw Error("--resident: the " + std::to_string(count) + " distinct images need " +
-                std::to_string(bytes) + " bytes of GPU memory, but only " + std::to_string(free_b) +
-                " of the " + prop_.name + "'s " + std::to_string(total_b) +
-                " are free; run without --resident");
-  DevBuf b(bytes);
-  CUDA_CHECK(cudaMemcpy(b.get(), data.pixels.data(), bytes, cudaMemcpyHostToDevice));
-  return b;
-}
-
-// Raw pixels of images first..first+n-1 (modulo the count) into the slot's uint8 buffer: from
-// host memory (through the slot's pinned staging buffer when `staged`), or device to device
-// from `resident`, which holds images 0..min(batch, count)-1: every index modulo the count.
-void GpuExecutor::copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged,
-                          const uint8_t* resident) {
-  const size_t img = static_cast<size_t>(data.shape.size());
-  int64_t done = 0;
-  while (done < n) {
-    int64_t idx = (first + done) % data.count;
-    int64_t run = std::min(n - done, data.count - idx);
-    uint8_t* dst = s.in_u8.as<uint8_t>() + static_cast<size_t>(done) * img;
-    if (resident) {
-      CUDA_CHECK(cudaMemcpyAsync(dst, resident + static_cast<size_t>(idx) * img,
-                                 static_cast<size_t>(run) * img, cudaMemcpyDeviceToDevice, s.stream));
-      done += run;
-      continue;
-    }
-    const uint8_t* src = data.image(idx);
-    if (staged) {
-      uint8_t* st = s.staging.as<uint8_t>() + static_cast<size_t>(done) * img;
-      std::memcpy(st, src, static_cast<size_t>(run) * img);
-      src = st;
-    }
-    CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(run) * img, cudaMemcpyHostToDevice, s.stream));
-    done += run;
   }
 }
 
 // A block's work after its H2D copy: every layer, argmax + accuracy against the slot's copy of
 // the block's labels, the D2H copies, with the timing events between (ev[2..L+4]).
 void GpuExecutor::enqueue_compute(Slot& s, int64_t n, const BlockOut& o) {
-  const size_t L = steps_.size();
+  const size_t L = plan_.steps.size();
   run_layers(s, n, true, 3);
   launch_argmax(s.bufs[static_cast<size_t>(o.out_buf)].as<float>(), n, static_cast<int>(o.out_size),
                 s.pred.as<int32_t>(), s.labels.as<int32_t>(), 0, n, o.correct, s.stream);
@@ -906,34 +376,8 @@ void GpuExecutor::enqueue_compute(Slot& s, int64_t n, const BlockOut& o) {
   record(s.ev[L + 4], s.stream);
 }
 
-// The same launches captured once per slot as a CUDA graph (its buffers and events are the
-// slot's own, so one graph serves every full block on it): one launch per block instead of
-// ~3 per layer. Weights, algorithms and kernel configurations are fixed by then (warm-up done).
-void GpuExecutor::capture(Slot& s, int64_t n, const BlockOut& o) {
-  s.drop_graph();
-  cudaGraph_t g = nullptr;
-  CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
-  try {
-    enqueue_compute(s, n, o);
-  } catch (...) {
-    cudaStreamEndCapture(s.stream, &g);
-    if (g) cudaGraphDestroy(g);
-    (void)cudaGetLastError();
-    throw;
-  }
-  CUDA_CHECK(cudaStreamEndCapture(s.stream, &g));
-  cudaGraphExec_t exec = nullptr;
-  const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
-  cudaGraphDestroy(g);
-  CUDA_CHECK(e);
-  s.exec = exec;
-  s.exec_n = n;
-}
-
-// Auto: on the first block, time each algorithm that can run every auto conv and keep the
-// fastest (layers in order, each on the real output of the layers before it).
-// Best of kTuneRepeats after a warm-up (the warm-up also runs cuDNN's own search).
-float GpuExecutor::time_ms(Step& st, Slot& s, int64_t n, const std::string& algo, cudaEvent_t e0,
+// Auto: best of kTuneRepeats after a warm-up (the warm-up also runs cuDNN's own search).
+float GpuExecutor::time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo, cudaEvent_t e0,
                            cudaEvent_t e1) {
   time_conv(st, s, n, algo);
   float ms_min = 1e30f;
@@ -949,50 +393,18 @@ float GpuExecutor::time_ms(Step& st, Slot& s, int64_t n, const std::string& algo
   return ms_min;
 }
 
-void GpuExecutor::tune(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* tuning) {
-  copy_in(s, data, 0, n, false);
-  launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
-                    net_.input.h * net_.input.w, pre_scale_.as<float>(), pre_shift_.as<float>(), s.stream);
+// Auto's search on the first block: each conv left to auto is timed with every candidate on the
+// real output of the layers before it (ConvSelector::search).
+void GpuExecutor::search(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched) {
+  BlockPipeline::copy_in(s, data, 0, n, false);
+  preprocess(s, n);
   cudaEvent_t e0, e1;
   CUDA_CHECK(cudaEventCreate(&e0));
   CUDA_CHECK(cudaEventCreate(&e1));
   try {
-    for (Step& st : steps_) {
-      if (st.op == Op::kConv && st.conv->chosen.empty()) {
-        ConvState& c = *st.conv;
-        ConvTuning t;
-        t.layer = net_.layers[static_cast<size_t>(st.layer)]->name;
-        t.images = n;
-        using Outcome = ConvTuning::Candidate::Outcome;
-        float best_ms = 0;
-        for (const char* a : kAlgos) {
-          ConvTuning::Candidate cand;
-          cand.algo = a;
-          if (!cannot_run(c, a, n).empty()) {
-            cand.outcome = Outcome::kNotApplicable;
-          } else {
-            try {
-              const float ms_min = time_ms(st, s, n, a, e0, e1);
-              cand.ms = ms_min;
-              if (t.chosen.empty() || ms_min < best_ms) t.chosen = a, best_ms = ms_min;
-            } catch (const Error& e) {
-              // An algorithm the libraries refuse for this shape is not a candidate; real CUDA
-              // failures surface again when the chosen algorithm runs.
-              cand.outcome = Outcome::kFailed;
-              cand.error = e.what();
-            }
-          }
-          t.candidates.push_back(cand);
-        }
-        if (t.chosen.empty())
-          throw Error("layer '" + t.layer + "': no convolution algorithm can run it:" + tuning_note(t));
-        c.tuned = c.chosen = t.chosen;
-        c.tuned_n = n;
-        c.tuning = t;
-        if (tuning) tuning->push_back(t);
-      }
-      run_step(st, s, n);
-    }
+    selector_.search(
+        net_, plan_, n, [&](int i, ConvAlgo a) { return time_ms(step(i), s, n, a, e0, e1); },
+        [&](int i) { run_step(step(i), s, n); }, searched);
     CUDA_CHECK(cudaStreamSynchronize(s.stream));
   } catch (...) {
     cudaEventDestroy(e0);
@@ -1001,12 +413,13 @@ void GpuExecutor::tune(Slot& s, const Dataset& data, int64_t n, std::vector<Conv
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  any_auto_ = false;
 }
 
-void GpuExecutor::warm(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* tuning) {
-  if (any_auto_) return tune(s, data, n, tuning);
-  copy_in(s, data, 0, n, false);
+// The first block once through every layer before the clock starts: auto's search when a conv
+// needs it, otherwise a warm-up (CUDA loads kernels lazily, cuBLASLt/cuDNN plan on first use).
+void GpuExecutor::warm(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched) {
+  if (selector_.any_auto()) return search(s, data, n, searched);
+  BlockPipeline::copy_in(s, data, 0, n, false);
   run_layers(s, n, false, 0);
   CUDA_CHECK(cudaStreamSynchronize(s.stream));
 }
@@ -1014,29 +427,46 @@ void GpuExecutor::warm(Slot& s, const Dataset& data, int64_t n, std::vector<Conv
 std::string GpuExecutor::step_algo(const Step& st) const {
   switch (st.op) {
     case Op::kConv: {
-      const ConvState& c = *st.conv;
-      const bool relu = st.act.kind == Act::kRelu, other = !relu && st.act.kind != Act::kIdentity;
+      const ConvAlgo a = selector_.chosen(st.layer);
+      const ConvWeights& c = conv_weights(st.layer);
+      const ActFn act = act_fn(st.act);
+      const bool relu = act.kind == Act::kRelu, other = !relu && act.kind != Act::kIdentity;
       std::string epi = relu ? "+relu" : "";
-      if (fuses_pool(st, c.chosen)) epi += "+maxpool";
-      if (c.chosen == "implicit")
+      if (fuses_pool(st, a, tuning_)) epi += "+maxpool";
+      if (a == ConvAlgo::kImplicit) {
+        const char* tc = "3xTF32 tensor cores, ";
+        switch (prec_) {
+          case Precision::kTf32:
+            tc = "TF32 tensor cores, ";
+            break;
+          case Precision::kFp16:
+            tc = "FP16 tensor cores, ";
+            break;
+          case Precision::kBf16:
+            tc = "BF16 tensor cores, ";
+            break;
+          case Precision::kFp32:
+            break;
+        }
         return std::string("implicit(") +
-               (uses_exact(st, c.chosen) ? "FP16 tensor cores on exact pixels, 2-part weights, "
-                : uses_tc(st, c.chosen)  ? tc_name()
-                                         : "") +
-               (fuses_u8(st, c.chosen) ? "uint8 input, " : "") + "bias" + epi + " epilogue" +
-               (other ? ", " + act_fn_name(st.act) + " pass)" : ")");
-      if (c.chosen == "depthwise")
-        return "depthwise(bias" +
-               (st.act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(st.act)) + " epilogue, " +
-               std::to_string(c.dw_cfg.planes) + " planes x " + std::to_string(c.dw_cfg.rows) +
-               " rows a block)";
-      if (c.chosen == "im2col" && c.im2col) return c.im2col->algo_name();
+               (uses_exact(st, a) ? "FP16 tensor cores on exact pixels, 2-part weights, "
+                : uses_tc(st, a)  ? tc
+                                  : "") +
+               (fuses_u8(st, a, tuning_) ? "uint8 input, " : "") + "bias" + epi + " epilogue" +
+               (other ? ", " + act_fn_name(act) + " pass)" : ")");
+      }
+      if (a == ConvAlgo::kDepthwise)
+        return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
+               " epilogue, " + std::to_string(c.dw.cfg.planes) + " planes x " +
+               std::to_string(c.dw.cfg.rows) + " rows a block)";
+      if (a == ConvAlgo::kIm2col && c.im2col) return c.im2col->algo_name();
       return c.cudnn->algo_name();
     }
     case Op::kFc:
-      return std::string("cublasLt(epilogue bias") + (st.act.kind == Act::kRelu ? "+relu)" : ")") +
-             (st.act.kind != Act::kIdentity && st.act.kind != Act::kRelu ? "+" + act_fn_name(st.act) + " pass"
-                                                                         : std::string()) +
+      return std::string("cublasLt(epilogue bias") + (st.act.kind == ActKind::kRelu ? "+relu)" : ")") +
+             (st.act.kind != ActKind::kNone && st.act.kind != ActKind::kRelu
+                  ? "+" + act_fn_name(act_fn(st.act)) + " pass"
+                  : std::string()) +
              precision_tag(prec_);
     case Op::kFused:
       return "fused into " + net_.layers[static_cast<size_t>(st.fused_producer)]->name;
@@ -1065,8 +495,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   RunResult r;
   GpuRunFacts& facts = r.gpu.emplace();
   auto setup_t0 = Clock::now();
-  upload_weights();
-  set_precision(opt.precision);
+  begin(opt);
   r.precision = prec_;
   int64_t block = opt.block;
   if (block == 0) {  // near kDefaultBlock, cut into equal blocks
@@ -1074,37 +503,37 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     block = (batch + nb - 1) / nb;
   }
   block = std::min(block, batch);
-  resolve_algos(opt.conv_algo, block, false);
-  forced_algo_ = opt.conv_algo;
-  gpu_memory_ = opt.gpu_memory;
+  selector_.resolve(net_, plan_, opt.conv_algo, block, false);
   // --resident: the pixels every block reads, on the GPU before the clock (and before the slots,
   // which are then sized around them).
   // A --gpu-memory cap covers them too: the slots get what they leave of it.
   const int64_t resident_count = std::min(batch, data.count);
-  const int64_t reserved = opt.resident && gpu_memory_ > 0 ? resident_count * data.shape.size() : 0;
-  if (reserved > 0 && reserved >= gpu_memory_)
+  const int64_t reserved = opt.resident && opt.gpu_memory > 0 ? resident_count * data.shape.size() : 0;
+  if (reserved > 0 && reserved >= opt.gpu_memory)
     throw Error("--resident: the " + std::to_string(resident_count) + " distinct images take " +
                 std::to_string(reserved) + " bytes of GPU memory, and --gpu-memory allows only " +
-                std::to_string(gpu_memory_) + " bytes in all; raise --gpu-memory or run without --resident");
+                std::to_string(opt.gpu_memory) +
+                " bytes in all; raise --gpu-memory or run without --resident");
   DevBuf resident;
-  if (opt.resident) resident = upload_resident(data, resident_count);
+  if (opt.resident) resident = pipeline_->upload_resident(data, resident_count);
   try {
-    ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, gpu_memory_, reserved,
-                 &facts);
+    pipeline_->ensure_slots(slot_needs(), opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch,
+                            opt.gpu_memory, reserved, &facts);
   } catch (const Error& e) {
     if (!opt.resident) throw;
     throw Error("--resident (the " + std::to_string(resident_count) + " distinct images take " +
                 std::to_string(resident.bytes()) + " bytes of GPU memory): " + e.what());
   }
-  block = slot_block_;
-  const int S = slot_streams_;
+  std::vector<std::unique_ptr<Slot>>& slots = pipeline_->slots();
+  block = pipeline_->block();
+  const int S = pipeline_->streams();
   // Equal blocks but the last; every full block runs the slot's captured graph. (A short first
   // block, so that compute starts after a shorter copy, measured 0.4 ms slower for 50000 CIFAR
   // images: one more block, and two that run outside the graphs.)
   const int64_t nblocks = (batch + block - 1) / block;
   const Layer& out_layer = *net_.layers[static_cast<size_t>(net_.output)];
   const int64_t out_size = out_layer.out_shape.size();
-  const int out_buf = steps_[static_cast<size_t>(net_.output)].out;
+  const int out_buf = step(net_.output).out;
 
   // Host memory the copies read: the data set's own pixels, page-locked in place (not with
   // --resident: the timed copies read device memory).
@@ -1131,14 +560,12 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     }
   } unregister{reg_ptr, registered};
 
-  for (auto& sp : slots_) {
+  const size_t L = plan_.steps.size();
+  for (auto& sp : slots) {
     Slot& s = *sp;
     if (staged && s.staging.bytes() < s.in_u8.bytes()) s.staging.alloc(s.in_u8.bytes());
     if (opt.want_probs) s.probs_host.alloc(static_cast<size_t>(block * out_size) * sizeof(float));
-    // events: [0] before H2D (D2D with --resident), [1] after it, [2] after preprocess,
-    // [3..3+L) after each layer, [3+L] after argmax, [4+L] after D2H
-    const size_t need = steps_.size() + 5;
-    while (s.ev.size() < need) {
+    while (s.ev.size() < Timeline::events(L)) {
       cudaEvent_t e;
       CUDA_CHECK(cudaEventCreate(&e));
       s.ev.push_back(e);
@@ -1152,41 +579,41 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   DevBuf correct(sizeof(unsigned long long));
   CUDA_CHECK(cudaMemset(correct.get(), 0, sizeof(unsigned long long)));
 
-  // The first block once through every layer before the clock starts: auto's search when a conv
-  // needs it, otherwise a warm-up (CUDA loads kernels lazily, cuBLASLt/cuDNN plan on first use).
-  warm(*slots_[0], data, block, &facts.tuning);
-  if (may_use("cudnn"))
-    for (auto& sp : slots_)
+  warm(*slots[0], data, block, &facts.tuning);
+  if (selector_.may_use(plan_, ConvAlgo::kCudnn))
+    for (auto& sp : slots)
       if (!sp->cudnn) sp->cudnn = std::make_unique<CudnnHandle>();
-  const size_t tuned_now = facts.tuning.size();
-  for (const Step& st : steps_) {
-    if (st.op != Op::kConv || st.conv->tuning.layer.empty() || st.conv->chosen != st.conv->tuned) continue;
-    const auto now_end = facts.tuning.begin() + static_cast<std::ptrdiff_t>(tuned_now);
+  const size_t searched_now = facts.tuning.size();
+  for (const Step& st : plan_.steps) {
+    const ConvTuning* earlier = st.op == Op::kConv ? selector_.reused_search(st.layer) : nullptr;
+    if (!earlier) continue;
+    const auto now_end = facts.tuning.begin() + static_cast<std::ptrdiff_t>(searched_now);
     if (std::find_if(facts.tuning.begin(), now_end,
-                     [&](const ConvTuning& t) { return t.layer == st.conv->tuning.layer; }) != now_end)
+                     [&](const ConvTuning& t) { return t.layer == earlier->layer; }) != now_end)
       continue;
-    facts.tuning.push_back(st.conv->tuning);
+    facts.tuning.push_back(*earlier);
     facts.tuning.back().earlier = true;
   }
   CUDA_CHECK(cudaDeviceSynchronize());
   const BlockOut bo{out_buf, out_size, opt.want_probs, correct.as<unsigned long long>()};
   facts.graphs = GpuRunFacts::Graphs::kOff;
-  for (auto& sp : slots_) sp->drop_graph();
-  if (graphs_) {
+  pipeline_->drop_graphs();
+  if (opt.tuning.graphs) {
     try {
-      for (auto& sp : slots_) capture(*sp, block, bo);
+      for (auto& sp : slots)
+        BlockPipeline::capture(*sp, block, [&](Slot& s) { enqueue_compute(s, block, bo); });
       // One trial launch per slot (on whatever its buffers hold) proves the graphs and their
       // timing events work here before the clock starts; the count it adds is reset.
-      for (auto& sp : slots_) CUDA_CHECK(cudaGraphLaunch(sp->exec, sp->stream));
-      for (auto& sp : slots_) {
+      for (auto& sp : slots) CUDA_CHECK(cudaGraphLaunch(sp->exec, sp->stream));
+      for (auto& sp : slots) {
         CUDA_CHECK(cudaStreamSynchronize(sp->stream));
         float ms = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, sp->ev[2], sp->ev[steps_.size() + 4]));
+        CUDA_CHECK(cudaEventElapsedTime(&ms, sp->ev[2], sp->ev[L + 4]));
       }
       CUDA_CHECK(cudaMemset(correct.get(), 0, sizeof(unsigned long long)));
       facts.graphs = GpuRunFacts::Graphs::kCaptured;
     } catch (const Error& e) {
-      for (auto& sp : slots_) sp->drop_graph();
+      pipeline_->drop_graphs();
       facts.graphs = GpuRunFacts::Graphs::kCaptureFailed;
       facts.graph_error = e.what();
     }
@@ -1196,10 +623,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   r.images = batch;
   r.predictions.assign(static_cast<size_t>(batch), 0);
   if (opt.want_probs) r.probs.assign(static_cast<size_t>(batch * out_size), 0.f);
-  const size_t L = steps_.size();
-  std::vector<double> layer_s(L, 0.0);
-  double pre_s = 0, argmax_s = 0, h2d_s = 0, d2h_s = 0;
-  std::vector<std::pair<double, double>> compute_iv, copy_iv;
+  Timeline timeline(L);
+  std::vector<bool> launched(L);
+  for (size_t i = 0; i < L; ++i) launched[i] = launches(plan_.steps[i]);
   int64_t done = 0;
 
   cudaEvent_t start;
@@ -1212,21 +638,13 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   auto harvest = [&](Slot& s) {
     if (s.first < 0) return;
     CUDA_CHECK(cudaEventSynchronize(s.ev[L + 4]));
-    std::vector<double> t(L + 5);
-    for (size_t i = 0; i < L + 5; ++i) {
+    std::vector<double> t(Timeline::events(L));
+    for (size_t i = 0; i < t.size(); ++i) {
       float ms = 0;
       CUDA_CHECK(cudaEventElapsedTime(&ms, start, s.ev[i]));
       t[i] = ms * 1e-3;
     }
-    h2d_s += t[1] - t[0];
-    pre_s += t[2] - t[1];
-    for (size_t i = 0; i < L; ++i)  // steps that launch nothing show the events' own gap
-      if (launches(steps_[i])) layer_s[i] += t[3 + i] - t[2 + i];
-    argmax_s += t[L + 3] - t[L + 2];
-    d2h_s += t[L + 4] - t[L + 3];
-    compute_iv.push_back({t[1], t[L + 3]});
-    copy_iv.push_back({t[0], t[1]});
-    copy_iv.push_back({t[L + 3], t[L + 4]});
+    timeline.add_block(t, launched);
     std::memcpy(r.predictions.data() + s.first, s.pred_host.as<int32_t>(),
                 static_cast<size_t>(s.n) * sizeof(int32_t));
     if (opt.want_probs)
@@ -1238,16 +656,16 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   };
 
   auto t0 = Clock::now();
-  CUDA_CHECK(cudaEventRecord(start, slots_[0]->stream));
+  CUDA_CHECK(cudaEventRecord(start, slots[0]->stream));
   for (int i = 1; i < S; ++i)
-    CUDA_CHECK(cudaStreamWaitEvent(slots_[static_cast<size_t>(i)]->stream, start, 0));
+    CUDA_CHECK(cudaStreamWaitEvent(slots[static_cast<size_t>(i)]->stream, start, 0));
   int64_t first = 0;
   for (int64_t b = 0; b < nblocks; ++b) {
-    Slot& s = *slots_[static_cast<size_t>(b % S)];
+    Slot& s = *slots[static_cast<size_t>(b % S)];
     harvest(s);  // the slot's previous block: its buffers and events are free again
     const int64_t n = std::min(block, batch - first);
     CUDA_CHECK(cudaEventRecord(s.ev[0], s.stream));
-    copy_in(s, data, first, n, staged, resident.as<uint8_t>());
+    BlockPipeline::copy_in(s, data, first, n, staged, resident.as<uint8_t>());
     for (int64_t d = 0; d < n;) {  // the block's labels (the data set's, cycled)
       const int64_t idx = (first + d) % data.count, m = std::min(n - d, data.count - idx);
       CUDA_CHECK(cudaMemcpyAsync(s.labels.as<int32_t>() + d, labels.as<int32_t>() + idx,
@@ -1264,15 +682,13 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     s.n = n;
     first += n;
   }
-  for (int64_t b = nblocks; b < nblocks + S; ++b) harvest(*slots_[static_cast<size_t>(b % S)]);
+  for (int64_t b = nblocks; b < nblocks + S; ++b) harvest(*slots[static_cast<size_t>(b % S)]);
   r.forward_seconds = seconds_since(t0);
 
   unsigned long long good = 0;
   CUDA_CHECK(cudaMemcpy(&good, correct.get(), sizeof(good), cudaMemcpyDeviceToHost));
   r.correct = static_cast<int64_t>(good);
-
-  auto cm = merge(compute_iv), cp = merge(copy_iv);
-  r.transfer_seconds = length(cp) - overlap(cp, cm);
+  r.transfer_seconds = timeline.unhidden_copies();
 
   r.engine = "gpu (" + std::string(prop_.name) + ", sm_" + std::to_string(prop_.major) +
              std::to_string(prop_.minor) + ", " + std::to_string(S) + (S == 1 ? " stream" : " streams") +
@@ -1283,8 +699,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     LayerTime lt;
     lt.name = l.name;
     lt.type = l.type;
-    lt.algo = step_algo(steps_[i]);
-    lt.seconds = layer_s[i];
+    lt.algo = step_algo(plan_.steps[i]);
+    lt.seconds = timeline.layer_seconds()[i];
     r.layers.push_back(lt);
   }
   facts.resident = opt.resident;
@@ -1300,28 +716,33 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
                  : staged     ? GpuRunFacts::Pixels::kStaged
                               : GpuRunFacts::Pixels::kPinned;
   facts.setup_seconds = setup_s;
-  facts.preprocess_seconds = pre_s;
-  facts.argmax_seconds = argmax_s;
-  facts.h2d_seconds = h2d_s;
-  facts.d2h_seconds = d2h_s;
-  for (double x : layer_s) facts.layer_sum_seconds += x;
-  facts.busy_seconds = length(cm);
+  facts.preprocess_seconds = timeline.preprocess();
+  facts.argmax_seconds = timeline.argmax();
+  facts.h2d_seconds = timeline.copy_in();
+  facts.d2h_seconds = timeline.copy_out();
+  for (double x : timeline.layer_seconds()) facts.layer_sum_seconds += x;
+  facts.busy_seconds = timeline.busy();
   facts.wall_seconds = r.forward_seconds;
   return r;
 }
 
-std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t first, int64_t n) {
+std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t first, int64_t n,
+                                                const RunOptions& opt) {
   check_ready(net_, data);
   if (data.preprocessed())
     throw Error("the GPU engine reads uint8 images; this data set holds preprocessed float32 values (" +
                 data.description + "): run it with --engine cpu");
   check_range(data, first, n);
-  upload_weights();
-  std::vector<Tensor> outs(steps_.size());
-  auto alloc = [&] {  // the layers this run materialises (fusions depend on the algorithms)
-    for (size_t i = 0; i < steps_.size(); ++i)
-      if (fused_into(static_cast<int>(i)).empty()) {
-        const Shape& s = steps_[i].out_shape;
+  if (opt.gpu_memory < 0)
+    throw Error("gpu_memory must not be negative, found " + std::to_string(opt.gpu_memory));
+  begin(opt);
+  std::vector<Tensor> outs(plan_.steps.size());
+  int64_t block = std::min(n, kDefaultBlock);
+  if (n > 0) selector_.resolve(net_, plan_, opt.conv_algo, block, true);
+  auto alloc = [&] {  // the layers this call materialises (fusions depend on the algorithms)
+    for (size_t i = 0; i < plan_.steps.size(); ++i)
+      if (fused_into(static_cast<int>(i), opt).empty()) {
+        const Shape& s = plan_.steps[i].out_shape;
         outs[i] = Tensor({n, s.c, s.h, s.w});
       }
   };
@@ -1329,23 +750,23 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
     alloc();
     return outs;
   }
-  int64_t block = std::min(n, kDefaultBlock);
-  resolve_algos(forced_algo_, block, true);  // the last run's --conv-algo, so validation checks it
-  ensure_slots(1, block, n, gpu_memory_, 0, nullptr);
-  block = slot_block_;
-  Slot& s = *slots_[0];
-  if (any_auto_) tune(s, data, std::min(block, n), nullptr);  // else no warm-up: nothing is timed
+  pipeline_->ensure_slots(slot_needs(), 1, block, n, opt.gpu_memory, 0, nullptr);
+  block = pipeline_->block();
+  Slot& s = *pipeline_->slots()[0];
+  if (selector_.any_auto())
+    search(s, data, std::min(block, n), nullptr);  // else no warm-up: nothing is timed
   alloc();
   for (int64_t done = 0; done < n; done += block) {
     const int64_t m = std::min(block, n - done);
-    copy_in(s, data, first + done, m, false);
+    BlockPipeline::copy_in(s, data, first + done, m, false);
     run_layers(s, m, false, 0);
-    for (size_t i = 0; i < steps_.size(); ++i) {
+    for (size_t i = 0; i < plan_.steps.size(); ++i) {
       if (outs[i].data.empty()) continue;
-      const size_t size = static_cast<size_t>(steps_[i].out_shape.size());
-      CUDA_CHECK(cudaMemcpyAsync(
-          outs[i].ptr() + static_cast<size_t>(done) * size, s.bufs[static_cast<size_t>(steps_[i].out)].get(),
-          static_cast<size_t>(m) * size * sizeof(float), cudaMemcpyDeviceToHost, s.stream));
+      const size_t size = static_cast<size_t>(plan_.steps[i].out_shape.size());
+      CUDA_CHECK(cudaMemcpyAsync(outs[i].ptr() + static_cast<size_t>(done) * size,
+                                 s.bufs[static_cast<size_t>(plan_.steps[i].out)].get(),
+                                 static_cast<size_t>(m) * size * sizeof(float), cudaMemcpyDeviceToHost,
+                                 s.stream));
     }
     CUDA_CHECK(cudaStreamSynchronize(s.stream));
   }
@@ -1355,7 +776,6 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
 }  // namespace
 
 }  // namespace gpu
-
 bool gpu_available(std::string* why) {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);

@@ -1,0 +1,28 @@
+#include "engine/conv_algo.h"
+
+namespace cnnrun {
+
+const char* conv_algo_name(ConvAlgo a) {
+  switch (a) {
+    case ConvAlgo::kImplicit:
+      return "implicit";
+    case ConvAlgo::kIm2col:
+      return "im2col";
+    case ConvAlgo::kCudnn:
+      return "cudnn";
+    case ConvAlgo::kDepthwise:
+      return "depthwise";
+    case ConvAlgo::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+std::optional<ConvAlgo> parse_conv_algo(const std::string& s) {
+  for (ConvAlgo a :
+       {ConvAlgo::kAuto, ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn, ConvAlgo::kDepthwise})
+    if (s == conv_algo_name(a)) return a;
+  return std::nullopt;
+}
+
+}  // namespace cnnrun

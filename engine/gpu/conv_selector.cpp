@@ -1,0 +1,120 @@
+#include "engine/gpu/conv_selector.h"
+
+#include "engine/core/error.h"
+#include "engine/gpu/conv2d_depthwise.h"
+#include "engine/gpu/conv2d_im2col.h"
+#include "engine/gpu/conv2d_implicit.h"
+#include "engine/report.h"
+
+namespace cnnrun::gpu {
+
+std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n) {
+  std::string why;
+  switch (algo) {
+    case ConvAlgo::kImplicit: {
+      const ImplicitConfig cfg = implicit_config(p, n);
+      return cfg.ok ? "" : cfg.why;
+    }
+    case ConvAlgo::kIm2col:
+      return im2col_can_run(p, &why) ? "" : why;
+    case ConvAlgo::kDepthwise: {
+      const DepthwisePlan d = depthwise_plan(p);
+      return d.cfg.ok ? "" : d.cfg.why;
+    }
+    case ConvAlgo::kCudnn:
+      return "";
+    case ConvAlgo::kAuto:
+      break;
+  }
+  return "auto is not an algorithm";
+}
+
+void ConvSelector::resolve(const Network& net, const Plan& plan, ConvAlgo forced, int64_t block,
+                           bool any_tuning) {
+  any_auto_ = false;
+  for (const Step& st : plan.steps) {
+    if (st.op != Op::kConv) continue;
+    const Layer& l = *net.layers[static_cast<size_t>(st.layer)];
+    Conv& c = convs_[static_cast<size_t>(st.layer)];
+    ConvAlgo a = forced != ConvAlgo::kAuto ? forced : l.algo;
+    if (a != ConvAlgo::kAuto) {
+      if (const std::string why = conv_cannot_run(st.conv, a, block); !why.empty())
+        throw Error(l.loc.str() + ": layer '" + l.name + "': the " + conv_algo_name(a) +
+                    " convolution cannot run it: " + why);
+    }
+    if (a == ConvAlgo::kAuto) {
+      if (c.tuned_n == block || (any_tuning && c.tuned != ConvAlgo::kAuto)) a = c.tuned;
+      if (a == ConvAlgo::kAuto) any_auto_ = true;
+    }
+    c.chosen = a;
+  }
+}
+
+bool ConvSelector::may_use(const Plan& plan, ConvAlgo algo) const {
+  for (const Step& st : plan.steps)
+    if (st.op == Op::kConv && (chosen(st.layer) == ConvAlgo::kAuto || chosen(st.layer) == algo)) return true;
+  return false;
+}
+
+ConvAlgo ConvSelector::would_choose(const Network& net, const Step& st, ConvAlgo forced) const {
+  if (forced != ConvAlgo::kAuto) return forced;
+  const ConvAlgo pinned = net.layers[static_cast<size_t>(st.layer)]->algo;
+  return pinned != ConvAlgo::kAuto ? pinned : convs_[static_cast<size_t>(st.layer)].tuned;
+}
+
+void ConvSelector::forget_picks() {
+  for (Conv& c : convs_) {
+    c.tuned = ConvAlgo::kAuto;
+    c.tuned_n = 0;
+  }
+}
+
+void ConvSelector::search(const Network& net, const Plan& plan, int64_t n, const TimeFn& time_ms,
+                          const RunFn& run, std::vector<ConvTuning>* searched) {
+  using Outcome = ConvTuning::Candidate::Outcome;
+  for (const Step& st : plan.steps) {
+    Conv& c = convs_[static_cast<size_t>(st.layer)];
+    if (st.op == Op::kConv && c.chosen == ConvAlgo::kAuto) {
+      ConvTuning t;
+      t.layer = net.layers[static_cast<size_t>(st.layer)]->name;
+      t.images = n;
+      float best_ms = 0;
+      ConvAlgo best = ConvAlgo::kAuto;
+      for (ConvAlgo a : kConvAlgoCandidates) {
+        ConvTuning::Candidate cand;
+        cand.algo = conv_algo_name(a);
+        if (!conv_cannot_run(st.conv, a, n).empty()) {
+          cand.outcome = Outcome::kNotApplicable;
+        } else {
+          try {
+            const float ms = time_ms(st.layer, a);
+            cand.ms = ms;
+            if (best == ConvAlgo::kAuto || ms < best_ms) best = a, best_ms = ms;
+          } catch (const Error& e) {
+            // An algorithm the libraries refuse for this shape is not a candidate; real CUDA
+            // failures surface again when the chosen algorithm runs.
+            cand.outcome = Outcome::kFailed;
+            cand.error = e.what();
+          }
+        }
+        t.candidates.push_back(cand);
+      }
+      if (best == ConvAlgo::kAuto)
+        throw Error("layer '" + t.layer + "': no convolution algorithm can run it:" + tuning_note(t));
+      t.chosen = conv_algo_name(best);
+      c.tuned = c.chosen = best;
+      c.tuned_n = n;
+      c.search = t;
+      if (searched) searched->push_back(t);
+    }
+    run(st.layer);
+  }
+  any_auto_ = false;
+}
+
+const ConvTuning* ConvSelector::reused_search(int i) const {
+  const Conv& c = convs_[static_cast<size_t>(i)];
+  return !c.search.layer.empty() && c.chosen == c.tuned ? &c.search : nullptr;
+}
+
+}  // namespace cnnrun::gpu

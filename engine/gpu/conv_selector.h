@@ -1,0 +1,63 @@
+// Which algorithm each conv runs: RunOptions::conv_algo overrides all, then the netdef's pin,
+// then auto: every candidate timed on the first block of a run, the fastest kept for later runs
+// with the same block size. A new convolution algorithm is a ConvAlgo (engine/conv_algo.h), its
+// file pair here in engine/gpu/, a case in GpuExecutor::run_conv and one in step_algo.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "engine/executor.h"
+#include "engine/gpu/plan.h"
+
+namespace cnnrun::gpu {
+
+// "" when `algo` computes this convolution for blocks of n images, else why it does not: the
+// search's "n/a", and the error for an algorithm pinned or forced on a layer it cannot run.
+// implicit: dense undilated convs its tiles fit; im2col: dense ones; depthwise: groups ==
+// channels; cudnn: every one.
+std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n);
+
+class ConvSelector {
+ public:
+  explicit ConvSelector(size_t steps) : convs_(steps) {}
+
+  // Each conv's algorithm for a run of blocks of `block` images: `forced` (kAuto: none), else
+  // the netdef's, else auto's pick timed on this block size (any earlier pick with
+  // `any_tuning`: forward_layers only checks values). Throws when a pinned or forced algorithm
+  // cannot run the conv (conv_cannot_run). Convs left to auto say so through any_auto().
+  void resolve(const Network& net, const Plan& plan, ConvAlgo forced, int64_t block, bool any_tuning);
+  // The algorithm conv step i runs (kAuto: auto's search has not run yet).
+  ConvAlgo chosen(int i) const { return convs_[static_cast<size_t>(i)].chosen; }
+  bool any_auto() const { return any_auto_; }
+  // Whether some conv runs `algo`, or is left to auto (which may pick it).
+  bool may_use(const Plan& plan, ConvAlgo algo) const;
+  // What resolve(forced, any_tuning) would choose for step i, without choosing (kAuto: auto's
+  // search has not run for it).
+  ConvAlgo would_choose(const Network& net, const Step& st, ConvAlgo forced) const;
+  // Auto's picks no longer hold (the operands' format changed).
+  void forget_picks();
+
+  // Auto's search on a block of n images: walks the steps in order; a conv left to auto times
+  // every candidate with `time_ms(step, algo)` (throws Error when the algorithm cannot run it)
+  // and keeps the fastest; then `run(step)` runs the step, so each conv is timed on the real
+  // output of the layers before it. Each search is appended to *searched (may be null).
+  using TimeFn = std::function<float(int step, ConvAlgo algo)>;
+  using RunFn = std::function<void(int step)>;
+  void search(const Network& net, const Plan& plan, int64_t n, const TimeFn& time_ms, const RunFn& run,
+              std::vector<ConvTuning>* searched);
+  // The search an earlier run made for conv step i, when this run reuses its pick (else null).
+  const ConvTuning* reused_search(int i) const;
+
+ private:
+  struct Conv {
+    ConvAlgo chosen = ConvAlgo::kAuto;  // for this run
+    ConvAlgo tuned = ConvAlgo::kAuto;   // auto's pick, kept across runs with the same block size
+    int64_t tuned_n = 0;                // the block size it was timed on
+    ConvTuning search;                  // the search that picked `tuned` (layer empty: none yet)
+  };
+  std::vector<Conv> convs_;
+  bool any_auto_ = false;
+};
+
+}  // namespace cnnrun::gpu

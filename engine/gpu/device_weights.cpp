@@ -1,0 +1,96 @@
+#include "engine/gpu/device_weights.h"
+
+#include "engine/gpu/conv2d_implicit.h"
+#include "engine/layers/batchnorm.h"
+#include "engine/layers/fc.h"
+
+namespace cnnrun::gpu {
+
+void DeviceWeights::upload_tc_fp32(const Layer& l, ConvWeights& c, bool pack_low) {
+  const ConvParams& p = layer_as<ConvLayer>(l).p;
+  std::vector<float> wtc = implicit_weights_tc(p, l.weight("weight").ptr(), Precision::kFp32, pack_low);
+  c.wt_tc[static_cast<int>(Precision::kFp32)] = gpu::upload(wtc.data(), wtc.size());
+  c.tc_packed_low = pack_low;
+}
+
+void DeviceWeights::upload(const Network& net, const Plan& plan, Precision precision, bool pack_low) {
+  if (uploaded_) {  // only the 3xTF32 fragments depend on a run's options
+    for (size_t i = 0; i < plan.steps.size(); ++i) {
+      ConvWeights* c = steps_[i].conv.get();
+      if (c && c->wt_tc[static_cast<int>(Precision::kFp32)].get() && c->tc_packed_low != pack_low)
+        upload_tc_fp32(*net.layers[static_cast<size_t>(plan.steps[i].layer)], *c, pack_low);
+    }
+    return;
+  }
+  pre_scale_ = gpu::upload(net.pre.scale.data(), net.pre.scale.size());
+  pre_shift_ = gpu::upload(net.pre.shift.data(), net.pre.shift.size());
+  std::vector<float> offsets;
+  const bool exact = exact_input_offsets(net.pre.scale, net.pre.shift, &offsets);
+  if (exact) {
+    std::vector<float> ones(offsets.size(), 1.f), neg(offsets.size());
+    for (size_t i = 0; i < offsets.size(); ++i) neg[i] = -offsets[i];
+    exact_scale_ = gpu::upload(ones.data(), ones.size());
+    exact_shift_ = gpu::upload(neg.data(), neg.size());
+  }
+  steps_.clear();
+  steps_.resize(plan.steps.size());
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    const Step& st = plan.steps[i];
+    StepWeights& sw = steps_[i];
+    const Layer& l = *net.layers[static_cast<size_t>(st.layer)];
+    if (st.op == Op::kConv) {
+      sw.conv = std::make_unique<ConvWeights>();
+      ConvWeights& c = *sw.conv;
+      const ConvParams& p = st.conv;
+      const Tensor& w = l.weight("weight");
+      c.w = gpu::upload(w.ptr(), w.data.size());
+      if (p.groups == 1 && !p.dilated()) {  // the implicit layout is for dense, undilated convs
+        std::vector<float> wt = implicit_weights(p, w.ptr());
+        c.wt = gpu::upload(wt.data(), wt.size());
+      }
+      if (st.pool_layer >= 0) {
+        ImplicitFusion f;
+        f.relu_pool = f.tensor_core = true;
+        c.tc_ok = implicit_config(p, 1, f).ok;
+        f.u8_input = true;
+        c.tc_ok_u8 = st.u8_input_pool && implicit_config(p, 1, f).ok;
+        if (c.tc_ok || c.tc_ok_u8) {
+          for (Precision pr : {Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+            std::vector<float> wtc = implicit_weights_tc(p, w.ptr(), pr);
+            c.wt_tc[static_cast<int>(pr)] = gpu::upload(wtc.data(), wtc.size());
+          }
+          upload_tc_fp32(l, c, pack_low);
+        }
+        if (c.tc_ok_u8 && exact) {
+          std::vector<float> wx = implicit_weights_x16(p, w.ptr(), net.pre.scale, &c.x16_scale);
+          if (!wx.empty()) c.wt_x16 = gpu::upload(wx.data(), wx.size());
+        }
+      }
+      std::vector<float> bias(static_cast<size_t>(p.filters), 0.f);
+      if (p.bias) bias = l.weight("bias").data;
+      c.bias = gpu::upload(bias.data(), bias.size());
+      if (im2col_can_run(p, nullptr)) {
+        c.im2col = std::make_unique<Im2colConv>(p, act_fn(st.act), w.ptr(), bias.data(), c.bias.as<float>());
+        c.im2col->set_precision(precision);
+      }
+      c.cudnn = std::make_unique<CudnnConv>(p, act_fn(st.act));
+      c.cudnn->set_precision(precision);
+      c.dw = depthwise_plan(p);
+    } else if (st.op == Op::kFc) {
+      const auto& fp = layer_as<FcLayer>(l).p;
+      const Tensor& w = l.weight("weight");
+      sw.w = gpu::upload(w.ptr(), w.data.size());
+      std::vector<float> bias(static_cast<size_t>(fp.outputs), 0.f);
+      if (fp.bias) bias = l.weight("bias").data;
+      sw.b = gpu::upload(bias.data(), bias.size());
+    } else if (st.op == Op::kAffine) {
+      std::vector<float> scale, shift;
+      layer_as<BatchnormLayer>(l).affine(scale, shift);
+      sw.scale = gpu::upload(scale.data(), scale.size());
+      sw.shift = gpu::upload(shift.data(), shift.size());
+    }
+  }
+  uploaded_ = true;
+}
+
+}  // namespace cnnrun::gpu

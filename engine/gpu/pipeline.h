@@ -1,0 +1,98 @@
+// The block pipeline: the batch is cut into blocks sized from cudaMemGetInfo (and the
+// --gpu-memory cap); block b runs on stream b % S with that stream's own buffers (a "slot"):
+// raw uint8 pixels copied in (from pinned host memory, or device to device with --resident),
+// every layer, and only the predictions (and the output values when asked) copied back. Before a
+// slot takes its next block the host waits for the slot's previous one, so at most S blocks are
+// in flight: copies of one block overlap the compute of the others. Full blocks run as one
+// captured CUDA graph per slot.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/executor.h"
+#include "engine/gpu/check.h"
+#include "engine/gpu/conv2d_cudnn.h"
+
+namespace cnnrun::gpu {
+
+constexpr int kDefaultStreams = 3;
+constexpr int64_t kDefaultBlock = 4096;         // images; large enough to fill the GPU per layer
+constexpr size_t kLtWorkspace = 32u << 20;      // cuBLASLt's recommended workspace on Hopper
+constexpr size_t kColBudget = 256u << 20;       // im2col column buffer per stream (at most)
+constexpr size_t kCudnnWorkspace = 256u << 20;  // cuDNN workspace per stream (at most)
+
+// One stream and everything a block needs on it.
+struct Slot {
+  cudaStream_t stream = nullptr;
+  int64_t block = 0;
+  DevBuf in_u8, pred;
+  std::vector<DevBuf> bufs;  // one per plan buffer, for a full block
+  DevBuf col, lt_ws, cudnn_ws;
+  PinnedBuf pred_host, probs_host, staging;
+  std::unique_ptr<CudnnHandle> cudnn;
+  std::vector<cudaEvent_t> ev;
+  DevBuf labels;                   // the block's labels (so a captured graph needs no per-block argument)
+  cudaGraphExec_t exec = nullptr;  // the block's launches after its H2D copy, for blocks of exec_n
+  int64_t exec_n = 0;
+  int64_t first = -1, n = 0;  // block in flight (first < 0: none)
+
+  Slot() = default;
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+  void drop_graph();
+  ~Slot();
+};
+
+// What the slots must hold, per image and per stream.
+struct SlotNeeds {
+  int64_t input_bytes = 0;             // one image's uint8 pixels
+  std::vector<int64_t> buf_floats;     // the plan's buffers, floats per image
+  size_t max_col = 0;                  // the largest im2col column matrix of one image
+  bool im2col = false, cudnn = false;  // some conv may run it: its workspace is needed
+};
+
+// Records a timing event; inside a stream capture it becomes an event-record node of the graph
+// (a plain cudaEventRecord there would only be a capture-internal marker).
+void record(cudaEvent_t e, cudaStream_t s);
+
+class BlockPipeline {
+ public:
+  explicit BlockPipeline(std::string device_name) : device_(std::move(device_name)) {}
+
+  // Slots for `streams` streams and blocks of `block` images (fewer streams when there are fewer
+  // blocks, a smaller block when memory is short), within the cap (bytes, 0 = none) less the
+  // `reserved` bytes of it already taken (the --resident images). Kept when nothing changed.
+  // A cut block is recorded in *facts (may be null).
+  void ensure_slots(const SlotNeeds& needs, int streams, int64_t block, int64_t images, int64_t cap,
+                    int64_t reserved, GpuRunFacts* facts);
+  std::vector<std::unique_ptr<Slot>>& slots() { return slots_; }
+  int streams() const { return streams_; }
+  int64_t block() const { return block_; }
+  void drop_graphs();
+
+  // --resident: images 0..count-1 of the data set in device memory (slots of an earlier run that
+  // leave too little room are given back first).
+  DevBuf upload_resident(const Dataset& data, int64_t count);
+  // Raw pixels of images first..first+n-1 (modulo the count) into the slot's uint8 buffer: from
+  // host memory (through the slot's pinned staging buffer when `staged`), or device to device
+  // from `resident`, which holds images 0..min(batch, count)-1.
+  static void copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged,
+                      const uint8_t* resident = nullptr);
+  // enqueue(s) captured once as the slot's CUDA graph, for blocks of n images.
+  static void capture(Slot& s, int64_t n, const std::function<void(Slot&)>& enqueue);
+
+ private:
+  std::string device_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  int streams_ = 0;
+  int64_t block_ = 0;
+  int64_t cap_ = 0;  // the room under the cap (less the resident images) the slots were sized for
+  bool col_ = false, cudnn_ = false;  // the slots have im2col / cuDNN workspaces
+};
+
+}  // namespace cnnrun::gpu

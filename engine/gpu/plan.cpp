@@ -1,0 +1,93 @@
+#include "engine/gpu/plan.h"
+
+#include "engine/gpu/conv2d_implicit.h"
+#include "engine/passes.h"
+
+namespace cnnrun::gpu {
+
+Plan make_plan(const Network& net) {
+  const size_t L = net.layers.size();
+  const Fusions fusions = find_fusions(net);
+#define CNNRUN_GPU_OP(kind, name, Class, args, cpu, gpu) Op::gpu,
+  static constexpr Op kOpOf[kLayerKinds] = {CNNRUN_LAYER_TYPES(CNNRUN_GPU_OP)};
+#undef CNNRUN_GPU_OP
+
+  Plan plan;
+  std::vector<Step>& steps = plan.steps;
+  plan.buf_floats.assign(1, net.input.size());
+  std::vector<int> out_buf(L, 0);
+  auto buf_of = [&](int layer) { return layer < 0 ? 0 : out_buf[static_cast<size_t>(layer)]; };
+  auto new_buf = [&](const Shape& s) {
+    plan.buf_floats.push_back(s.size());
+    return static_cast<int>(plan.buf_floats.size() - 1);
+  };
+
+  steps.resize(L);
+  for (size_t i = 0; i < L; ++i) {
+    const Layer& l = *net.layers[i];
+    Step& st = steps[i];
+    st.layer = static_cast<int>(i);
+    st.in_shape = l.in_shapes[0];
+    st.out_shape = l.out_shape;
+    for (int j : l.inputs) st.ins.push_back(buf_of(j));
+
+    if (st.op == Op::kFused) {  // set when its producer was planned
+      out_buf[i] = st.ins[0];
+      st.out = st.ins[0];
+      continue;
+    }
+    st.op = runs_as_identity(l) ? Op::kIdentity : kOpOf[index_of(l.kind)];
+    if (st.op == Op::kIdentity) {
+      out_buf[i] = st.ins[0];
+      st.out = st.ins[0];
+      continue;
+    }
+    if (st.op == Op::kConv)
+      st.conv = layer_as<ConvLayer>(l).p;
+    else if (st.op == Op::kAct)
+      st.act = layer_as<ActivationLayer>(l).p;
+    // An activation that is the only reader of a conv/fc output runs in that layer's epilogue:
+    // every convolution algorithm and the fc GEMM apply any activation (a ReLU inside the library
+    // call where it can, others in our epilogues or in one in-place pass right after it), so
+    // which layers are materialised never depends on the algorithm chosen.
+    if (const int j = fusions.act[i]; j >= 0) {
+      st.act = layer_as<ActivationLayer>(*net.layers[static_cast<size_t>(j)]).p;
+      st.fused_consumer = j;
+      steps[static_cast<size_t>(j)].op = Op::kFused;
+      steps[static_cast<size_t>(j)].fused_producer = static_cast<int>(i);
+      // ... and the 2x2 stride-2 max-pool that is that ReLU's only reader can follow it into the
+      // implicit kernel (stride-1 convs; the kernel floors odd sizes as the pool does).
+      if (const int k = fusions.pool[i]; k >= 0) {
+        ImplicitFusion f;
+        f.relu_pool = true;
+        if (implicit_config(st.conv, 1, f).ok) {
+          st.pool_layer = k;
+          steps[static_cast<size_t>(k)].pool_conv = static_cast<int>(i);
+        }
+      }
+    }
+    // The first conv can read the uint8 pixels and normalise them while staging, when nothing
+    // else reads the network input (so the float input never has to exist).
+    if (static_cast<int>(i) == fusions.input_conv) {
+      ImplicitFusion f;
+      f.u8_input = true;
+      st.u8_input = implicit_config(st.conv, 1, f).ok;
+      f.relu_pool = true;
+      st.u8_input_pool = st.pool_layer >= 0 && implicit_config(st.conv, 1, f).ok;
+    }
+    st.out = new_buf(l.out_shape);
+    out_buf[i] = st.out;
+  }
+  return plan;
+}
+
+bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t) {
+  return st.pool_layer >= 0 && t.fuse_pool && algo == ConvAlgo::kImplicit;
+}
+
+bool fuses_u8(const Step& st, ConvAlgo algo, const GpuTuning& t) {
+  return (fuses_pool(st, algo, t) ? st.u8_input_pool : st.u8_input) && t.fuse_u8 &&
+         algo == ConvAlgo::kImplicit;
+}
+
+}  // namespace cnnrun::gpu
