@@ -416,3 +416,30 @@ TEST_CASE("netdef blocks: an instance's name stands for its last layer, also as 
   CHECK(net.output == at("l2.0.relu6"));
   CHECK(at("l1.0") == -1);  // an instance is a name for its last layer, not a layer
 }
+
+TEST_CASE("netdef: the torchvision netdefs have torchvision's parameter counts and state_dict sizes") {
+  // sum(p.numel() for p in model.parameters()) and the state_dict's tensors without
+  // num_batches_tracked, from torchvision 0.14.
+  const struct {
+    const char* name;
+    int64_t params, tensors;
+  } nets[] = {{"resnet18", 11689512, 102},          {"mobilenet_v2", 3504872, 262},
+              {"mobilenet_v3_small", 2542856, 210}, {"efficientnet_b0", 5288548, 311},
+              {"googlenet", 6624904, 287},          {"squeezenet1_1", 1235496, 52},
+              {"vgg11_bn", 132868840, 54}};
+  for (const auto& n : nets) {
+    CAPTURE(n.name);
+    Network net =
+        parse_netdef_file(std::string(CNNRUN_SOURCE_DIR) + "/netdefs/torchvision/" + n.name + ".yaml");
+    CHECK(net.input == Shape{3, 224, 224});
+    CHECK(net.layers[static_cast<size_t>(net.output)]->out_shape.size() == 1000);
+    int64_t params = 0, tensors = 0;
+    for (const auto& l : net.layers)
+      for (const auto& w : l->weight_specs(l->in_shapes)) {
+        ++tensors;
+        if (w.name != "running_mean" && w.name != "running_var") params += numel_of(w.dims);
+      }
+    CHECK(params == n.params);
+    CHECK(tensors == n.tensors);
+  }
+}
