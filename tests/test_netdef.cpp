@@ -386,6 +386,15 @@ TEST_CASE("netdef blocks: errors name the block, the instance and the parameter"
                     "  - {name: stem, type: relu}\n  - {name: x, block: b}\n")
             .find("layer 'x.c' (relu): key 'inputs': no layer named 'x.stem' produces this input") !=
         std::string::npos);
+  {
+    // 400 instances of a 300-layer block: 120000 layers from a few KB.
+    std::string big = "  big:\n    layers:\n";
+    for (int i = 0; i < 300; ++i) big += "      - {type: relu}\n";
+    std::string uses;
+    for (int i = 0; i < 400; ++i) uses += "  - {name: i" + std::to_string(i) + ", block: big}\n";
+    CHECK(block_error(big, uses).find("key 'block': the network expands to over 100000 layers") !=
+          std::string::npos);
+  }
   CHECK(block_error("  b:\n    layers: []\n", "  - {name: x, block: b}\n")
             .find("key 'blocks.b.layers': expected a non-empty list of layers") != std::string::npos);
   CHECK(block_error("  b:\n    layers:\n      - {type: relu}\n    extra: 1\n", "  - {name: x, block: b}\n")
