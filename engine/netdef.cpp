@@ -22,7 +22,9 @@ const char* const kInputName = "input";
 // of every layer's output); rejecting them here turns a lying "channels: 1000000000000" into an
 // error at its line instead of an allocation the size of the claim.
 constexpr int64_t kMaxImageValues = int64_t{1} << 28;
-constexpr int64_t kMaxInputChannels = 65536;  // preprocessing keeps a scale and shift per channel
+constexpr int64_t kMaxInputChannels = 65536;
+constexpr size_t kMaxLayers = 100000;  // after block expansion (the largest real networks have ~1000)  //
+                                       // preprocessing keeps a scale and shift per channel
 
 // C*H*W with overflow and the limit above checked; `what` names the tensor for the message.
 void check_image_size(const Shape& s, const std::string& what) {
@@ -581,6 +583,11 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
         fail_at(loc, iname, itype, pn,
                 "missing; block '" + b.name + "' needs a value for each of " + join(b.params));
     instance_loc[iname] = loc;
+    // Blocks multiply layers: a few KB of instances of a large block could ask for millions.
+    if (L.size() + b.layers.size() > kMaxLayers)
+      fail_at(loc, iname, itype, "block",
+              "the network expands to over " + std::to_string(kMaxLayers) +
+                  " layers; not a netdef cnnrun can run");
     for (size_t k = 0; k < b.layers.size(); ++k)
       add_layer(b.layers[k], "layer " + std::to_string(k + 1), iname + ".", &values, block_input, k == 0);
     instance_output[iname] = L.back()->name;
