@@ -10,6 +10,8 @@ const char* conv_algo_name(ConvAlgo a) {
       return "im2col";
     case ConvAlgo::kCudnn:
       return "cudnn";
+    case ConvAlgo::kDepthwise:
+      return "depthwise";
     case ConvAlgo::kAuto:
       break;
   }
@@ -17,7 +19,8 @@ const char* conv_algo_name(ConvAlgo a) {
 }
 
 std::optional<ConvAlgo> parse_conv_algo(const std::string& s) {
-  for (ConvAlgo a : {ConvAlgo::kAuto, ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn})
+  for (ConvAlgo a :
+       {ConvAlgo::kAuto, ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn, ConvAlgo::kDepthwise})
     if (s == conv_algo_name(a)) return a;
   return std::nullopt;
 }

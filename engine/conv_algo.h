@@ -8,20 +8,22 @@
 namespace cnnrun {
 
 enum class ConvAlgo {
-  kAuto,      // the executor's choice (auto: timed on the first block)
-  kImplicit,  // our fused implicit-GEMM kernel (engine/gpu/implicit/)
-  kIm2col,    // column matrix + cuBLASLt GEMM
-  kCudnn,     // cuDNN's own search
+  kAuto,       // the executor's choice (auto: timed on the first block)
+  kImplicit,   // our fused implicit-GEMM kernel (engine/gpu/implicit/)
+  kIm2col,     // column matrix + cuBLASLt GEMM
+  kCudnn,      // cuDNN's own search
+  kDepthwise,  // our depthwise kernel (groups == channels)
 };
 
 // The algorithms auto times, in the order it tries them.
-constexpr ConvAlgo kConvAlgoCandidates[] = {ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn};
+constexpr ConvAlgo kConvAlgoCandidates[] = {ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn,
+                                            ConvAlgo::kDepthwise};
 
-// "auto", "implicit", "im2col", "cudnn".
+// "auto", "implicit", "im2col", "cudnn", "depthwise".
 const char* conv_algo_name(ConvAlgo a);
 // The algorithm a name means, or nothing (the caller words the error with kConvAlgoExpected).
 std::optional<ConvAlgo> parse_conv_algo(const std::string& s);
 // What a name must be, for error messages.
-constexpr const char* kConvAlgoExpected = "auto, im2col, implicit or cudnn";
+constexpr const char* kConvAlgoExpected = "auto, im2col, implicit, cudnn or depthwise";
 
 }  // namespace cnnrun

@@ -1,12 +1,17 @@
 #include "engine/passes.h"
 
 #include <cmath>
+#include <type_traits>
 
+#include "engine/layer_types.h"
 #include "engine/layers/activation.h"
 #include "engine/layers/batchnorm.h"
 #include "engine/layers/conv.h"
 #include "engine/layers/fc.h"
+#include "engine/layers/merge.h"
 #include "engine/layers/pool.h"
+#include "engine/layers/simple.h"
+#include "engine/layers/upsample.h"
 
 namespace cnnrun {
 
@@ -75,11 +80,19 @@ void fold_batchnorms(Network& net, const std::string& source) {
 
 namespace {
 
+// The pointwise activations: the types whose class is ActivationLayer, read off the type list.
+bool is_activation(const Layer& l) {
+#define CNNRUN_IS_ACT(kind, name, Class, args, cpu, gpu) std::is_same_v<Class, ActivationLayer>,
+  static constexpr bool kIsAct[kLayerKinds] = {CNNRUN_LAYER_TYPES(CNNRUN_IS_ACT)};
+#undef CNNRUN_IS_ACT
+  return kIsAct[index_of(l.kind)];
+}
+
 bool is_pool_2x2_s2(const Layer& l) {
   if (l.kind != LayerKind::kMaxpool) return false;
   const PoolParams& p = layer_as<PoolLayer>(l).p;
-  return !p.global && p.size_h == 2 && p.size_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 &&
-         p.pad_w == 0;
+  return !p.global && !p.adaptive && !p.ceil_mode && p.size_h == 2 && p.size_w == 2 && p.stride_h == 2 &&
+         p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0;
 }
 
 }  // namespace
@@ -88,6 +101,7 @@ Fusions find_fusions(const Network& net) {
   const size_t L = net.layers.size();
   const Readers rd = readers(net);
   Fusions f;
+  f.act.assign(L, -1);
   f.relu.assign(L, -1);
   f.pool.assign(L, -1);
   for (size_t i = 0; i < L; ++i) {
@@ -99,6 +113,8 @@ Fusions find_fusions(const Network& net) {
     if ((l.kind != LayerKind::kConv && l.kind != LayerKind::kFc) || rd.count(me) != 1 || me == net.output)
       continue;
     const int j = rd.of[i][0];
+    if (!is_activation(*net.layers[static_cast<size_t>(j)])) continue;
+    f.act[i] = j;
     if (net.layers[static_cast<size_t>(j)]->kind != LayerKind::kRelu) continue;
     f.relu[i] = j;
     if (l.kind != LayerKind::kConv || rd.count(j) != 1 || j == net.output) continue;

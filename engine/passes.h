@@ -37,11 +37,15 @@ void fold_batchnorms(Network& net, const std::string& source);
 
 // Layers that can be computed inside their producer's kernel, by the graph alone.
 struct Fusions {
-  // relu[i] >= 0: layer i is a conv or fc, not the output, whose only reader is this ReLU (it
-  // can run in i's epilogue).
+  // act[i] >= 0: layer i is a conv or fc, not the output, whose only reader is this pointwise
+  // activation (an ActivationLayer: relu, relu6, leaky_relu, hardswish, hardsigmoid, silu, gelu,
+  // tanh, sigmoid); it can run in i's epilogue.
+  std::vector<int> act;
+  // relu[i] >= 0: act[i] when that activation is a ReLU (the one every library epilogue has).
   std::vector<int> relu;
   // pool[i] >= 0: layer i is a conv with relu[i] >= 0, that ReLU is not the output, and its only
-  // reader is this 2x2 stride-2 max-pool without padding.
+  // reader is this 2x2 stride-2 max-pool without padding that floors (no ceil_mode, not
+  // adaptive): the fused pool never computes a partial last window.
   std::vector<int> pool;
   // The conv that is the only reader of the network input (it can read the raw pixels), or -1.
   int input_conv = -1;

@@ -182,6 +182,9 @@ std::vector<std::string> report_notes(const Report& r) {
     out.push_back("cpu: " + std::to_string(r.run.cpu->block) +
                   " images per block, Eigen SIMD: " + r.run.cpu->simd);
   if (r.run.gpu) gpu_notes(*r.run.gpu, out);
+  if (r.stream.block_images > 0)
+    out.push_back("streamed in " + std::to_string(r.stream.blocks) + " blocks of up to " +
+                  std::to_string(r.stream.block_images) + " images, each decoded while the one before ran");
   if (!r.repeat_seconds.empty()) {
     std::string all;
     for (double t : r.repeat_seconds) all += (all.empty() ? "" : " ") + std::to_string(t * 1e3);

@@ -155,3 +155,39 @@ TEST_CASE("passes: find_fusions finds conv+relu(+2x2 max-pool), fc+relu, and the
   CHECK(g.input_conv == -1);
   CHECK(g.relu[static_cast<size_t>(idx(two, "c1"))] == -1);
 }
+
+TEST_CASE("passes: find_fusions takes any activation into a conv or fc, and only a flooring 2x2 pool") {
+  Network net = parse(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: a1, type: relu6}
+  - {name: c2, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: a2, type: hardswish}
+  - {name: c3, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: a3, type: gelu, approximate: tanh}
+  - {name: c4, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: r4, type: relu}
+  - {name: p4, type: maxpool, size: 2, stride: 2, ceil_mode: true}
+  - {name: c5, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: r5, type: relu}
+  - {name: p5, type: maxpool, output: [2, 2]}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 8}
+  - {name: a6, type: sigmoid}
+  - {name: out, type: fc, outputs: 4}
+)");
+  const Fusions f = find_fusions(net);
+  auto at = [&](const std::vector<int>& v, const char* layer) {
+    return v[static_cast<size_t>(idx(net, layer))];
+  };
+  CHECK(at(f.act, "c1") == idx(net, "a1"));
+  CHECK(at(f.relu, "c1") == -1);  // relu6 is not a ReLU: no library epilogue computes it
+  CHECK(at(f.act, "c2") == idx(net, "a2"));
+  CHECK(at(f.act, "c3") == idx(net, "a3"));
+  CHECK(at(f.act, "c4") == idx(net, "r4"));
+  CHECK(at(f.relu, "c4") == idx(net, "r4"));
+  CHECK(at(f.pool, "c4") == -1);  // ceil_mode: a partial last window the fused pool would drop
+  CHECK(at(f.relu, "c5") == idx(net, "r5"));
+  CHECK(at(f.pool, "c5") == -1);  // adaptive
+  CHECK(at(f.act, "fc") == idx(net, "a6"));
+  CHECK(at(f.act, "out") == -1);  // the network output is never fused away
+  CHECK(at(f.act, "a1") == -1);   // only conv and fc have epilogues
+}

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "engine/executor.h"
 #include "engine/gpu_api.h"
 #include "engine/io/assets.h"
 #include "engine/io/weights.h"
@@ -107,6 +108,77 @@ int run_command(const std::string& cmd, std::string* out) {
   int st = pclose(p);
   if (out) *out = s;
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+void random_weights(Network& net, uint32_t seed) {
+  for (auto& l : net.layers) {
+    if (!l->has(kCapWeights)) continue;
+    for (const WeightSpec& ws : l->weight_specs(l->in_shapes)) {
+      Tensor t(ws.dims);
+      float lo = -0.5f, hi = 0.5f;
+      if (ws.name == "weight" && ws.dims.size() > 1) {
+        int64_t fan_in = 1;
+        for (size_t d = 1; d < ws.dims.size(); ++d) fan_in *= ws.dims[d];
+        hi = 1.5f / std::sqrt(static_cast<float>(fan_in));
+        lo = -hi;
+      } else if (ws.name == "weight" || ws.name == "running_var") {
+        lo = 0.5f, hi = 1.5f;
+      }
+      t.data = random_floats(static_cast<size_t>(t.numel()), seed++, lo, hi);
+      l->weights[ws.name] = std::move(t);
+    }
+  }
+}
+
+Dataset gpu_random_data(const Shape& s, int64_t count, int classes, uint32_t seed) {
+  Dataset d;
+  d.count = count;
+  d.shape = s;
+  d.description = "random";
+  std::mt19937 g(seed);
+  d.pixels.resize(static_cast<size_t>(count * s.size()));
+  for (auto& p : d.pixels) p = static_cast<uint8_t>(g() & 255);
+  d.labels.resize(static_cast<size_t>(count));
+  for (auto& l : d.labels) l = static_cast<uint8_t>(g() % static_cast<unsigned>(classes));
+  return d;
+}
+
+std::string classes(int n) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) s += (i ? ", c" : "c") + std::to_string(i);
+  return s + "]";
+}
+
+void compare_layers(const Network& net, Executor& gpu, Executor& cpu, const Dataset& data, int64_t first,
+                    int64_t n, const std::string& what, MaxErr& err, const RunOptions& opt, double atol,
+                    double rtol) {
+  std::vector<Tensor> g = gpu.forward_layers(data, first, n, opt);
+  std::vector<Tensor> c = cpu.forward_layers(data, first, n, RunOptions{});
+  REQUIRE(g.size() == net.layers.size());
+  REQUIRE(c.size() == net.layers.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    const std::string lname = net.layers[i]->name;
+    INFO(what << ", layer " << lname << " (" << net.layers[i]->type << "), images " << first << ".."
+              << first + n - 1);
+    if (g[i].dims.empty()) {
+      CHECK(!gpu.fused_into(static_cast<int>(i), opt).empty());
+      continue;
+    }
+    CHECK(gpu.fused_into(static_cast<int>(i), opt).empty());
+    REQUIRE(g[i].dims == c[i].dims);
+    Compare cmp = compare(g[i].ptr(), c[i].ptr(), g[i].data.size(), atol, rtol);
+    INFO("max abs error " << cmp.max_abs << " at " << cmp.worst << ": gpu " << g[i].data[cmp.worst] << " cpu "
+                          << c[i].data[cmp.worst]);
+    CHECK(cmp.ok);
+    err.note(cmp.max_abs, what + " " + lname);
+  }
+}
+
+ConvAlgo algo_of(const std::string& name) {
+  if (name.empty()) return ConvAlgo::kAuto;
+  const std::optional<ConvAlgo> a = parse_conv_algo(name);
+  REQUIRE_MESSAGE(a, "no convolution algorithm '" << name << "'");
+  return *a;
 }
 
 }  // namespace cnnrun::test

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/core/tensor.h"
+#include "engine/executor.h"
 #include "engine/io/dataset.h"
 #include "engine/network.h"
 
@@ -86,5 +87,30 @@ Network parse_layers(const std::string& layers);
 
 // Runs a shell command, returns its exit status; stdout+stderr go to *out.
 int run_command(const std::string& cmd, std::string* out);
+
+// Random weights in each layer's PyTorch shapes, scaled by fan-in so activations stay O(1).
+void random_weights(Network& net, uint32_t seed);
+// count random images of shape s with labels below `classes`.
+Dataset gpu_random_data(const Shape& s, int64_t count, int classes, uint32_t seed);
+// "[c0, c1, ...]": a netdef's class list of n classes.
+std::string classes(int n);
+
+// The largest error seen over several comparisons, and where.
+struct MaxErr {
+  double abs = 0;
+  std::string where;
+  void note(double e, const std::string& w) {
+    if (e > abs) abs = e, where = w;
+  }
+};
+
+// forward_layers on both executors (the GPU's run as `opt` says): every materialised layer within
+// atol + rtol * |reference|, every empty one reported as fused into its consumer.
+void compare_layers(const Network& net, Executor& gpu, Executor& cpu, const Dataset& data, int64_t first,
+                    int64_t n, const std::string& what, MaxErr& err, const RunOptions& opt = {},
+                    double atol = 1e-4, double rtol = 1e-3);
+
+// The algorithm a test names ("" = the executor's choice).
+ConvAlgo algo_of(const std::string& name);
 
 }  // namespace cnnrun::test

@@ -1,14 +1,16 @@
 // cuDNN 9's legacy convolution API, the one file that includes cudnn.h. The math type is
 // CUDNN_FMA_MATH: CUDNN_DEFAULT_MATH lets cuDNN use TF32 tensor cores on Hopper, which would
 // break the engine's FP32 exactness. cudnnConvolutionBiasActivationForward fuses bias and ReLU
-// only with IMPLICIT_PRECOMP_GEMM; any other algorithm cuDNN's search prefers runs as a plain
-// convolution followed by our bias+activation kernel.
+// only with IMPLICIT_PRECOMP_GEMM; any other algorithm cuDNN's search prefers, and any other
+// activation, runs as a plain convolution followed by our bias+activation kernel. Grouped and
+// depthwise convolutions are cuDNN's grouped convolution (cudnnSetConvolutionGroupCount, the
+// filter descriptor holding channels / groups), dilation is in the convolution descriptor.
 #include "engine/gpu/conv2d_cudnn.h"
 
 #include <cudnn.h>
 
+#include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
-#include "engine/gpu/kernels.h"
 
 #define CUDNN_CHECK(call) ::cnnrun::gpu::check_cudnn((call), #call, __FILE__, __LINE__)
 
@@ -66,7 +68,7 @@ std::string cudnn_version_string() {
 
 struct CudnnConv::Impl {
   ConvParams p;
-  ActKind act = ActKind::kNone;
+  ActFn act;
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
@@ -93,6 +95,12 @@ struct CudnnConv::Impl {
     return t != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || prec == Precision::kFp16;
   }
 
+  // cudnnConvolutionBiasActivationForward: IMPLICIT_PRECOMP_GEMM, with a ReLU or nothing after.
+  bool fusable() const {
+    return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM &&
+           (act.kind == Act::kRelu || act.kind == Act::kIdentity);
+  }
+
   void set_n(int64_t n) {
     if (n == n_set) return;
     CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(n),
@@ -105,9 +113,7 @@ struct CudnnConv::Impl {
   }
 };
 
-CudnnConv::CudnnConv(const ConvParams& p, ActKind act) : impl_(std::make_unique<Impl>()) {
-  if (act != ActKind::kNone && act != ActKind::kRelu)
-    throw Error("cudnn convolution: only a ReLU can be fused into cudnnConvolutionBiasActivationForward");
+CudnnConv::CudnnConv(const ConvParams& p, ActFn act) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.p = p;
   m.act = act;
@@ -118,16 +124,18 @@ CudnnConv::CudnnConv(const ConvParams& p, ActKind act) : impl_(std::make_unique<
   CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&m.conv));
   CUDNN_CHECK(cudnnCreateActivationDescriptor(&m.actd));
   CUDNN_CHECK(cudnnSetFilter4dDescriptor(m.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                         static_cast<int>(p.filters), static_cast<int>(p.in_c),
+                                         static_cast<int>(p.filters), static_cast<int>(p.group_channels()),
                                          static_cast<int>(p.kernel_h), static_cast<int>(p.kernel_w)));
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(m.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
                                          static_cast<int>(p.filters), 1, 1));
   CUDNN_CHECK(cudnnSetConvolution2dDescriptor(m.conv, static_cast<int>(p.pad_h), static_cast<int>(p.pad_w),
-                                              static_cast<int>(p.stride_h), static_cast<int>(p.stride_w), 1,
-                                              1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+                                              static_cast<int>(p.stride_h), static_cast<int>(p.stride_w),
+                                              static_cast<int>(p.dilation_h), static_cast<int>(p.dilation_w),
+                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+  CUDNN_CHECK(cudnnSetConvolutionGroupCount(m.conv, static_cast<int>(p.groups)));
   CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, CUDNN_FMA_MATH));
   CUDNN_CHECK(cudnnSetActivationDescriptor(
-      m.actd, act == ActKind::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+      m.actd, act.kind == Act::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
       CUDNN_NOT_PROPAGATE_NAN, 0.0));
 }
 
@@ -170,11 +178,15 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const floa
                 (m.prec == Precision::kFp32 ? "FP32 (FMA math)" : precision_name(m.prec)) +
                 " algorithm for " + std::to_string(m.p.in_c) + "x" + std::to_string(m.p.in_h) + "x" +
                 std::to_string(m.p.in_w) + " -> " + std::to_string(m.p.filters) + " filters " +
-                std::to_string(m.p.kernel_h) + "x" + std::to_string(m.p.kernel_w));
+                std::to_string(m.p.kernel_h) + "x" + std::to_string(m.p.kernel_w) +
+                (m.p.groups > 1 ? " in " + std::to_string(m.p.groups) + " groups" : std::string()) +
+                (m.p.dilated()
+                     ? " dilated " + std::to_string(m.p.dilation_h) + "x" + std::to_string(m.p.dilation_w)
+                     : std::string()));
   m.algo = perf[pick].algo;
   m.math = perf[pick].mathType;
   CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, m.math));
-  m.fused = m.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+  m.fused = m.fusable();
   m.found = true;
 }
 
@@ -214,7 +226,7 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const f
         continue;
       m.algo = perf[i].algo;
       m.math = perf[i].mathType;
-      m.fused = m.algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+      m.fused = m.fusable();
       need = mem;
       break;
     }
@@ -242,8 +254,9 @@ std::string CudnnConv::algo_name() const {
   const char* math = m.math == CUDNN_FMA_MATH                          ? ""
                      : m.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? " [fp16 tensor cores]"
                                                                        : " [tf32 tensor cores allowed]";
-  return std::string("cudnn:") + algo_str(m.algo) +
-         (m.fused ? (m.act == ActKind::kRelu ? "(fused bias+relu)" : "(fused bias)") : "+bias kernel") + math;
+  const std::string act = m.act.kind == Act::kIdentity ? "" : "+" + act_fn_name(m.act);
+  return std::string("cudnn:") + algo_str(m.algo) + (m.p.groups > 1 ? "[groups]" : "") +
+         (m.fused ? "(fused bias" + act + ")" : "+bias" + act + " kernel") + math;
 }
 
 }  // namespace cnnrun::gpu

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "engine/core/precision.h"
-#include "engine/layers/activation.h"
+#include "engine/gpu/activation.h"
 #include "engine/layers/conv.h"
 
 namespace cnnrun::gpu {
@@ -30,8 +30,11 @@ std::string cudnn_version_string();  // "cuDNN 9.14.0 (built with 9.19.0)"
 
 class CudnnConv {
  public:
-  // act: kNone or kRelu (what cudnnConvolutionBiasActivationForward can fuse).
-  CudnnConv(const ConvParams& p, ActKind act);
+  // Any convolution ConvParams describes (groups and dilation in the descriptor). act is applied
+  // with the bias: inside cudnnConvolutionBiasActivationForward when it is a ReLU or none and
+  // cuDNN picked IMPLICIT_PRECOMP_GEMM, otherwise by our bias+activation pass after the
+  // convolution.
+  CudnnConv(const ConvParams& p, ActFn act);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;
@@ -41,8 +44,8 @@ class CudnnConv {
   void find(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w, float* y,
             void* ws, size_t ws_bytes);
   bool found() const;
-  // y = act(conv(x) + bias): fused in one cuDNN call for IMPLICIT_PRECOMP_GEMM, otherwise
-  // cudnnConvolutionForward and one bias+activation kernel.
+  // y = act(conv(x) + bias): fused in one cuDNN call for IMPLICIT_PRECOMP_GEMM with a ReLU or
+  // no activation, otherwise cudnnConvolutionForward and one bias+activation kernel.
   void forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w,
                const float* bias, float* y, void* ws, size_t ws_bytes);
   std::string algo_name() const;

@@ -9,7 +9,10 @@
 // CUBLAS_STATUS_NOT_SUPPORTED), the same product is computed column-major as D^T = cols^T W^T with the bias
 // as weight column K against the row of ones, and CUBLASLT_EPILOGUE_RELU fuses the ReLU: still one GEMM, no
 // extra pass. The column buffer is bounded (the caller's workspace), so a chunk holds as many images as fit
-// in it.
+// in it. Dilation only moves where a tap reads (kh * DH, kw * DW); grouped convolutions are not
+// lowered here (their GEMMs are block-diagonal: cuDNN or the depthwise kernel run them). An
+// activation other than ReLU, which no cuBLASLt epilogue computes as PyTorch does, is one in-place
+// pass over the chunk's output after its GEMM.
 #include <algorithm>
 #include <vector>
 
@@ -21,7 +24,7 @@ namespace cnnrun::gpu {
 namespace {
 
 struct ColArgs {
-  int C, H, W, KH, KW, SH, SW, PH, PW, OH, OW;
+  int C, H, W, KH, KW, SH, SW, PH, PW, DH, DW, OH, OW;
 };
 
 // One thread block row per column-matrix row (image, tap), so the tap is decoded once per row
@@ -39,19 +42,29 @@ __global__ void im2col_kernel(const float* __restrict__ x, float* __restrict__ c
     const float* src = x + (static_cast<int64_t>(img) * a.C + c) * a.H * a.W;
     for (int p = blockIdx.x * blockDim.x + threadIdx.x; p < P; p += gridDim.x * blockDim.x) {
       const int oy = p / a.OW, ox = p - oy * a.OW;
-      const int iy = oy * a.SH - a.PH + kh, ix = ox * a.SW - a.PW + kw;
+      const int iy = oy * a.SH - a.PH + kh * a.DH, ix = ox * a.SW - a.PW + kw * a.DW;
       dst[p] = (iy >= 0 && iy < a.H && ix >= 0 && ix < a.W) ? __ldg(src + iy * a.W + ix) : 0.f;
     }
   }
 }
 
+bool relu_epilogue(const ActFn& a) { return a.kind == Act::kRelu; }
+
 }  // namespace
 
-Im2colConv::Im2colConv(const ConvParams& p, ActKind act, const float* weight, const float* bias,
+bool im2col_can_run(const ConvParams& p, std::string* why) {
+  if (p.groups == 1) return true;
+  if (why)
+    *why = "grouped convolution (" + std::to_string(p.groups) +
+           " groups): im2col lowers dense convolutions only; cudnn and depthwise run grouped ones";
+  return false;
+}
+
+Im2colConv::Im2colConv(const ConvParams& p, ActFn act, const float* weight, const float* bias,
                        const float* dev_bias)
     : p_(p), act_(act), bias_(dev_bias) {
-  if (act != ActKind::kNone && act != ActKind::kRelu)
-    throw Error("im2col convolution: only a ReLU can be fused into the cuBLASLt epilogue");
+  std::string why;
+  if (!im2col_can_run(p, &why)) throw Error("im2col convolution: " + why);
   const int64_t F = p.filters, K = p.in_c * p.kernel_h * p.kernel_w;
   std::vector<float> ext(static_cast<size_t>(F * (K + 1)));
   for (int64_t f = 0; f < F; ++f) {
@@ -77,7 +90,7 @@ Im2colConv::Plan& Im2colConv::plan(cublasLtHandle_t lt, int64_t images, size_t w
   s.lda = K, s.stride_a = 0;
   s.ldb = P, s.stride_b = (K + 1) * P;
   s.ldd = P, s.stride_d = F * P;
-  s.epilogue = act_ == ActKind::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  s.epilogue = relu_epilogue(act_) ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
   s.bias = bias_;
   s.precision = prec_;
   pl->bias_epilogue = pl->gemm.init(lt, s, ws_bytes);
@@ -88,7 +101,7 @@ Im2colConv::Plan& Im2colConv::plan(cublasLtHandle_t lt, int64_t images, size_t w
     c.lda = P, c.stride_a = (K + 1) * P;
     c.ldb = K + 1, c.stride_b = 0;
     c.ldd = P, c.stride_d = F * P;
-    c.epilogue = act_ == ActKind::kRelu ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
+    c.epilogue = relu_epilogue(act_) ? CUBLASLT_EPILOGUE_RELU : CUBLASLT_EPILOGUE_DEFAULT;
     c.precision = prec_;
     if (!pl->gemm.init(lt, c, ws_bytes))
       throw Error("im2col convolution: cuBLASLt has no " + std::string(precision_name(prec_)) +
@@ -106,10 +119,12 @@ void Im2colConv::forward(cublasLtHandle_t lt, const float* x, const float* w, fl
   if (chunk > n) chunk = n;
   const int64_t in_img = p_.in_c * p_.in_h * p_.in_w, out_img = p_.filters * p_.out_h * p_.out_w;
   const int64_t K = p_.in_c * p_.kernel_h * p_.kernel_w, P = p_.out_h * p_.out_w;
-  const ColArgs a{static_cast<int>(p_.in_c),     static_cast<int>(p_.in_h),     static_cast<int>(p_.in_w),
-                  static_cast<int>(p_.kernel_h), static_cast<int>(p_.kernel_w), static_cast<int>(p_.stride_h),
-                  static_cast<int>(p_.stride_w), static_cast<int>(p_.pad_h),    static_cast<int>(p_.pad_w),
-                  static_cast<int>(p_.out_h),    static_cast<int>(p_.out_w)};
+  const ColArgs a{
+      static_cast<int>(p_.in_c),       static_cast<int>(p_.in_h),       static_cast<int>(p_.in_w),
+      static_cast<int>(p_.kernel_h),   static_cast<int>(p_.kernel_w),   static_cast<int>(p_.stride_h),
+      static_cast<int>(p_.stride_w),   static_cast<int>(p_.pad_h),      static_cast<int>(p_.pad_w),
+      static_cast<int>(p_.dilation_h), static_cast<int>(p_.dilation_w), static_cast<int>(p_.out_h),
+      static_cast<int>(p_.out_w)};
   for (int64_t i0 = 0; i0 < n; i0 += chunk) {
     const int64_t g = std::min(chunk, n - i0);
     const int64_t rows = g * (K + 1);
@@ -124,6 +139,8 @@ void Im2colConv::forward(cublasLtHandle_t lt, const float* x, const float* w, fl
       pl.gemm.run(lt, w, col, y + i0 * out_img, ws, ws_bytes, s);
     else
       pl.gemm.run(lt, col, w_ext_.as<float>(), y + i0 * out_img, ws, ws_bytes, s);
+    if (act_.kind != Act::kIdentity && !relu_epilogue(act_))
+      launch_act(y + i0 * out_img, y + i0 * out_img, g * out_img, act_, s);
   }
 }
 
@@ -133,11 +150,13 @@ void Im2colConv::set_precision(Precision p) {
 }
 
 std::string Im2colConv::algo_name() const {
-  const std::string relu = act_ == ActKind::kRelu ? "+relu" : "";
+  const std::string relu = relu_epilogue(act_) ? "+relu" : "";
+  const std::string pass =
+      act_.kind != Act::kIdentity && !relu_epilogue(act_) ? "+" + act_fn_name(act_) + " pass" : "";
   return (last_bias_epilogue_
               ? "im2col+gemm(epilogue bias" + relu + ")"
               : "im2col+gemm(bias as K row" + (relu.empty() ? std::string(")") : ", epilogue relu)")) +
-         precision_tag(prec_);
+         pass + precision_tag(prec_);
 }
 
 }  // namespace cnnrun::gpu

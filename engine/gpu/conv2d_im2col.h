@@ -9,18 +9,23 @@
 #include <memory>
 #include <string>
 
+#include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
 #include "engine/gpu/gemm.h"
-#include "engine/layers/activation.h"
 #include "engine/layers/conv.h"
 
 namespace cnnrun::gpu {
 
+// Whether im2col computes this convolution: dense ones (groups 1), dilated or not. False with
+// the reason in *why for a grouped one.
+bool im2col_can_run(const ConvParams& p, std::string* why);
+
 class Im2colConv {
  public:
-  // act: kNone or kRelu (what the cuBLASLt epilogue can apply); weight and bias on the host
-  // (bias: `filters` values), dev_bias the same bias on the device.
-  Im2colConv(const ConvParams& p, ActKind act, const float* weight, const float* bias, const float* dev_bias);
+  // p must pass im2col_can_run. act: a ReLU is applied by the cuBLASLt epilogue, any other
+  // activation by one in-place pass after each GEMM. weight and bias on the host (bias:
+  // `filters` values), dev_bias the same bias on the device.
+  Im2colConv(const ConvParams& p, ActFn act, const float* weight, const float* bias, const float* dev_bias);
 
   // Column-matrix bytes of one image; the caller's column buffer holds at least one.
   size_t col_bytes_per_image() const;
@@ -41,7 +46,7 @@ class Im2colConv {
   };
   Plan& plan(cublasLtHandle_t lt, int64_t images, size_t ws_bytes);
   ConvParams p_;
-  ActKind act_;
+  ActFn act_;
   const float* bias_;
   DevBuf w_ext_;  // [F][K+1]: the weights with the bias as the last column
   std::map<int64_t, std::unique_ptr<Plan>> plans_;

@@ -1,10 +1,33 @@
 #include "engine/gpu/conv_selector.h"
 
 #include "engine/core/error.h"
+#include "engine/gpu/conv2d_depthwise.h"
+#include "engine/gpu/conv2d_im2col.h"
 #include "engine/gpu/conv2d_implicit.h"
 #include "engine/report.h"
 
 namespace cnnrun::gpu {
+
+std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n) {
+  std::string why;
+  switch (algo) {
+    case ConvAlgo::kImplicit: {
+      const ImplicitConfig cfg = implicit_config(p, n);
+      return cfg.ok ? "" : cfg.why;
+    }
+    case ConvAlgo::kIm2col:
+      return im2col_can_run(p, &why) ? "" : why;
+    case ConvAlgo::kDepthwise: {
+      const DepthwisePlan d = depthwise_plan(p);
+      return d.cfg.ok ? "" : d.cfg.why;
+    }
+    case ConvAlgo::kCudnn:
+      return "";
+    case ConvAlgo::kAuto:
+      break;
+  }
+  return "auto is not an algorithm";
+}
 
 void ConvSelector::resolve(const Network& net, const Plan& plan, ConvAlgo forced, int64_t block,
                            bool any_tuning) {
@@ -14,11 +37,10 @@ void ConvSelector::resolve(const Network& net, const Plan& plan, ConvAlgo forced
     const Layer& l = *net.layers[static_cast<size_t>(st.layer)];
     Conv& c = convs_[static_cast<size_t>(st.layer)];
     ConvAlgo a = forced != ConvAlgo::kAuto ? forced : l.algo;
-    if (a == ConvAlgo::kImplicit) {
-      ImplicitConfig cfg = implicit_config(st.conv, block);
-      if (!cfg.ok)
-        throw Error(l.loc.str() + ": layer '" + l.name +
-                    "': the implicit convolution cannot run it: " + cfg.why);
+    if (a != ConvAlgo::kAuto) {
+      if (const std::string why = conv_cannot_run(st.conv, a, block); !why.empty())
+        throw Error(l.loc.str() + ": layer '" + l.name + "': the " + conv_algo_name(a) +
+                    " convolution cannot run it: " + why);
     }
     if (a == ConvAlgo::kAuto) {
       if (c.tuned_n == block || (any_tuning && c.tuned != ConvAlgo::kAuto)) a = c.tuned;
@@ -61,7 +83,7 @@ void ConvSelector::search(const Network& net, const Plan& plan, int64_t n, const
       for (ConvAlgo a : kConvAlgoCandidates) {
         ConvTuning::Candidate cand;
         cand.algo = conv_algo_name(a);
-        if (a == ConvAlgo::kImplicit && !implicit_config(st.conv, n).ok) {
+        if (!conv_cannot_run(st.conv, a, n).empty()) {
           cand.outcome = Outcome::kNotApplicable;
         } else {
           try {

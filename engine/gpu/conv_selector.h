@@ -12,14 +12,20 @@
 
 namespace cnnrun::gpu {
 
+// "" when `algo` computes this convolution for blocks of n images, else why it does not: the
+// search's "n/a", and the error for an algorithm pinned or forced on a layer it cannot run.
+// implicit: dense undilated convs its tiles fit; im2col: dense ones; depthwise: groups ==
+// channels; cudnn: every one.
+std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n);
+
 class ConvSelector {
  public:
   explicit ConvSelector(size_t steps) : convs_(steps) {}
 
   // Each conv's algorithm for a run of blocks of `block` images: `forced` (kAuto: none), else
   // the netdef's, else auto's pick timed on this block size (any earlier pick with
-  // `any_tuning`: forward_layers only checks values). Throws when a pinned implicit cannot run
-  // the conv. Convs left to auto say so through any_auto().
+  // `any_tuning`: forward_layers only checks values). Throws when a pinned or forced algorithm
+  // cannot run the conv (conv_cannot_run). Convs left to auto say so through any_auto().
   void resolve(const Network& net, const Plan& plan, ConvAlgo forced, int64_t block, bool any_tuning);
   // The algorithm conv step i runs (kAuto: auto's search has not run yet).
   ConvAlgo chosen(int i) const { return convs_[static_cast<size_t>(i)].chosen; }

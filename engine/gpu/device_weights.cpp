@@ -44,8 +44,10 @@ void DeviceWeights::upload(const Network& net, const Plan& plan, Precision preci
       const ConvParams& p = st.conv;
       const Tensor& w = l.weight("weight");
       c.w = gpu::upload(w.ptr(), w.data.size());
-      std::vector<float> wt = implicit_weights(p, w.ptr());
-      c.wt = gpu::upload(wt.data(), wt.size());
+      if (p.groups == 1 && !p.dilated()) {  // the implicit layout is for dense, undilated convs
+        std::vector<float> wt = implicit_weights(p, w.ptr());
+        c.wt = gpu::upload(wt.data(), wt.size());
+      }
       if (st.pool_layer >= 0) {
         ImplicitFusion f;
         f.relu_pool = f.tensor_core = true;
@@ -67,10 +69,13 @@ void DeviceWeights::upload(const Network& net, const Plan& plan, Precision preci
       std::vector<float> bias(static_cast<size_t>(p.filters), 0.f);
       if (p.bias) bias = l.weight("bias").data;
       c.bias = gpu::upload(bias.data(), bias.size());
-      c.im2col = std::make_unique<Im2colConv>(p, st.act, w.ptr(), bias.data(), c.bias.as<float>());
-      c.cudnn = std::make_unique<CudnnConv>(p, st.act);
-      c.im2col->set_precision(precision);
+      if (im2col_can_run(p, nullptr)) {
+        c.im2col = std::make_unique<Im2colConv>(p, act_fn(st.act), w.ptr(), bias.data(), c.bias.as<float>());
+        c.im2col->set_precision(precision);
+      }
+      c.cudnn = std::make_unique<CudnnConv>(p, act_fn(st.act));
       c.cudnn->set_precision(precision);
+      c.dw = depthwise_plan(p);
     } else if (st.op == Op::kFc) {
       const auto& fp = layer_as<FcLayer>(l).p;
       const Tensor& w = l.weight("weight");

@@ -7,14 +7,16 @@
 
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
+#include "engine/gpu/conv2d_depthwise.h"
 #include "engine/gpu/conv2d_im2col.h"
 #include "engine/gpu/plan.h"
 
 namespace cnnrun::gpu {
 
-// A conv keeps three copies: PyTorch layout for im2col and cuDNN, [m_tile][C*KH*KW][BM] for the
-// implicit kernel, and (inside im2col) [F][K+1]; a conv that can run the tensor-core kernel also
-// gets that kernel's B fragments once per precision, so switching --precision uploads nothing.
+// A conv keeps three copies: PyTorch layout for im2col, cuDNN and the depthwise kernel,
+// [m_tile][C*KH*KW][BM] for the implicit kernel (dense undilated convs only), and (inside im2col) [F][K+1]; a
+// conv that can run the tensor-core kernel also gets that kernel's B fragments once per precision, so
+// switching --precision uploads nothing.
 struct ConvWeights {
   DevBuf w, wt, bias;
   DevBuf wt_tc[4];            // for the tensor-core kernel per Precision, when the conv can fuse its pool
@@ -22,8 +24,9 @@ struct ConvWeights {
   bool tc_ok = false, tc_ok_u8 = false;  // the tensor-core kernel can run it (reading floats / bytes)
   DevBuf wt_x16;                         // FP32 reading bytes: exact pixels, FP16 products (u8_exact)
   float x16_scale = 1.f;                 // ... and its accumulators' scale
-  std::unique_ptr<Im2colConv> im2col;
+  std::unique_ptr<Im2colConv> im2col;    // null when im2col cannot run the conv (grouped)
   std::unique_ptr<CudnnConv> cudnn;
+  DepthwisePlan dw;  // dw.cfg.ok when the depthwise kernel can run it
 };
 
 // One step's weights: conv's above, fc's matrix and bias, an unfolded batchnorm's affine.

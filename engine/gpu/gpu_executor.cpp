@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "engine/core/clock.h"
+#include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
 #include "engine/gpu/conv2d_im2col.h"
@@ -21,18 +22,37 @@
 #include "engine/gpu/device_weights.h"
 #include "engine/gpu/gemm.h"
 #include "engine/gpu/kernels.h"
+#include "engine/gpu/mul.h"
 #include "engine/gpu/pipeline.h"
 #include "engine/gpu/plan.h"
+#include "engine/gpu/pool2d.h"
 #include "engine/gpu/timeline.h"
+#include "engine/gpu/upsample.h"
 #include "engine/gpu_api.h"
 #include "engine/layers/fc.h"
+#include "engine/layers/merge.h"
 #include "engine/layers/pool.h"
+#include "engine/layers/upsample.h"
 
 namespace cnnrun {
 
 namespace gpu {
 
 namespace {
+
+// The pooling kernel's arguments for a pool layer (its windows bound at shape inference).
+Pool2dArgs pool_args(const PoolParams& p, const Shape& in, const Shape& out) {
+  Pool2dArgs a;
+  a.channels = static_cast<int>(in.c), a.in_h = static_cast<int>(in.h), a.in_w = static_cast<int>(in.w);
+  a.out_h = static_cast<int>(out.h), a.out_w = static_cast<int>(out.w);
+  a.is_max = p.mode == PoolMode::kMax;
+  a.adaptive = p.adaptive;
+  a.kernel_h = static_cast<int>(p.size_h), a.kernel_w = static_cast<int>(p.size_w);
+  a.stride_h = static_cast<int>(p.stride_h), a.stride_w = static_cast<int>(p.stride_w);
+  a.pad_h = static_cast<int>(p.pad_h), a.pad_w = static_cast<int>(p.pad_w);
+  a.count_pad = p.count_pad;
+  return a;
+}
 
 constexpr int kTuneRepeats = 3;
 
@@ -100,7 +120,7 @@ class GpuExecutor : public Executor {
     selector_.forget_picks();
     for (const Step& st : plan_.steps) {
       if (st.op != Op::kConv) continue;
-      conv_weights(st.layer).im2col->set_precision(p);
+      if (conv_weights(st.layer).im2col) conv_weights(st.layer).im2col->set_precision(p);
       conv_weights(st.layer).cudnn->set_precision(p);
     }
     pipeline_->drop_graphs();
@@ -167,7 +187,7 @@ SlotNeeds GpuExecutor::slot_needs() const {
   needs.input_bytes = net_.input.size();
   needs.buf_floats = plan_.buf_floats;
   for (const Step& st : plan_.steps)
-    if (st.op == Op::kConv)
+    if (st.op == Op::kConv && conv_weights(st.layer).im2col)
       needs.max_col = std::max(needs.max_col, conv_weights(st.layer).im2col->col_bytes_per_image());
   needs.im2col = selector_.may_use(plan_, ConvAlgo::kIm2col);
   needs.cudnn = selector_.may_use(plan_, ConvAlgo::kCudnn);
@@ -201,10 +221,23 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
         io.out_scale = c.x16_scale;
       io.y = f.relu_pool ? s.bufs[static_cast<size_t>(step(st.pool_layer).out)].as<float>() : y;
       const DevBuf& wt = f.u8_exact ? c.wt_x16 : f.tensor_core ? c.wt_tc[static_cast<int>(prec_)] : c.wt;
-      launch_conv_implicit(cfg, st.conv, io, wt.as<float>(), c.bias.as<float>(), n, st.act, s.stream);
+      // The kernel's epilogue applies a ReLU (its tuned paths stay as they are); any other
+      // activation is one in-place pass after it.
+      const ActFn act = act_fn(st.act);
+      const bool relu = act.kind == Act::kRelu;
+      launch_conv_implicit(cfg, st.conv, io, wt.as<float>(), c.bias.as<float>(), n,
+                           relu ? ActKind::kRelu : ActKind::kNone, s.stream);
+      if (!relu && act.kind != Act::kIdentity)
+        launch_act(y, y, n * st.conv.filters * st.conv.out_h * st.conv.out_w, act, s.stream);
       return;
     }
+    case ConvAlgo::kDepthwise:
+      launch_conv_depthwise(c.dw.cfg, c.dw.args, x, c.w.as<float>(), c.bias.as<float>(), y, n, act_fn(st.act),
+                            s.stream);
+      return;
     case ConvAlgo::kIm2col:
+      if (!c.im2col)
+        throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name + "': im2col cannot run it");
       c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(),
                         s.lt_ws.bytes(), s.stream);
       return;
@@ -229,12 +262,11 @@ void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
   run_conv(st, s, n, algo);
   if (st.pool_layer >= 0 && tuning_.fuse_pool && !fuses_pool(st, algo, tuning_)) {
     const Step& ps = step(st.pool_layer);
-    const Shape& i = ps.in_shape;
-    PoolGeom g{static_cast<int>(i.c), static_cast<int>(i.h), static_cast<int>(i.w),
-               static_cast<int>(ps.out_shape.h), static_cast<int>(ps.out_shape.w)};
-    launch_pool(s.bufs[static_cast<size_t>(st.out)].as<float>(),
-                s.bufs[static_cast<size_t>(ps.out)].as<float>(), n, g,
-                layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p, s.stream);
+    launch_pool2d(s.bufs[static_cast<size_t>(st.out)].as<float>(),
+                  s.bufs[static_cast<size_t>(ps.out)].as<float>(), n,
+                  pool_args(layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p, ps.in_shape,
+                            ps.out_shape),
+                  s.stream);
   }
 }
 
@@ -257,7 +289,7 @@ void GpuExecutor::run_step(const Step& st, Slot& s, int64_t n) {
         g.m = p.outputs, g.n = n, g.k = p.inputs;
         g.trans_a = true;
         g.lda = p.inputs, g.ldb = p.inputs, g.ldd = p.outputs;
-        g.epilogue = st.act == ActKind::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+        g.epilogue = st.act.kind == ActKind::kRelu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
         g.bias = w.b.as<float>();
         g.precision = prec_;
         if (!plan->init(lt_, g, s.lt_ws.bytes()))
@@ -266,16 +298,32 @@ void GpuExecutor::run_step(const Step& st, Slot& s, int64_t n) {
                       " GEMM");
       }
       plan->run(lt_, w.w.as<float>(), buf(st.ins[0]), buf(st.out), s.lt_ws.get(), s.lt_ws.bytes(), s.stream);
+      if (st.act.kind != ActKind::kNone && st.act.kind != ActKind::kRelu)  // no cuBLASLt epilogue for it
+        launch_act(buf(st.out), buf(st.out), n * p.outputs, act_fn(st.act), s.stream);
       return;
     }
     case Op::kAct:
-      return launch_activation(buf(st.ins[0]), buf(st.out), n * st.out_shape.size(), st.act, s.stream);
-    case Op::kPool: {
+      return launch_act(buf(st.ins[0]), buf(st.out), n * st.out_shape.size(), act_fn(st.act), s.stream);
+    case Op::kPool:
       if (pool_fused(st)) return;  // its conv wrote it
-      const Shape& i = st.in_shape;
-      PoolGeom g{static_cast<int>(i.c), static_cast<int>(i.h), static_cast<int>(i.w),
-                 static_cast<int>(st.out_shape.h), static_cast<int>(st.out_shape.w)};
-      return launch_pool(buf(st.ins[0]), buf(st.out), n, g, layer_as<PoolLayer>(l).p, s.stream);
+      return launch_pool2d(buf(st.ins[0]), buf(st.out), n,
+                           pool_args(layer_as<PoolLayer>(l).p, st.in_shape, st.out_shape), s.stream);
+    case Op::kMul: {
+      const MulParams& p = layer_as<MulLayer>(l).p;
+      std::vector<MulInput> in;
+      for (size_t k = 0; k < st.ins.size(); ++k) in.push_back({buf(st.ins[k]), p.broadcast[k]});
+      return launch_mul(in, buf(st.out), n, static_cast<int>(st.out_shape.c), st.out_shape.h * st.out_shape.w,
+                        s.stream);
+    }
+    case Op::kUpsample: {
+      const UpsampleParams& p = layer_as<UpsampleLayer>(l).p;
+      UpsampleArgs a;
+      a.channels = static_cast<int>(st.in_shape.c), a.in_h = static_cast<int>(st.in_shape.h);
+      a.in_w = static_cast<int>(st.in_shape.w), a.out_h = static_cast<int>(st.out_shape.h);
+      a.out_w = static_cast<int>(st.out_shape.w);
+      a.bilinear = p.mode == UpsampleMode::kBilinear, a.align_corners = p.align_corners;
+      a.factor_h = static_cast<int>(p.scale_h), a.factor_w = static_cast<int>(p.scale_w);
+      return launch_upsample(buf(st.ins[0]), buf(st.out), n, a, s.stream);
     }
     case Op::kAffine:
       return launch_channel_affine(buf(st.ins[0]), buf(st.out), n, static_cast<int>(st.out_shape.c),
@@ -384,8 +432,10 @@ std::string GpuExecutor::step_algo(const Step& st) const {
     case Op::kConv: {
       const ConvAlgo a = selector_.chosen(st.layer);
       const ConvWeights& c = conv_weights(st.layer);
-      std::string relu = st.act == ActKind::kRelu ? "+relu" : "";
-      if (fuses_pool(st, a, tuning_)) relu += "+maxpool";
+      const ActFn act = act_fn(st.act);
+      const bool relu = act.kind == Act::kRelu, other = !relu && act.kind != Act::kIdentity;
+      std::string epi = relu ? "+relu" : "";
+      if (fuses_pool(st, a, tuning_)) epi += "+maxpool";
       if (a == ConvAlgo::kImplicit) {
         const char* tc = "3xTF32 tensor cores, ";
         switch (prec_) {
@@ -405,13 +455,21 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                (uses_exact(st, a) ? "FP16 tensor cores on exact pixels, 2-part weights, "
                 : uses_tc(st, a)  ? tc
                                   : "") +
-               (fuses_u8(st, a, tuning_) ? "uint8 input, " : "") + "bias" + relu + " epilogue)";
+               (fuses_u8(st, a, tuning_) ? "uint8 input, " : "") + "bias" + epi + " epilogue" +
+               (other ? ", " + act_fn_name(act) + " pass)" : ")");
       }
-      if (a == ConvAlgo::kIm2col) return c.im2col->algo_name();
+      if (a == ConvAlgo::kDepthwise)
+        return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
+               " epilogue, " + std::to_string(c.dw.cfg.planes) + " planes x " +
+               std::to_string(c.dw.cfg.rows) + " rows a block)";
+      if (a == ConvAlgo::kIm2col && c.im2col) return c.im2col->algo_name();
       return c.cudnn->algo_name();
     }
     case Op::kFc:
-      return std::string("cublasLt(epilogue bias") + (st.act == ActKind::kRelu ? "+relu)" : ")") +
+      return std::string("cublasLt(epilogue bias") + (st.act.kind == ActKind::kRelu ? "+relu)" : ")") +
+             (st.act.kind != ActKind::kNone && st.act.kind != ActKind::kRelu
+                  ? "+" + act_fn_name(act_fn(st.act)) + " pass"
+                  : std::string()) +
              precision_tag(prec_);
     case Op::kFused:
       return "fused into " + net_.layers[static_cast<size_t>(st.fused_producer)]->name;

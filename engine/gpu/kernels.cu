@@ -3,8 +3,6 @@
 // of the CIFAR network's time; the convolutions are where the work is. Arithmetic that the CPU
 // reference does as a separate multiply and add uses __fmul_rn/__fadd_rn, so nvcc cannot contract
 // it into an FMA and the results match bit for bit where the formula is the same.
-#include <cfloat>
-
 #include "engine/gpu/check.h"
 #include "engine/gpu/kernels.h"
 
@@ -20,19 +18,6 @@ unsigned grid_for(int64_t count) {
   return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
 }
 
-__device__ __forceinline__ float act_apply(int act, float x) {
-  switch (act) {
-    case static_cast<int>(ActKind::kRelu):
-      return x > 0.f ? x : 0.f;
-    case static_cast<int>(ActKind::kTanh):
-      return tanhf(x);
-    case static_cast<int>(ActKind::kSigmoid):
-      return 1.f / (1.f + expf(-x));
-    default:
-      return x;
-  }
-}
-
 __global__ void preprocess_kernel(const uint8_t* __restrict__ in, float* __restrict__ out, int64_t count,
                                   int channels, int64_t plane, const float* __restrict__ scale,
                                   const float* __restrict__ shift) {
@@ -43,58 +28,12 @@ __global__ void preprocess_kernel(const uint8_t* __restrict__ in, float* __restr
   }
 }
 
-__global__ void activation_kernel(const float* in, float* out, int64_t count, int act) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
-       i += int64_t(gridDim.x) * blockDim.x)
-    out[i] = act_apply(act, in[i]);
-}
-
-__global__ void bias_act_kernel(float* y, const float* __restrict__ bias, int64_t count, int channels,
-                                int64_t plane, int act) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int c = static_cast<int>((i / plane) % channels);
-    y[i] = act_apply(act, __fadd_rn(y[i], bias[c]));
-  }
-}
-
 __global__ void affine_kernel(const float* in, float* out, int64_t count, int channels, int64_t plane,
                               const float* __restrict__ scale, const float* __restrict__ shift) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
        i += int64_t(gridDim.x) * blockDim.x) {
     int c = static_cast<int>((i / plane) % channels);
     out[i] = __fadd_rn(__fmul_rn(in[i], scale[c]), shift[c]);
-  }
-}
-
-struct PoolArgs {
-  int c, h, w, oh, ow, kh, kw, sh, sw, ph, pw;
-  int is_max, count_pad;
-};
-
-__global__ void pool_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t count,
-                            PoolArgs a) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    int ox = static_cast<int>(i % a.ow);
-    int oy = static_cast<int>((i / a.ow) % a.oh);
-    int64_t nc = i / (int64_t(a.ow) * a.oh);  // image * channels + channel
-    const float* src = in + nc * a.h * a.w;
-    int y0 = oy * a.sh - a.ph, x0 = ox * a.sw - a.pw;
-    int ys = max(y0, 0), ye = min(y0 + a.kh, a.h), xs = max(x0, 0), xe = min(x0 + a.kw, a.w);
-    float r;
-    if (a.is_max) {
-      r = -INFINITY;  // padding never wins
-      for (int y = ys; y < ye; ++y)
-        for (int x = xs; x < xe; ++x) r = fmaxf(r, src[y * a.w + x]);
-    } else {
-      float s = 0.f;
-      for (int y = ys; y < ye; ++y)
-        for (int x = xs; x < xe; ++x) s = __fadd_rn(s, src[y * a.w + x]);
-      int cnt = a.count_pad ? a.kh * a.kw : (ye - ys) * (xe - xs);
-      r = __fdiv_rn(s, static_cast<float>(cnt));
-    }
-    out[i] = r;
   }
 }
 
@@ -157,44 +96,11 @@ void launch_preprocess(const uint8_t* in, float* out, int64_t n, int channels, i
   CUDA_CHECK_LAUNCH("preprocess_kernel");
 }
 
-void launch_activation(const float* in, float* out, int64_t count, ActKind act, cudaStream_t s) {
-  activation_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, static_cast<int>(act));
-  CUDA_CHECK_LAUNCH("activation_kernel");
-}
-
-void launch_bias_act(float* y, const float* bias, int64_t n, int channels, int64_t plane, ActKind act,
-                     cudaStream_t s) {
-  int64_t count = n * channels * plane;
-  bias_act_kernel<<<grid_for(count), kThreads, 0, s>>>(y, bias, count, channels, plane,
-                                                       static_cast<int>(act));
-  CUDA_CHECK_LAUNCH("bias_act_kernel");
-}
-
 void launch_channel_affine(const float* in, float* out, int64_t n, int channels, int64_t plane,
                            const float* scale, const float* shift, cudaStream_t s) {
   int64_t count = n * channels * plane;
   affine_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, channels, plane, scale, shift);
   CUDA_CHECK_LAUNCH("affine_kernel");
-}
-
-void launch_pool(const float* in, float* out, int64_t n, const PoolGeom& g, const PoolParams& p,
-                 cudaStream_t s) {
-  PoolArgs a{g.c,
-             g.h,
-             g.w,
-             g.out_h,
-             g.out_w,
-             static_cast<int>(p.size_h),
-             static_cast<int>(p.size_w),
-             static_cast<int>(p.stride_h),
-             static_cast<int>(p.stride_w),
-             static_cast<int>(p.pad_h),
-             static_cast<int>(p.pad_w),
-             p.mode == PoolMode::kMax ? 1 : 0,
-             p.count_pad ? 1 : 0};
-  int64_t count = n * g.c * int64_t(g.out_h) * g.out_w;
-  pool_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, a);
-  CUDA_CHECK_LAUNCH("pool_kernel");
 }
 
 void launch_add(const float* const* in, int num_inputs, float* out, int64_t count, cudaStream_t s) {

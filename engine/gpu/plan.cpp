@@ -45,12 +45,13 @@ Plan make_plan(const Network& net) {
     if (st.op == Op::kConv)
       st.conv = layer_as<ConvLayer>(l).p;
     else if (st.op == Op::kAct)
-      st.act = layer_as<ActivationLayer>(l).p.kind;
-    // A ReLU that is the only reader of a conv/fc output runs in that layer's epilogue: all three
-    // convolution algorithms and the fc GEMM can apply it, so which layers are materialised
-    // never depends on the algorithm chosen. (tanh/sigmoid run as their own pass.)
-    if (const int j = fusions.relu[i]; j >= 0) {
-      st.act = ActKind::kRelu;
+      st.act = layer_as<ActivationLayer>(l).p;
+    // An activation that is the only reader of a conv/fc output runs in that layer's epilogue:
+    // every convolution algorithm and the fc GEMM apply any activation (a ReLU inside the library
+    // call where it can, others in our epilogues or in one in-place pass right after it), so
+    // which layers are materialised never depends on the algorithm chosen.
+    if (const int j = fusions.act[i]; j >= 0) {
+      st.act = layer_as<ActivationLayer>(*net.layers[static_cast<size_t>(j)]).p;
       st.fused_consumer = j;
       steps[static_cast<size_t>(j)].op = Op::kFused;
       steps[static_cast<size_t>(j)].fused_producer = static_cast<int>(i);

@@ -16,7 +16,20 @@ namespace cnnrun::gpu {
 
 // What a step launches; the GpuOp column of CNNRUN_LAYER_TYPES (engine/layer_types.h) names one
 // for every layer type. kFused: computed in its producer's epilogue.
-enum class Op { kConv, kFc, kAct, kPool, kIdentity, kAffine, kAdd, kConcat, kSoftmax, kFused };
+enum class Op {
+  kConv,
+  kFc,
+  kAct,
+  kPool,
+  kIdentity,
+  kAffine,
+  kAdd,
+  kConcat,
+  kSoftmax,
+  kMul,
+  kUpsample,
+  kFused
+};
 
 struct Step {
   Op op = Op::kIdentity;
@@ -24,9 +37,10 @@ struct Step {
   int out = 0;           // buffer index
   std::vector<int> ins;  // buffer indices
   Shape in_shape, out_shape;
-  ActKind act = ActKind::kNone;  // kAct: the activation; kConv/kFc: fused into the epilogue
-  int fused_consumer = -1;       // kConv/kFc: the activation layer computed in this epilogue
-  int fused_producer = -1;       // kFused: the layer whose epilogue computes this one
+  // kAct: the activation; kConv/kFc: the one fused into the epilogue (kind kNone: none)
+  ActivationParams act{ActKind::kNone};
+  int fused_consumer = -1;  // kConv/kFc: the activation layer computed in this epilogue
+  int fused_producer = -1;  // kFused: the layer whose epilogue computes this one
   // kConv: the 2x2/2 max-pool after the fused ReLU that the implicit kernel can compute too
   // (then neither the conv's nor the ReLU's output exists); kPool: that conv.
   int pool_layer = -1;

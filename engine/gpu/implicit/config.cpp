@@ -67,6 +67,17 @@ ImplicitConfig implicit_config_uncached(const ConvParams& p, int64_t n, Implicit
 // The executor asks for a config at every launch (and auto times launches, host work included);
 // the pitch search simulates bank conflicts with small maps, so configs are kept by their inputs.
 ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fuse) {
+  // Checked before the cache, whose key is the dense shape: the kernel's patch and tap offsets
+  // are for dense, undilated convolutions.
+  if (p.groups != 1 || p.dilated()) {
+    ImplicitConfig c;
+    c.fuse = fuse;
+    c.why = p.groups != 1 ? "grouped convolution (" + std::to_string(p.groups) +
+                                " groups): the implicit kernel computes dense convolutions only"
+                          : "dilated convolution (dilation " + std::to_string(p.dilation_h) + "x" +
+                                std::to_string(p.dilation_w) + "): the implicit kernel's taps are adjacent";
+    return c;
+  }
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                          int64_t, int64_t, int64_t, int>;
   const Key key{p.filters, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,

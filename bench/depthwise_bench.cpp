@@ -1,0 +1,136 @@
+// Kernel workbench (not a test): the depthwise convolutions of torchvision's MobileNetV2 at a given
+// input size, timed on the GPU with our depthwise kernel and with cuDNN's grouped convolution (its
+// own algorithm search, FP32 FMA math, as the executor runs it), each with the ReLU6 that follows
+// them in MobileNetV2 (the kernel applies it in its epilogue; cuDNN's plain convolution needs our
+// bias+activation pass after it, both timed). Prints one line per layer and the totals;
+// bench/depthwise_torch.py prints PyTorch's times for the same layers, so the two can be read side
+// by side (docs/performance.md). Built with the GPU executor (CMake target depthwise_bench):
+//   build-gpu/depthwise_bench [IMAGES=256] [INPUT=224] [REPEATS=20]
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "engine/gpu/activation.h"
+#include "engine/gpu/check.h"
+#include "engine/gpu/conv2d_cudnn.h"
+#include "engine/gpu/conv2d_depthwise.h"
+
+using namespace cnnrun;
+using namespace cnnrun::gpu;
+
+namespace {
+
+struct Dw {
+  int c, h, stride;
+};
+
+// MobileNetV2's 17 depthwise 3x3 convolutions: (channels, input side at 224, stride).
+std::vector<Dw> mobilenet_v2(int input) {
+  const int t[][4] = {{1, 16, 1, 1}, {6, 24, 2, 2},  {6, 32, 3, 2}, {6, 64, 4, 2},
+                      {6, 96, 3, 1}, {6, 160, 3, 2}, {6, 320, 1, 1}};
+  std::vector<Dw> v;
+  int c = 32, h = (input + 1) / 2;  // after the stride-2 stem
+  for (const auto& r : t)
+    for (int i = 0; i < r[2]; ++i) {
+      const int s = i == 0 ? r[3] : 1, hidden = c * r[0];
+      v.push_back({hidden, h, s});
+      h = (h + 2 - 3) / s + 1;
+      c = r[1];
+    }
+  return v;
+}
+
+float time_ms(cudaStream_t s, int repeats, const std::function<void()>& f) {
+  cudaEvent_t a, b;
+  CUDA_CHECK(cudaEventCreate(&a));
+  CUDA_CHECK(cudaEventCreate(&b));
+  f();  // warm-up
+  std::vector<float> t;
+  for (int r = 0; r < repeats; ++r) {
+    CUDA_CHECK(cudaEventRecord(a, s));
+    f();
+    CUDA_CHECK(cudaEventRecord(b, s));
+    CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::nth_element(t.begin(), t.begin() + static_cast<long>(t.size() / 2), t.end());
+  return t[t.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int images = argc > 1 ? std::atoi(argv[1]) : 256;
+  const int input = argc > 2 ? std::atoi(argv[2]) : 224;
+  const int repeats = argc > 3 ? std::atoi(argv[3]) : 20;
+  if (images < 1 || input < 8 || repeats < 1) {
+    std::fprintf(stderr, "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1]\n", argv[0]);
+    return 2;
+  }
+  try {
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CudnnHandle h;
+    const size_t ws_bytes = 256u << 20;
+    DevBuf ws(ws_bytes);
+    std::printf(
+        "MobileNetV2 depthwise 3x3 + ReLU6, %d images at %dx%d, median "
+        "of %d (ms)\n",
+        images, input, input, repeats);
+    std::printf("%-4s %5s %4s %2s | %9s %9s %7s | %s\n", "#", "ch", "in", "s", "depthwise", "cudnn", "ratio",
+                "cudnn algorithm");
+    double tot_dw = 0, tot_cudnn = 0;
+    std::mt19937 g(1);
+    std::uniform_real_distribution<float> d(-1.f, 1.f);
+    int i = 0;
+    for (const Dw& l : mobilenet_v2(input)) {
+      ConvParams p;
+      p.filters = p.in_c = p.groups = l.c;
+      p.kernel_h = p.kernel_w = 3;
+      p.stride_h = p.stride_w = l.stride;
+      p.pad_h = p.pad_w = 1;
+      p.in_h = p.in_w = l.h;
+      p.out_h = p.out_w = (l.h + 2 - 3) / l.stride + 1;
+      std::vector<float> hx(size_t(images) * l.c * l.h * l.h), hw(size_t(l.c) * 9), hb(size_t(l.c));
+      for (auto& v : hx) v = d(g);
+      for (auto& v : hw) v = d(g);
+      for (auto& v : hb) v = d(g);
+      DevBuf x = upload(hx.data(), hx.size()), w = upload(hw.data(), hw.size()),
+             b = upload(hb.data(), hb.size());
+      DevBuf y(size_t(images) * l.c * p.out_h * p.out_w * sizeof(float));
+      DepthwiseArgs a;
+      a.channels = a.filters = l.c;
+      a.in_h = a.in_w = l.h;
+      a.out_h = a.out_w = static_cast<int>(p.out_h);
+      a.kernel_h = a.kernel_w = 3, a.stride_h = a.stride_w = l.stride, a.pad_h = a.pad_w = 1;
+      const DepthwiseConfig cfg = depthwise_config(a);
+      const ActFn relu6{Act::kRelu6};
+      const float t_dw = time_ms(s, repeats, [&] {
+        launch_conv_depthwise(cfg, a, x.as<float>(), w.as<float>(), b.as<float>(), y.as<float>(), images,
+                              relu6, s);
+      });
+      CudnnConv conv(p, relu6);
+      conv.find(h, s, images, x.as<float>(), w.as<float>(), y.as<float>(), ws.get(), ws_bytes);
+      const float t_cudnn = time_ms(s, repeats, [&] {
+        conv.forward(h, s, images, x.as<float>(), w.as<float>(), b.as<float>(), y.as<float>(), ws.get(),
+                     ws_bytes);
+      });
+      tot_dw += t_dw, tot_cudnn += t_cudnn;
+      std::printf("%-4d %5d %4d %2d | %9.4f %9.4f %6.2fx | %s\n", i++, l.c, l.h, l.stride, t_dw, t_cudnn,
+                  t_cudnn / t_dw, conv.algo_name().c_str());
+    }
+    std::printf("total                | %9.4f %9.4f %6.2fx\n", tot_dw, tot_cudnn, tot_cudnn / tot_dw);
+    CUDA_CHECK(cudaStreamDestroy(s));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "depthwise_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

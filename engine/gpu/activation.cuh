@@ -1,0 +1,48 @@
+// The device definition of every ActFn, included by each kernel that applies an activation in
+// its epilogue. The formulas and the order of their operations are PyTorch's (ATen's CPU and CUDA
+// kernels): hardswish is x * clamp(x + 3, 0, 6) / 6 with the multiply before the divide, SiLU
+// x / (1 + exp(-x)). The rounded intrinsics keep nvcc from contracting a multiply and an add into
+// an FMA that the CPU reference does not do; the transcendental functions are CUDA's accurate
+// ones (a few ulp), never the fast approximations.
+#pragma once
+
+#include "engine/gpu/activation.h"
+
+namespace cnnrun::gpu {
+
+__device__ __forceinline__ float clamp06(float x) { return fminf(fmaxf(x, 0.f), 6.f); }
+
+__device__ __forceinline__ float act_eval(Act kind, float slope, float x) {
+  switch (kind) {
+    case Act::kIdentity:
+      return x;
+    case Act::kRelu:
+      return x > 0.f ? x : 0.f;
+    case Act::kRelu6:
+      return x > 0.f ? fminf(x, 6.f) : 0.f;
+    case Act::kLeakyRelu:
+      return x > 0.f ? x : __fmul_rn(x, slope);
+    case Act::kHardswish:
+      return __fdiv_rn(__fmul_rn(x, clamp06(__fadd_rn(x, 3.f))), 6.f);
+    case Act::kHardsigmoid:
+      return __fdiv_rn(clamp06(__fadd_rn(x, 3.f)), 6.f);
+    case Act::kSilu:
+      return __fdiv_rn(x, __fadd_rn(1.f, expf(-x)));
+    case Act::kGelu:
+      return __fmul_rn(__fmul_rn(x, 0.5f), __fadd_rn(1.f, erff(__fmul_rn(x, 0.70710678118654752f))));
+    case Act::kGeluTanh: {
+      const float inner =
+          __fmul_rn(0.79788456080286536f, __fadd_rn(x, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x)));
+      return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.f, tanhf(inner)));
+    }
+    case Act::kTanh:
+      return tanhf(x);
+    case Act::kSigmoid:
+      return __fdiv_rn(1.f, __fadd_rn(1.f, expf(-x)));
+  }
+  return x;
+}
+
+__device__ __forceinline__ float act_eval(const ActFn& a, float x) { return act_eval(a.kind, a.slope, x); }
+
+}  // namespace cnnrun::gpu

@@ -1,0 +1,49 @@
+// The `depthwise` convolution: our own kernel for convolutions with groups == input channels
+// (each filter reads one channel; filters a multiple of the channels, PyTorch's depthwise with a
+// channel multiplier), any kernel size, stride, padding and dilation, with the bias and any
+// ActFn applied in its epilogue.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+#include "engine/gpu/activation.h"
+#include "engine/layers/conv.h"
+
+namespace cnnrun::gpu {
+
+struct DepthwiseArgs {
+  int channels = 0, filters = 0;  // filters = channels * multiplier; filter f reads channel f / multiplier
+  int in_h = 0, in_w = 0, out_h = 0, out_w = 0;
+  int kernel_h = 1, kernel_w = 1, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dilation_h = 1,
+      dilation_w = 1;
+};
+
+// How the kernel tiles a layer: a thread block computes `rows` output rows of `planes`
+// consecutive (image, filter) planes from an input patch staged in shared memory.
+struct DepthwiseConfig {
+  bool ok = false;
+  std::string why;  // when !ok
+  int planes = 0, rows = 0, row_tiles = 0;
+  int patch_h = 0, patch_w = 0;
+  size_t smem = 0;
+};
+
+DepthwiseConfig depthwise_config(const DepthwiseArgs& a);
+
+// A conv's arguments and tiling: cfg.ok false (with why) unless groups == channels and the
+// filters are a multiple of them, and the tile fits.
+struct DepthwisePlan {
+  DepthwiseArgs args;
+  DepthwiseConfig cfg;
+};
+DepthwisePlan depthwise_plan(const ConvParams& p);
+
+// y = act(conv(x) + bias) for n images: x [n, channels, in_h, in_w], w PyTorch's
+// [filters, 1, kh, kw], bias `filters` values (may be null: zero), y [n, filters, out_h, out_w].
+void launch_conv_depthwise(const DepthwiseConfig& cfg, const DepthwiseArgs& a, const float* x, const float* w,
+                           const float* bias, float* y, int64_t n, ActFn act, cudaStream_t s);
+
+}  // namespace cnnrun::gpu

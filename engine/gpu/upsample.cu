@@ -1,0 +1,85 @@
+// Upsampling: one thread per output value in a grid-stride loop. The source coordinates are
+// the CPU reference's (engine/layers/upsample.h), computed in float with rounded intrinsics so
+// the chosen source pixels and weights are the same:
+// - nearest: src = dst / factor (integers; PyTorch's floor(dst * float(1 / factor)) equals it
+//   wherever float(1 / factor) is not below 1 / factor, and the language's definition is exact);
+// - bilinear: ratio = (in - 1) / (out - 1) with align_corners (0 for one output), src = ratio *
+//   dst; else ratio = 1 / factor, src = max(ratio * (dst + 0.5) - 0.5, 0), both ratios in float
+//   as PyTorch computes them; i0 = min(int(src), in - 1), i1 = i0 + (i0 < in - 1),
+//   l1 = src - i0, l0 = 1 - l1, and out = l0y * (l0x * v00 + l1x * v01) + l1y * (l0x * v10 + l1x * v11).
+#include "engine/gpu/check.h"
+#include "engine/gpu/upsample.h"
+
+namespace cnnrun::gpu {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned grid_for(int64_t count) {
+  int64_t blocks = (count + kThreads - 1) / kThreads;
+  if (blocks > 65536) blocks = 65536;
+  return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
+}
+
+struct Lerp {
+  int i0, i1;
+  float l0, l1;
+};
+
+__device__ __forceinline__ Lerp linear_src(int dst, float scale, int in, bool align_corners) {
+  float src = align_corners ? __fmul_rn(scale, static_cast<float>(dst))
+                            : __fadd_rn(__fmul_rn(scale, __fadd_rn(static_cast<float>(dst), 0.5f)), -0.5f);
+  if (!align_corners && src < 0.f) src = 0.f;
+  Lerp r;
+  r.i0 = min(static_cast<int>(src), in - 1);
+  r.i1 = r.i0 + (r.i0 < in - 1 ? 1 : 0);
+  r.l1 = __fadd_rn(src, -static_cast<float>(r.i0));
+  r.l0 = __fadd_rn(1.f, -r.l1);
+  return r;
+}
+
+__global__ void upsample_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t count,
+                                UpsampleArgs a, float ratio_h, float ratio_w) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int ox = static_cast<int>(i % a.out_w);
+    const int oy = static_cast<int>((i / a.out_w) % a.out_h);
+    const int64_t nc = i / (int64_t(a.out_w) * a.out_h);
+    const float* src = in + nc * a.in_h * a.in_w;
+    if (!a.bilinear) {
+      out[i] = __ldg(src + (oy / a.factor_h) * a.in_w + ox / a.factor_w);
+      continue;
+    }
+    const Lerp y = linear_src(oy, ratio_h, a.in_h, a.align_corners);
+    const Lerp x = linear_src(ox, ratio_w, a.in_w, a.align_corners);
+    const float v00 = __ldg(src + y.i0 * a.in_w + x.i0), v01 = __ldg(src + y.i0 * a.in_w + x.i1);
+    const float v10 = __ldg(src + y.i1 * a.in_w + x.i0), v11 = __ldg(src + y.i1 * a.in_w + x.i1);
+    const float top = __fadd_rn(__fmul_rn(x.l0, v00), __fmul_rn(x.l1, v01));
+    const float bot = __fadd_rn(__fmul_rn(x.l0, v10), __fmul_rn(x.l1, v11));
+    out[i] = __fadd_rn(__fmul_rn(y.l0, top), __fmul_rn(y.l1, bot));
+  }
+}
+
+}  // namespace
+
+// The output-to-input coordinate ratio, in float as PyTorch's area_pixel_compute_scale.
+static float upsample_ratio(int in, int factor, bool align_corners) {
+  const int out = in * factor;
+  if (align_corners) return out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) : 0.f;
+  return 1.f / static_cast<float>(factor);
+}
+
+void launch_upsample(const float* in, float* out, int64_t n, const UpsampleArgs& a, cudaStream_t s) {
+  if (a.in_h < 1 || a.in_w < 1 || a.channels < 1 || a.factor_h < 1 || a.factor_w < 1 ||
+      a.out_h != a.in_h * a.factor_h || a.out_w != a.in_w * a.factor_w)
+    throw Error("upsample: the output must be the input times positive integer factors");
+  const int64_t count = n * a.channels * int64_t(a.out_h) * a.out_w;
+  if (count <= 0) return;
+  upsample_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, a,
+                                                       upsample_ratio(a.in_h, a.factor_h, a.align_corners),
+                                                       upsample_ratio(a.in_w, a.factor_w, a.align_corners));
+  CUDA_CHECK_LAUNCH("upsample_kernel");
+}
+
+}  // namespace cnnrun::gpu

@@ -1,0 +1,458 @@
+// Issue 15's GPU kernels on their own, against plain loops written here from PyTorch's
+// definitions (in double, except where PyTorch itself computes a coordinate in float): the
+// activations as a pass and as a bias+activation epilogue, pooling with ceil_mode and adaptive
+// windows, mul with per-channel broadcast, nearest and bilinear upsampling, and the depthwise
+// convolution with strides, dilations, padding, channel multipliers and odd plane sizes. The
+// same layers through netdefs, the GPU executor and the CPU reference are in test_gpu_layers.cpp.
+// Built where the GPU executor is; cases named "gpu: ..." skip without a GPU.
+#ifdef CNNRUN_HAVE_GPU
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "engine/gpu/activation.h"
+#include "engine/gpu/check.h"
+#include "engine/gpu/conv2d_depthwise.h"
+#include "engine/gpu/mul.h"
+#include "engine/gpu/pool2d.h"
+#include "engine/gpu/upsample.h"
+#include "tests/test_util.h"
+
+using namespace cnnrun;
+using namespace cnnrun::gpu;
+using test::gpu_present;
+
+namespace {
+
+// One stream per case, synchronised before any result is read.
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() { cudaStreamDestroy(s); }
+};
+
+std::vector<float> download(const DevBuf& b, size_t count, cudaStream_t s) {
+  std::vector<float> v(count);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  CUDA_CHECK(cudaMemcpy(v.data(), b.get(), count * sizeof(float), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+void check_close(const std::vector<float>& got, const std::vector<double>& want, double atol, double rtol,
+                 const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  size_t bad = got.size();
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double e = std::fabs(got[i] - want[i]);
+    if (!(e <= atol + rtol * std::fabs(want[i])) && (bad == got.size() || e > worst)) bad = i, worst = e;
+  }
+  INFO(what);
+  if (bad != got.size()) INFO("element " << bad << ": gpu " << got[bad] << ", expected " << want[bad]);
+  CHECK(bad == got.size());
+}
+
+double act_ref(const ActFn& a, double x) {
+  const double c = std::min(std::max(x + 3, 0.0), 6.0);
+  switch (a.kind) {
+    case Act::kIdentity:
+      return x;
+    case Act::kRelu:
+      return x > 0 ? x : 0;
+    case Act::kRelu6:
+      return std::min(std::max(x, 0.0), 6.0);
+    case Act::kLeakyRelu:
+      return x > 0 ? x : x * a.slope;
+    case Act::kHardswish:
+      return x * c / 6;
+    case Act::kHardsigmoid:
+      return c / 6;
+    case Act::kSilu:
+      return x / (1 + std::exp(-x));
+    case Act::kGelu:
+      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case Act::kGeluTanh:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case Act::kTanh:
+      return std::tanh(x);
+    case Act::kSigmoid:
+      return 1 / (1 + std::exp(-x));
+  }
+  return x;
+}
+
+const ActFn kActs[] = {{Act::kIdentity},
+                       {Act::kRelu},
+                       {Act::kRelu6},
+                       {Act::kLeakyRelu, 0.01f},
+                       {Act::kLeakyRelu, 0.2f},
+                       {Act::kHardswish},
+                       {Act::kHardsigmoid},
+                       {Act::kSilu},
+                       {Act::kGelu},
+                       {Act::kGeluTanh},
+                       {Act::kTanh},
+                       {Act::kSigmoid}};
+
+}  // namespace
+
+TEST_CASE("gpu: activation kernels vs PyTorch's formulas" * doctest::skip(!gpu_present())) {
+  Stream st;
+  // The kinks and clamps (-3, 0, 3, 6) exactly, both sides of them, and a spread up to +-12.
+  std::vector<float> x = {-3.f, 0.f, 3.f, 6.f, -2.999f, 2.999f, 6.001f, -6.f, 1e-7f, -1e-7f, 40.f, -40.f};
+  for (float v : test::random_floats(1001, 7, -12.f, 12.f)) x.push_back(v);
+  // Counts that take the float4 path (multiple of 4, aligned) and the scalar one (odd, and
+  // one float past an aligned start).
+  for (size_t count : {x.size() - x.size() % 4, x.size() - (x.size() % 4 == 1 ? 0 : x.size() % 4 - 1)}) {
+    for (size_t off : {size_t(0), size_t(1)}) {
+      if (off + count > x.size()) continue;
+      DevBuf in = upload(x.data(), x.size()), out(x.size() * sizeof(float));
+      for (const ActFn& a : kActs) {
+        launch_act(in.as<float>() + off, out.as<float>() + off, static_cast<int64_t>(count), a, st.s);
+        std::vector<float> got = download(out, x.size(), st.s);
+        got.erase(got.begin(), got.begin() + static_cast<long>(off));
+        got.resize(count);
+        std::vector<double> want(count);
+        for (size_t i = 0; i < count; ++i) want[i] = act_ref(a, x[i + off]);
+        check_close(got, want, 1e-6, 2e-6,
+                    act_fn_name(a) + " count " + std::to_string(count) + " offset " + std::to_string(off));
+      }
+    }
+  }
+  // In place, as the fused epilogue uses it.
+  DevBuf io = upload(x.data(), x.size());
+  launch_act(io.as<float>(), io.as<float>(), static_cast<int64_t>(x.size()), {Act::kHardswish}, st.s);
+  std::vector<double> want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) want[i] = act_ref({Act::kHardswish}, x[i]);
+  check_close(download(io, x.size(), st.s), want, 1e-6, 2e-6, "hardswish in place");
+}
+
+TEST_CASE("gpu: bias+activation epilogue kernel" * doctest::skip(!gpu_present())) {
+  Stream st;
+  struct Case {
+    int n, c, plane;
+  };
+  for (const Case& k : {Case{1, 1, 1}, Case{3, 17, 49}, Case{2, 5, 1000}, Case{7, 3, 300}}) {
+    const size_t count = size_t(k.n) * k.c * k.plane;
+    std::vector<float> y = test::random_floats(count, 11, -5.f, 5.f),
+                       b = test::random_floats(k.c, 12, -2.f, 2.f);
+    DevBuf bias = upload(b.data(), b.size());
+    for (const ActFn& a : kActs) {
+      for (bool with_bias : {true, false}) {
+        DevBuf d = upload(y.data(), y.size());
+        launch_bias_act(d.as<float>(), with_bias ? bias.as<float>() : nullptr, k.n, k.c, k.plane, a, st.s);
+        std::vector<double> want(count);
+        for (size_t i = 0; i < count; ++i)
+          want[i] = act_ref(a, double(with_bias ? y[i] + b[i / k.plane % k.c] : y[i]));
+        std::ostringstream what;
+        what << act_fn_name(a) << (with_bias ? " + bias" : "") << " n" << k.n << " c" << k.c << " plane "
+             << k.plane;
+        check_close(download(d, count, st.s), want, 1e-6, 2e-6, what.str());
+      }
+    }
+  }
+}
+
+namespace {
+
+// PyTorch's output size of a pooling window (pooling_output_shape).
+int pool_out(int in, int k, int s, int p, bool ceil_mode) {
+  int out = (in + 2 * p - k + (ceil_mode ? s - 1 : 0)) / s + 1;
+  if (ceil_mode && (out - 1) * s >= in + p) --out;
+  return out;
+}
+
+std::vector<double> pool_ref(const std::vector<float>& x, int n, const Pool2dArgs& a) {
+  std::vector<double> out;
+  for (int nc = 0; nc < n * a.channels; ++nc)
+    for (int oy = 0; oy < a.out_h; ++oy)
+      for (int ox = 0; ox < a.out_w; ++ox) {
+        int y0, y1, x0, x1, div;
+        if (a.adaptive) {
+          y0 = oy * a.in_h / a.out_h, y1 = ((oy + 1) * a.in_h + a.out_h - 1) / a.out_h;
+          x0 = ox * a.in_w / a.out_w, x1 = ((ox + 1) * a.in_w + a.out_w - 1) / a.out_w;
+          div = (y1 - y0) * (x1 - x0);
+        } else {
+          y0 = oy * a.stride_h - a.pad_h, x0 = ox * a.stride_w - a.pad_w;
+          y1 = std::min(y0 + a.kernel_h, a.in_h + a.pad_h), x1 = std::min(x0 + a.kernel_w, a.in_w + a.pad_w);
+          div = (y1 - y0) * (x1 - x0);
+          y0 = std::max(y0, 0), x0 = std::max(x0, 0), y1 = std::min(y1, a.in_h), x1 = std::min(x1, a.in_w);
+          if (!a.count_pad) div = (y1 - y0) * (x1 - x0);
+        }
+        double m = -INFINITY, s = 0;
+        for (int y = y0; y < y1; ++y)
+          for (int xx = x0; xx < x1; ++xx) {
+            const double v = x[(size_t(nc) * a.in_h + y) * a.in_w + xx];
+            m = std::max(m, v), s += v;
+          }
+        out.push_back(a.is_max ? m : s / div);
+      }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gpu: pool2d kernel: ceil_mode and adaptive windows" * doctest::skip(!gpu_present())) {
+  Stream st;
+  struct Fixed {
+    int h, w, k, s, p;
+  };
+  // Sizes where ceil_mode adds a partial last window (GoogLeNet's 3/2 on odd and even inputs),
+  // where it adds none, and where the last window would start in the padding (dropped).
+  const Fixed fixed[] = {{32, 32, 3, 2, 0}, {15, 15, 3, 2, 0}, {16, 16, 3, 2, 1}, {7, 9, 2, 2, 0},
+                         {5, 5, 3, 3, 1},   {13, 6, 3, 2, 1},  {1, 1, 1, 1, 0},   {11, 10, 4, 3, 2},
+                         {9, 9, 3, 1, 1},   {6, 6, 3, 2, 1}};
+  uint32_t seed = 40;
+  for (const Fixed& f : fixed)
+    for (bool ceil_mode : {false, true})
+      for (bool is_max : {true, false})
+        for (bool count_pad : {true, false}) {
+          if (is_max && !count_pad) continue;
+          Pool2dArgs a;
+          a.channels = 3, a.in_h = f.h, a.in_w = f.w, a.is_max = is_max, a.count_pad = count_pad;
+          a.kernel_h = a.kernel_w = f.k, a.stride_h = a.stride_w = f.s, a.pad_h = a.pad_w = f.p;
+          a.out_h = pool_out(f.h, f.k, f.s, f.p, ceil_mode),
+          a.out_w = pool_out(f.w, f.k, f.s, f.p, ceil_mode);
+          const int n = 2;
+          std::vector<float> x = test::random_floats(size_t(n) * 3 * f.h * f.w, seed++, -4.f, 1.f);
+          DevBuf in = upload(x.data(), x.size()), out(size_t(n) * 3 * a.out_h * a.out_w * sizeof(float));
+          launch_pool2d(in.as<float>(), out.as<float>(), n, a, st.s);
+          std::ostringstream what;
+          what << (is_max ? "max" : "avg") << " " << f.h << "x" << f.w << " k" << f.k << " s" << f.s << " p"
+               << f.p << (ceil_mode ? " ceil" : " floor") << (count_pad ? "" : " count_pad false") << " -> "
+               << a.out_h << "x" << a.out_w;
+          check_close(download(out, size_t(n) * 3 * a.out_h * a.out_w, st.s), pool_ref(x, n, a), 1e-6, 1e-6,
+                      what.str());
+        }
+  // The ceil_mode sizes themselves: GoogLeNet's 3/2 pools on 32 -> 16 (floor: 15).
+  CHECK(pool_out(32, 3, 2, 0, true) == 16);
+  CHECK(pool_out(32, 3, 2, 0, false) == 15);
+
+  struct Adaptive {
+    int h, w, oh, ow;
+  };
+  // Divisible, not divisible (overlapping windows), larger output than input, 1x1 (global).
+  const Adaptive adaptive[] = {{8, 8, 4, 4},  {7, 7, 7, 7}, {10, 13, 3, 4}, {5, 3, 7, 6},
+                               {9, 11, 1, 1}, {1, 1, 2, 3}, {14, 14, 6, 6}, {17, 5, 4, 2}};
+  for (const Adaptive& f : adaptive)
+    for (bool is_max : {true, false}) {
+      Pool2dArgs a;
+      a.channels = 5, a.in_h = f.h, a.in_w = f.w, a.out_h = f.oh, a.out_w = f.ow, a.is_max = is_max;
+      a.adaptive = true;
+      const int n = 3;
+      std::vector<float> x = test::random_floats(size_t(n) * 5 * f.h * f.w, seed++, -3.f, 3.f);
+      DevBuf in = upload(x.data(), x.size()), out(size_t(n) * 5 * f.oh * f.ow * sizeof(float));
+      launch_pool2d(in.as<float>(), out.as<float>(), n, a, st.s);
+      std::ostringstream what;
+      what << "adaptive " << (is_max ? "max " : "avg ") << f.h << "x" << f.w << " -> " << f.oh << "x" << f.ow;
+      check_close(download(out, size_t(n) * 5 * f.oh * f.ow, st.s), pool_ref(x, n, a), 1e-6, 1e-6,
+                  what.str());
+    }
+}
+
+TEST_CASE("gpu: mul kernel with per-channel broadcast" * doctest::skip(!gpu_present())) {
+  Stream st;
+  const int n = 3, c = 7, plane = 5 * 9;
+  const size_t full = size_t(n) * c * plane, chan = size_t(n) * c;
+  std::vector<std::vector<float>> host;
+  for (uint32_t k = 0; k < 10; ++k)
+    host.push_back(test::random_floats(k % 3 == 1 ? chan : full, 60 + k, -2.f, 2.f));
+  std::vector<DevBuf> dev;
+  for (auto& h : host) dev.push_back(upload(h.data(), h.size()));
+  // Two inputs either way round, three, and ten (two launches).
+  for (int count : {2, 3, 10}) {
+    for (bool swap : {false, true}) {
+      std::vector<int> order(static_cast<size_t>(count));
+      for (int i = 0; i < count; ++i) order[static_cast<size_t>(i)] = i;
+      if (swap) std::swap(order[0], order[1]);
+      std::vector<MulInput> in;
+      for (int i : order) in.push_back({dev[size_t(i)].as<float>(), i % 3 == 1});
+      DevBuf out(full * sizeof(float));
+      launch_mul(in, out.as<float>(), n, c, plane, st.s);
+      std::vector<double> want(full);
+      for (size_t e = 0; e < full; ++e) {
+        float p = 0;  // the float product, left to right, as the kernel and the CPU round it
+        for (size_t k = 0; k < order.size(); ++k) {
+          const int i = order[k];
+          const float v = host[size_t(i)][i % 3 == 1 ? e / plane : e];
+          p = k == 0 ? v : p * v;
+        }
+        want[e] = p;
+      }
+      check_close(download(out, full, st.s), want, 0, 0,
+                  std::to_string(count) + " inputs" + (swap ? ", broadcast one first" : ""));
+    }
+  }
+  // In place into the full-size first input (the executor may alias the output with it).
+  DevBuf a = upload(host[0].data(), full);
+  launch_mul({{a.as<float>(), false}, {dev[1].as<float>(), true}}, a.as<float>(), n, c, plane, st.s);
+  std::vector<double> want(full);
+  for (size_t e = 0; e < full; ++e) want[e] = host[0][e] * host[1][e / plane];
+  check_close(download(a, full, st.s), want, 0, 0, "in place");
+}
+
+TEST_CASE("gpu: upsample kernel: nearest and bilinear, align_corners" * doctest::skip(!gpu_present())) {
+  Stream st;
+  struct Case {
+    int h, w, fh, fw;
+  };
+  const Case cases[] = {{4, 4, 2, 2}, {5, 7, 2, 2}, {3, 5, 3, 3}, {1, 1, 4, 4},
+                        {6, 4, 1, 3}, {7, 7, 1, 1}, {2, 9, 5, 2}};
+  uint32_t seed = 80;
+  for (const Case& k : cases)
+    for (int mode = 0; mode < 3; ++mode) {  // nearest, bilinear, bilinear with align_corners
+      UpsampleArgs a;
+      a.channels = 3, a.in_h = k.h, a.in_w = k.w, a.factor_h = k.fh, a.factor_w = k.fw;
+      a.out_h = k.h * k.fh, a.out_w = k.w * k.fw;
+      a.bilinear = mode > 0, a.align_corners = mode == 2;
+      const int n = 2;
+      std::vector<float> x = test::random_floats(size_t(n) * 3 * k.h * k.w, seed++, -1.f, 1.f);
+      std::vector<double> want;
+      // PyTorch's source coordinate, the ratio in float as it computes it, the rest in double.
+      auto src = [&](int o, int in, int factor, double& l1) {
+        const int out = in * factor;
+        const float ratio =
+            a.align_corners ? (out > 1 ? float(in - 1) / float(out - 1) : 0.f) : 1.f / float(factor);
+        const double s = a.align_corners ? double(ratio) * o : std::max(double(ratio) * (o + 0.5) - 0.5, 0.0);
+        const int i0 = std::min(int(s), in - 1);
+        l1 = s - i0;
+        return i0;
+      };
+      for (int nc = 0; nc < n * 3; ++nc)
+        for (int oy = 0; oy < a.out_h; ++oy)
+          for (int ox = 0; ox < a.out_w; ++ox) {
+            auto at = [&](int y, int xx) { return double(x[(size_t(nc) * k.h + y) * k.w + xx]); };
+            if (!a.bilinear) {
+              want.push_back(at(oy / k.fh, ox / k.fw));
+              continue;
+            }
+            double ly, lx;
+            const int y0 = src(oy, k.h, k.fh, ly), x0 = src(ox, k.w, k.fw, lx);
+            const int y1 = y0 + (y0 < k.h - 1), x1 = x0 + (x0 < k.w - 1);
+            want.push_back((1 - ly) * ((1 - lx) * at(y0, x0) + lx * at(y0, x1)) +
+                           ly * ((1 - lx) * at(y1, x0) + lx * at(y1, x1)));
+          }
+      DevBuf in = upload(x.data(), x.size()), out(want.size() * sizeof(float));
+      launch_upsample(in.as<float>(), out.as<float>(), n, a, st.s);
+      std::ostringstream what;
+      what << (mode == 0   ? "nearest "
+               : mode == 1 ? "bilinear "
+                           : "bilinear align_corners ")
+           << k.h << "x" << k.w << " x" << k.fh << "," << k.fw;
+      check_close(download(out, want.size(), st.s), want, 2e-6, 1e-5, what.str());
+    }
+  // An output that is not the input times the factors is refused, not read out of bounds.
+  UpsampleArgs bad;
+  bad.channels = 1, bad.in_h = bad.in_w = 4, bad.factor_h = bad.factor_w = 2, bad.out_h = 8, bad.out_w = 9;
+  CHECK_THROWS_AS(launch_upsample(nullptr, nullptr, 1, bad, st.s), Error);
+}
+
+namespace {
+
+std::vector<double> depthwise_ref(const std::vector<float>& x, const std::vector<float>& w,
+                                  const std::vector<float>& b, int n, const DepthwiseArgs& a,
+                                  const ActFn& act) {
+  std::vector<double> y;
+  const int mult = a.filters / a.channels;
+  for (int img = 0; img < n; ++img)
+    for (int f = 0; f < a.filters; ++f)
+      for (int oy = 0; oy < a.out_h; ++oy)
+        for (int ox = 0; ox < a.out_w; ++ox) {
+          double s = b.empty() ? 0 : b[size_t(f)];
+          for (int ky = 0; ky < a.kernel_h; ++ky)
+            for (int kx = 0; kx < a.kernel_w; ++kx) {
+              const int iy = oy * a.stride_h - a.pad_h + ky * a.dilation_h;
+              const int ix = ox * a.stride_w - a.pad_w + kx * a.dilation_w;
+              if (iy < 0 || iy >= a.in_h || ix < 0 || ix >= a.in_w) continue;
+              s += double(x[((size_t(img) * a.channels + f / mult) * a.in_h + iy) * a.in_w + ix]) *
+                   w[(size_t(f) * a.kernel_h + ky) * a.kernel_w + kx];
+            }
+          y.push_back(act_ref(act, s));
+        }
+  return y;
+}
+
+}  // namespace
+
+TEST_CASE("gpu: depthwise convolution kernel vs plain loops" * doctest::skip(!gpu_present())) {
+  Stream st;
+  struct Case {
+    int c, mult, h, w, kh, kw, sh, sw, ph, pw, dh, dw, n;
+  };
+  // MobileNet's 3x3 stride 1 and 2, EfficientNet's 5x5, 7x7 planes packed several to a block,
+  // planes cut into row tiles (70x45), stride and dilation together, non-square everything,
+  // a channel multiplier of 2 and 3, 1x1, and a 1x1 input with padding.
+  const Case cases[] = {
+      {32, 1, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 3},  {24, 1, 17, 15, 3, 3, 2, 2, 1, 1, 1, 1, 2},
+      {40, 1, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 3},    {40, 1, 14, 14, 5, 5, 2, 2, 2, 2, 1, 1, 1},
+      {96, 1, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 5},    {5, 1, 70, 45, 3, 3, 1, 1, 1, 1, 1, 1, 2},
+      {7, 1, 23, 19, 3, 3, 2, 1, 2, 2, 2, 2, 3},   {6, 2, 13, 11, 3, 5, 1, 2, 1, 2, 3, 1, 2},
+      {4, 3, 10, 12, 7, 7, 2, 2, 3, 3, 1, 1, 2},   {9, 1, 8, 8, 1, 1, 1, 1, 0, 0, 1, 1, 4},
+      {3, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7},     {17, 1, 29, 31, 3, 3, 1, 1, 2, 2, 2, 2, 1},
+      {33, 1, 112, 112, 3, 3, 2, 2, 1, 1, 1, 1, 1}};
+  uint32_t seed = 200;
+  int k = 0;
+  for (const Case& c : cases) {
+    DepthwiseArgs a;
+    a.channels = c.c, a.filters = c.c * c.mult, a.in_h = c.h, a.in_w = c.w;
+    a.kernel_h = c.kh, a.kernel_w = c.kw, a.stride_h = c.sh, a.stride_w = c.sw, a.pad_h = c.ph,
+    a.pad_w = c.pw;
+    a.dilation_h = c.dh, a.dilation_w = c.dw;
+    a.out_h = (c.h + 2 * c.ph - c.dh * (c.kh - 1) - 1) / c.sh + 1;
+    a.out_w = (c.w + 2 * c.pw - c.dw * (c.kw - 1) - 1) / c.sw + 1;
+    DepthwiseConfig cfg = depthwise_config(a);
+    REQUIRE(cfg.ok);
+    const ActFn act = kActs[size_t(k++) % (sizeof(kActs) / sizeof(kActs[0]))];
+    const bool with_bias = k % 3 != 0;
+    std::vector<float> x = test::random_floats(size_t(c.n) * c.c * c.h * c.w, seed++, -1.f, 1.f);
+    std::vector<float> w = test::random_floats(size_t(a.filters) * c.kh * c.kw, seed++, -0.5f, 0.5f);
+    std::vector<float> b =
+        with_bias ? test::random_floats(size_t(a.filters), seed++, -0.5f, 0.5f) : std::vector<float>();
+    std::vector<double> want = depthwise_ref(x, w, b, c.n, a, act);
+    DevBuf dx = upload(x.data(), x.size()), dw = upload(w.data(), w.size()), db = upload(b.data(), b.size());
+    DevBuf dy(want.size() * sizeof(float));
+    launch_conv_depthwise(cfg, a, dx.as<float>(), dw.as<float>(), with_bias ? db.as<float>() : nullptr,
+                          dy.as<float>(), c.n, act, st.s);
+    std::ostringstream what;
+    what << "C" << c.c << " x" << c.mult << " " << c.h << "x" << c.w << " k" << c.kh << "x" << c.kw << " s"
+         << c.sh << "x" << c.sw << " p" << c.ph << "x" << c.pw << " d" << c.dh << "x" << c.dw << " n" << c.n
+         << " " << act_fn_name(act) << (with_bias ? " bias" : "") << ": tile " << cfg.planes << " planes x "
+         << cfg.rows << " rows";
+    check_close(download(dy, want.size(), st.s), want, 1e-5, 1e-5, what.str());
+  }
+}
+
+TEST_CASE("depthwise_config packs small planes, tiles large ones and refuses what does not fit") {
+  DepthwiseArgs a;
+  a.channels = a.filters = 96, a.kernel_h = a.kernel_w = 3, a.pad_h = a.pad_w = 1;
+  a.in_h = a.in_w = a.out_h = a.out_w = 7;
+  DepthwiseConfig c = depthwise_config(a);
+  REQUIRE(c.ok);
+  CHECK(c.planes > 1);  // 49 outputs a plane: several planes per block
+  CHECK(c.rows == 7);
+  CHECK(c.row_tiles == 1);
+  a.in_h = a.in_w = a.out_h = a.out_w = 112;
+  c = depthwise_config(a);
+  REQUIRE(c.ok);
+  CHECK(c.planes == 1);
+  CHECK(c.rows < 112);
+  CHECK(c.row_tiles == (112 + c.rows - 1) / c.rows);
+  CHECK(c.patch_h == c.rows + 2);
+  CHECK(c.patch_w == 114);
+  CHECK(c.smem <= (48u << 10));
+  a.in_w = a.out_w = 20000;  // one row of patch is 80 KB
+  c = depthwise_config(a);
+  CHECK(!c.ok);
+  CHECK(c.why.find("shared memory") != std::string::npos);
+  a.in_w = a.out_w = 7;
+  a.filters = 100;  // not a multiple of the 96 channels
+  c = depthwise_config(a);
+  CHECK(!c.ok);
+  CHECK(c.why.find("multiple") != std::string::npos);
+}
+
+#endif  // CNNRUN_HAVE_GPU
