@@ -8,35 +8,9 @@
 #include <cstdlib>
 #include <set>
 
-#include "engine/layers/activation.h"
-#include "engine/layers/batchnorm.h"
-#include "engine/layers/conv.h"
-#include "engine/layers/fc.h"
-#include "engine/layers/merge.h"
-#include "engine/layers/pool.h"
-#include "engine/layers/simple.h"
 #include "engine/yaml_util.h"
 
 namespace cnnrun {
-
-const std::map<std::string, LayerFactory>& layer_registry() {
-  static const std::map<std::string, LayerFactory> reg = {
-      {"conv", [] { return std::make_unique<ConvLayer>(); }},
-      {"relu", [] { return std::make_unique<ActivationLayer>(ActKind::kRelu); }},
-      {"tanh", [] { return std::make_unique<ActivationLayer>(ActKind::kTanh); }},
-      {"sigmoid", [] { return std::make_unique<ActivationLayer>(ActKind::kSigmoid); }},
-      {"maxpool", [] { return std::make_unique<PoolLayer>(PoolMode::kMax); }},
-      {"avgpool", [] { return std::make_unique<PoolLayer>(PoolMode::kAvg); }},
-      {"fc", [] { return std::make_unique<FcLayer>(); }},
-      {"flatten", [] { return std::make_unique<FlattenLayer>(); }},
-      {"softmax", [] { return std::make_unique<SoftmaxLayer>(); }},
-      {"dropout", [] { return std::make_unique<DropoutLayer>(); }},
-      {"batchnorm", [] { return std::make_unique<BatchnormLayer>(); }},
-      {"add", [] { return std::make_unique<AddLayer>(); }},
-      {"concat", [] { return std::make_unique<ConcatLayer>(); }},
-  };
-  return reg;
-}
 
 int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad, const char* dim) {
   int64_t padded = checked_add(in, checked_mul(2, pad, "padded size"), "padded size");

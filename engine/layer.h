@@ -1,8 +1,9 @@
 // The layer interface. A layer type is one file pair under engine/layers/: a parameter struct
 // that every executor (CPU reference, GPU algorithms) reads, and a Layer subclass that parses
 // those parameters from the netdef, infers its output shape and names the weights it needs.
-// Executors keep their own registries from type name to forward function, so adding a layer
-// type never touches the parser or another layer (like ncnn's src/layer/).
+// The types are listed once, in layer_types.h; the parser and every executor index that list
+// by LayerKind, so adding a layer type never touches the parser or another layer (like ncnn's
+// src/layer/).
 #pragma once
 
 #include <functional>
@@ -13,6 +14,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
+#include "engine/layer_types.h"
 
 namespace YAML {
 class Node;
@@ -58,10 +60,9 @@ class ParamReader {
 // Capability flags, so executors ask what a layer can do instead of comparing type names.
 enum LayerCaps : unsigned {
   kCapWeights = 1u << 0,     // needs weights from the weights file
-  kCapActivation = 1u << 1,  // elementwise activation: can be fused into a producer's epilogue
-  kCapIdentity = 1u << 2,    // output == input at inference (dropout, flatten's data)
-  kCapFoldable = 1u << 3,    // an affine per-channel op that can be folded into conv/fc (batchnorm)
-  kCapFoldTarget = 1u << 4,  // conv/fc: can absorb a following kCapFoldable layer
+  kCapIdentity = 1u << 1,    // output == input at inference (dropout, flatten's data)
+  kCapFoldable = 1u << 2,    // an affine per-channel op that can be folded into conv/fc (batchnorm)
+  kCapFoldTarget = 1u << 3,  // conv/fc: can absorb a following kCapFoldable layer
 };
 
 struct WeightSpec {
@@ -87,9 +88,11 @@ class Layer {
   virtual int min_inputs() const { return 1; }
   virtual int max_inputs() const { return 1; }
 
+  // Set by the type's factory (layer_types()).
+  LayerKind kind = LayerKind::kConv;
+  std::string type;  // the netdef name of `kind`, for messages
   // Filled by the netdef loader.
   std::string name;
-  std::string type;
   SourceLoc loc;                         // the layer's map in the netdef
   std::vector<std::string> input_names;  // as written (or the previous layer)
   std::vector<SourceLoc> input_locs;
@@ -109,10 +112,18 @@ class Layer {
   std::string tensor_name(const std::string& n) const;
 };
 
-using LayerFactory = std::function<std::unique_ptr<Layer>()>;
-
-// type name -> factory; one line per layer type in layer_registry.cpp.
-const std::map<std::string, LayerFactory>& layer_registry();
+// The layer's concrete class, for an executor that has dispatched on l.kind (the class of each
+// kind is in layer_types.h); a mismatch is a programming error, reported rather than undefined.
+template <class T>
+const T& layer_as(const Layer& l) {
+  const T* p = dynamic_cast<const T*>(&l);
+  if (!p) throw Error("layer '" + l.name + "' (" + l.type + "): unexpected layer class for its kind");
+  return *p;
+}
+template <class T>
+T& layer_as(Layer& l) {
+  return const_cast<T&>(layer_as<T>(static_cast<const Layer&>(l)));
+}
 
 // Output size of a sliding window: floor((in + 2*pad - k) / stride) + 1; throws if < 1.
 int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad, const char* dim);

@@ -4,6 +4,7 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -319,7 +320,6 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
   top.finish();
 
   // Pass 1: create layers and read their parameters.
-  const auto& reg = layer_registry();
   std::vector<std::unique_ptr<Layer>> L;
   std::map<std::string, size_t> by_name;
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -333,10 +333,11 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
       fail_at(tn ? yaml_loc(file, tn) : loc, lname.empty() ? "#" + std::to_string(i + 1) : lname, "", "type",
               "missing; expected one of the layer types");
     std::string type = tn.Scalar();
-    auto f = reg.find(type);
-    if (f == reg.end()) {
+    const LayerType* lt = find_layer_type(type);
+    if (!lt) {
       std::vector<std::string> types;
-      for (const auto& kv : reg) types.push_back(kv.first);
+      for (const LayerType& t : layer_types()) types.push_back(t.name);
+      std::sort(types.begin(), types.end());
       fail_at(yaml_loc(file, tn), lname, "", "type",
               "unknown layer type '" + type + "'" + suggest(type, types));
     }
@@ -344,9 +345,8 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
       if (ln["name"]) fail_at(yaml_loc(file, ln["name"]), "", type, "name", "expected a string");
       lname = type + std::to_string(i + 1);
     }
-    auto layer = f->second();
+    std::unique_ptr<Layer> layer = lt->make();
     layer->name = lname;
-    layer->type = type;
     layer->loc = loc;
     if (lname == kInputName)
       fail_at(yaml_loc(file, ln["name"]), lname, type, "name", "'input' is reserved for the network input");
@@ -359,7 +359,7 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
     r.mark_used("type");
     r.mark_used("inputs");
     if (YAML::Node a = ln["algo"]) {
-      if (!(layer->caps() & kCapFoldTarget) || type != "conv") r.fail("algo", "only conv layers take 'algo'");
+      if (layer->kind != LayerKind::kConv) r.fail("algo", "only conv layers take 'algo'");
       r.mark_used("algo");
       std::string v = a.IsScalar() ? a.Scalar() : "";
       if (v != "auto" && v != "im2col" && v != "implicit" && v != "cudnn")

@@ -11,12 +11,9 @@ using namespace cnnrun;
 
 namespace {
 
-const char* kHead = R"(input: {channels: 3, height: 8, width: 8}
-classes: [a, b, c, d]
-layers:
-)";
+const char* const kHead = test::kSmallHead;
 
-Network parse(const std::string& layers) { return parse_netdef_string(kHead + layers, "t.yaml"); }
+Network parse(const std::string& layers) { return test::parse_layers(layers); }
 
 std::string error_of(const std::string& text) {
   try {

@@ -37,7 +37,6 @@ class ActivationLayer : public Layer {
   ActivationParams p;
   void parse(ParamReader&) override {}
   Shape infer_shape(const std::vector<Shape>& in) const override { return in[0]; }
-  unsigned caps() const override { return kCapActivation; }
 };
 
 }  // namespace cnnrun
