@@ -11,6 +11,7 @@
 #include "engine/layers/merge.h"
 #include "engine/layers/pool.h"
 #include "engine/layers/simple.h"
+#include "engine/layers/upsample.h"
 
 namespace cnnrun {
 

@@ -32,6 +32,12 @@
   X(kRelu,       "relu",       ActivationLayer,  (ActKind::kRelu),     forward_activation,  kAct)      \
   X(kTanh,       "tanh",       ActivationLayer,  (ActKind::kTanh),     forward_activation,  kAct)      \
   X(kSigmoid,    "sigmoid",    ActivationLayer,  (ActKind::kSigmoid),  forward_activation,  kAct)      \
+  X(kRelu6,      "relu6",      ActivationLayer,  (ActKind::kRelu6),    forward_activation,  kAct)      \
+  X(kLeakyRelu,  "leaky_relu", ActivationLayer,  (ActKind::kLeakyRelu), forward_activation, kAct)      \
+  X(kHardswish,  "hardswish",  ActivationLayer,  (ActKind::kHardswish), forward_activation, kAct)      \
+  X(kHardsigmoid, "hardsigmoid", ActivationLayer, (ActKind::kHardsigmoid), forward_activation, kAct)   \
+  X(kSilu,       "silu",       ActivationLayer,  (ActKind::kSilu),     forward_activation,  kAct)      \
+  X(kGelu,       "gelu",       ActivationLayer,  (ActKind::kGelu),     forward_activation,  kAct)      \
   X(kMaxpool,    "maxpool",    PoolLayer,        (PoolMode::kMax),     forward_pool,        kPool)     \
   X(kAvgpool,    "avgpool",    PoolLayer,        (PoolMode::kAvg),     forward_pool,        kPool)     \
   X(kFc,         "fc",         FcLayer,          (),                   forward_fc,          kFc)       \
@@ -40,7 +46,9 @@
   X(kDropout,    "dropout",    DropoutLayer,     (),                   forward_copy,        kIdentity) \
   X(kBatchnorm,  "batchnorm",  BatchnormLayer,   (),                   forward_batchnorm,   kAffine)   \
   X(kAdd,        "add",        AddLayer,         (),                   forward_add,         kAdd)      \
-  X(kConcat,     "concat",     ConcatLayer,      (),                   forward_concat,      kConcat)
+  X(kConcat,     "concat",     ConcatLayer,      (),                   forward_concat,      kConcat)   \
+  X(kMul,        "mul",        MulLayer,         (),                   forward_mul,         kMul)      \
+  X(kUpsample,   "upsample",   UpsampleLayer,    (),                   forward_upsample,    kUpsample)
 // clang-format on
 
 namespace cnnrun {

@@ -52,6 +52,9 @@ void forward_batchnorm(const Layer& l, const std::vector<const float*>& in, int6
 void forward_add(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace& ws);
 void forward_concat(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out,
                     Workspace& ws);
+void forward_mul(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace& ws);
+void forward_upsample(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out,
+                      Workspace& ws);
 
 // The forward function of a layer: the table built from CNNRUN_LAYER_TYPES, indexed by l.kind.
 ForwardFn forward_fn(const Layer& l);
