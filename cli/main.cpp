@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -48,7 +49,7 @@ struct Options {
   int streams = 0, threads = 0;
   int repeat = 1;  // timed runs; the report keeps the median
   // What an ONNX model does not carry (cnnrun import, or running an .onnx directly).
-  std::string mean, std, scale, shift, classes, name, data_format;
+  std::string mean, std, scale, shift, classes, name;
 };
 
 bool is_onnx(const std::string& path) {
@@ -110,9 +111,7 @@ ImportOptions import_options(const Options& o, const std::string& base) {
       long long n = std::strtoll(o.classes.c_str(), nullptr, 10);
       if (n < 1 || o.classes.size() > 9)
         throw Error("--classes " + o.classes + ": expected a positive count or a file");
-      io.classes = "[";
-      for (long long k = 0; k < n; ++k) io.classes += (k ? ", " : "") + yaml_quote(std::to_string(k));
-      io.classes += "]";
+      io.classes = std::to_string(n);
     } else {
       std::ifstream f(o.classes);
       if (!f) throw Error("--classes " + o.classes + ": not a count and no such file");
@@ -136,24 +135,33 @@ ImportOptions import_options(const Options& o, const std::string& base) {
       return yaml_quote(ec ? p : r.string());
     };
     std::string fmt = o.data_format;
+    const std::string first = o.data.substr(0, o.data.find(','));
+    auto ends = [&](const char* e) {
+      size_t n = std::strlen(e);
+      return first.size() > n && first.compare(first.size() - n, n, e) == 0;
+    };
     if (fmt.empty()) {
-      if (o.data.find(',') != std::string::npos)
+      if (ends(".npy"))
+        fmt = "npy";
+      else if (o.data.find(',') != std::string::npos)
         fmt = "idx";
-      else if (fs::is_directory(o.data) ||
-               (o.data.size() > 4 && o.data.compare(o.data.size() - 4, 4, ".bin") == 0))
+      else if (fs::is_directory(o.data) || ends(".bin"))
         fmt = "cifar10";
       else
-        throw Error("--data " + o.data + ": give --data-format (cifar10 or idx) to write it into the netdef");
+        throw Error("--data " + o.data +
+                    ": give --data-format (cifar10, idx or npy) to write it into the netdef");
     }
+    size_t comma = o.data.find(',');
     if (fmt == "cifar10") {
       io.data = "{format: cifar10, path: " + rel(o.data) + "}";
-    } else if (fmt == "idx") {
-      size_t comma = o.data.find(',');
-      if (comma == std::string::npos) throw Error("--data " + o.data + ": idx needs IMAGES,LABELS");
-      io.data = "{format: idx, images: " + rel(o.data.substr(0, comma)) +
-                ", labels: " + rel(o.data.substr(comma + 1)) + "}";
+    } else if (fmt == "idx" || fmt == "npy") {
+      if (comma == std::string::npos && fmt == "idx")
+        throw Error("--data " + o.data + ": idx needs IMAGES,LABELS");
+      io.data = "{format: " + fmt + ", images: " + rel(o.data.substr(0, comma));
+      if (comma != std::string::npos) io.data += ", labels: " + rel(o.data.substr(comma + 1));
+      io.data += "}";
     } else {
-      throw Error("--data-format " + fmt + ": expected cifar10 or idx");
+      throw Error("--data-format " + fmt + ": cnnrun import writes cifar10, idx or npy data sections");
     }
   }
   return io;
@@ -443,7 +451,8 @@ int main(int argc, char** argv) {
   imp->add_option("out", imp_out, "the netdef to write (.yaml)")->required();
   add_import_options(imp);
   imp->add_option("--data", o.data,
-                  "the data set the netdef names (a CIFAR-10 file or directory, or IDX IMAGES,LABELS)");
+                  "the data set the netdef names (a CIFAR-10 file or directory, IDX IMAGES,LABELS, or .npy "
+                  "IMAGES[,LABELS])");
   imp->add_option("--data-format", o.data_format,
                   "the --data format: cifar10 or idx (default: from the path)");
 

@@ -35,9 +35,12 @@ class Skip(Exception):
 
 def load_pb(path):
     t = onnx.TensorProto()
-    with open(path, "rb") as f:
-        t.ParseFromString(f.read())
-    return numpy_helper.to_array(t)
+    try:
+        with open(path, "rb") as f:
+            t.ParseFromString(f.read())
+        return numpy_helper.to_array(t)
+    except Exception as e:  # sequences, optionals, strings: not tensors cnnrun could take
+        raise Skip(f"{os.path.basename(path)} is not a numeric tensor ({type(e).__name__})")
 
 
 def data_sets(case):
@@ -63,6 +66,8 @@ def run_case(binary, case, engine, tmp):
         raise Skip("no test data set")
     worst = 0.0
     for set_name, ins, outs in sets:
+        if not ins:
+            raise Skip("the case has no input")
         if len(ins) != len(graph_inputs):
             raise Skip(f"{len(ins)} input files for {len(graph_inputs)} graph inputs")
         if len(outs) != 1:
@@ -80,7 +85,8 @@ def run_case(binary, case, engine, tmp):
         path = os.path.join(tmp, "model.onnx")
         onnx.save(m, path)
         xin = os.path.join(tmp, "x.npy")
-        np.save(xin, np.ascontiguousarray(x))
+        # cnnrun holds an N x F batch as N x F x 1 x 1.
+        np.save(xin, np.ascontiguousarray(x.reshape(x.shape + (1, 1)) if x.ndim == 2 else x))
         # Import first: a refusal (every message starting with the model's path) is a skip with its
         # reason; a netdef the importer wrote that does not load or run is a failure.
         netdef = os.path.join(tmp, "net.yaml")

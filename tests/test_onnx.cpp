@@ -240,26 +240,78 @@ layers:
 TEST_CASE("onnx: one error lists every unsupported node, op and attribute") {
   ModelBuilder b;
   b.input("x", {1, 4, 8, 8});
-  b.init("w", {4, 2, 3, 3}, std::vector<float>(72, 0.1f));
-  attr_int(b.node("Conv", "grouped", {"x", "w"}, {"a"}), "group", 2);
+  b.init("w", {4, 4, 3, 3}, std::vector<float>(144, 0.1f));
+  auto& lop = b.node("Conv", "lopsided", {"x", "w"}, {"a"});
+  attr_ints(lop, "pads", {2, 1, 0, 1});
   b.node("LRN", "norm", {"x"}, {"b"});
-  b.init("w2", {4, 4, 3, 3}, std::vector<float>(144, 0.1f));
-  attr_ints(b.node("Conv", "dilated", {"x", "w2"}, {"c"}), "dilations", {2, 2});
+  auto& cl = b.node("Clip", "clip", {"x"}, {"c0"});
+  auto* lo = cl.add_attribute();  // opset 13: min/max are inputs, so an attribute is unknown
+  lo->set_name("min");
+  lo->set_type(onnx::AttributeProto::FLOAT);
   auto& mp = b.node("MaxPool", "pool", {"x"}, {"d"});
   attr_ints(mp, "kernel_shape", {2, 2});
-  attr_int(mp, "ceil_mode", 1);
+  attr_ints(mp, "dilations", {2, 2});
   attr_int(mp, "funny", 3);
-  b.node("Sum", "sum", {"a", "b", "c", "d"}, {"y"});
+  b.node("Sum", "sum", {"a", "b", "c0", "d"}, {"y"});
   b.output("y");
   std::string e = import_error(b.bytes());
   INFO(e);
-  CHECK(e.find("cannot import 6 thing(s)") != std::string::npos);
-  CHECK(e.find("node 'grouped' (Conv): group 2") != std::string::npos);
+  CHECK(e.find("cannot import 7 thing(s)") != std::string::npos);
+  CHECK(e.find("node 'lopsided' (Conv): pads [2, 1, 0, 1] (cnnrun pads both sides of a dimension alike)") !=
+        std::string::npos);
   CHECK(e.find("node 'norm' (LRN): op LRN is not supported") != std::string::npos);
-  CHECK(e.find("node 'dilated' (Conv): dilations [2, 2]") != std::string::npos);
-  CHECK(e.find("node 'pool' (MaxPool): ceil_mode 1") != std::string::npos);
+  CHECK(e.find("node 'clip' (Clip): attribute 'min' is not supported") != std::string::npos);
+  CHECK(e.find("node 'clip' (Clip): Clip(-inf, inf) (cnnrun has Clip(0, 6) as relu6") != std::string::npos);
+  CHECK(e.find("node 'pool' (MaxPool): dilations [2, 2] (cnnrun's pools take none)") != std::string::npos);
   CHECK(e.find("node 'pool' (MaxPool): attribute 'funny' is not supported") != std::string::npos);
   CHECK(e.find("node 'sum' (Sum): op Sum is not supported") != std::string::npos);
+}
+
+TEST_CASE("onnx: grouped and dilated conv, ceil_mode, Clip(0, 6), LeakyRelu, Mul by C x 1 x 1, Resize") {
+  ModelBuilder b(13);
+  b.input("x", {0, 4, 7, 7});
+  b.init("dw", {8, 1, 3, 3}, test::random_floats(72, 1));
+  auto& c = b.node("Conv", "dwconv", {"x", "dw"}, {"a"});
+  attr_int(c, "group", 4);
+  attr_ints(c, "dilations", {2, 2});
+  attr_ints(c, "pads", {2, 2, 2, 2});
+  b.init("zero", {}, {0.f});
+  b.init("six", {}, {6.f});
+  b.node("Clip", "relu6", {"a", "zero", "six"}, {"b"});
+  auto& mp = b.node("MaxPool", "pool", {"b"}, {"p"});
+  attr_ints(mp, "kernel_shape", {2, 2});
+  attr_ints(mp, "strides", {2, 2});
+  attr_int(mp, "ceil_mode", 1);
+  b.node("GlobalAveragePool", "squeeze", {"p"}, {"s"});
+  auto* lr = b.node("LeakyRelu", "leaky", {"s"}, {"t"}).add_attribute();
+  lr->set_name("alpha");
+  lr->set_type(onnx::AttributeProto::FLOAT);
+  lr->set_f(0.125f);
+  b.node("Mul", "excite", {"p", "t"}, {"m"});
+  b.init("roi", {0}, {});
+  b.init("scales", {4}, {1.f, 1.f, 2.f, 2.f});
+  auto& rs = b.node("Resize", "up", {"m", "roi", "scales"}, {"y"});
+  auto* md = rs.add_attribute();
+  md->set_name("mode");
+  md->set_type(onnx::AttributeProto::STRING);
+  md->set_s("nearest");
+  b.output("y");
+  ImportResult r = import_onnx_bytes(b.bytes(), "m.onnx", "", {});
+  INFO(r.netdef);
+  CHECK(
+      r.netdef.find("- {name: \"dwconv\", type: conv, filters: 8, kernel: 3, pad: 2, dilation: 2, groups: 4, "
+                    "bias: false, tensors: {weight: \"dw\"}}") != std::string::npos);
+  CHECK(r.netdef.find("- {name: \"relu6\", type: relu6}") != std::string::npos);
+  CHECK(r.netdef.find("- {name: \"pool\", type: maxpool, size: 2, stride: 2, ceil_mode: true}") !=
+        std::string::npos);
+  CHECK(r.netdef.find("- {name: \"leaky\", type: leaky_relu, slope: 0.125}") != std::string::npos);
+  CHECK(r.netdef.find("- {name: \"excite\", type: mul, inputs: [\"pool\", \"leaky\"]}") != std::string::npos);
+  CHECK(r.netdef.find("- {name: \"up\", type: upsample, scale: 2, mode: nearest}") != std::string::npos);
+  // The netdef parses: 7x7 -> conv (dilated, padded) 7x7 -> ceil pool 4x4 -> upsampled 8x8.
+  Network net = parse_netdef_string(r.netdef, "m.yaml");
+  load_weights_from(net, r.tensors, "m.onnx");
+  CHECK(net.layers[static_cast<size_t>(net.output)]->out_shape == Shape{8, 8, 8});
+  CHECK(net.num_classes() == 8 * 8 * 8);
 }
 
 TEST_CASE("onnx: bad models are one clear error naming the node or tensor") {
@@ -329,7 +381,7 @@ TEST_CASE("onnx: bad models are one clear error naming the node or tensor") {
     b.node("Conv", "conv7", {"x", "w"}, {"y"});
     b.output("y");
     CHECK(import_error(b.bytes()) ==
-          "m.onnx: node 'conv7' (Conv): W [4, 5, 3, 3] expects 5 input channels, X has 3");
+          "m.onnx: node 'conv7' (Conv): W [4, 5, 3, 3] with group 1 expects 5 input channels, X has 3");
   }
 }
 

@@ -157,8 +157,12 @@ class Importer {
   void gemm(Node& nd, const Val& x);
   void matmul(Node& nd, const Val& x);
   void reshape(Node& nd, const Val& x);
-  bool window(Node& nd, const Val& x, int64_t kh, int64_t kw, bool allow_ceil, int64_t& sh, int64_t& sw,
-              int64_t& ph, int64_t& pw);
+  void resize(Node& nd, const Val& x);
+  struct Window {
+    int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, oh = 0, ow = 0;
+    bool ceil = false;
+  };
+  bool window(Node& nd, const Val& x, int64_t kh, int64_t kw, Window& w, bool conv);
   const Const* const_input(Node& nd, int k, const char* what, bool required);
 
   const onnx::ModelProto& m_;
@@ -234,53 +238,71 @@ const Const* Importer::const_input(Node& nd, int k, const char* what, bool requi
 }
 
 // Strides and symmetric pads of a 2-D window from strides/pads/auto_pad/dilations/ceil_mode.
-bool Importer::window(Node& nd, const Val& x, int64_t kh, int64_t kw, bool allow_ceil, int64_t& sh,
-                      int64_t& sw, int64_t& ph, int64_t& pw) {
+bool Importer::window(Node& nd, const Val& x, int64_t kh, int64_t kw, Window& w, bool conv) {
   bool ok = true;
   std::vector<int64_t> st = attr_ints(nd, "strides", {1, 1});
   std::vector<int64_t> pads = attr_ints(nd, "pads", {0, 0, 0, 0});
   std::vector<int64_t> dil = attr_ints(nd, "dilations", {1, 1});
   std::string ap = attr_string(nd, "auto_pad", "NOTSET");
-  int64_t ceil = allow_ceil ? attr_int(nd, "ceil_mode", 0) : 0;
+  w.ceil = conv ? false : attr_int(nd, "ceil_mode", 0) != 0;
   if (st.size() != 2 || st[0] < 1 || st[1] < 1 || st[0] > (1 << 20) || st[1] > (1 << 20)) {
     unsupported(nd, "strides " + ints_str(st) + " (two positive values expected)");
     return false;
   }
-  sh = st[0];
-  sw = st[1];
-  if (dil != std::vector<int64_t>{1, 1}) {
-    unsupported(nd, "dilations " + ints_str(dil) + " (only 1)");
+  w.sh = st[0];
+  w.sw = st[1];
+  if (dil.size() != 2 || dil[0] < 1 || dil[1] < 1 || dil[0] > (1 << 20) || dil[1] > (1 << 20)) {
+    unsupported(nd, "dilations " + ints_str(dil) + " (two positive values expected)");
+    return false;
+  }
+  if (!conv && dil != std::vector<int64_t>{1, 1}) {
+    unsupported(nd, "dilations " + ints_str(dil) + " (cnnrun's pools take none)");
     ok = false;
   }
-  if (ceil != 0) {
-    unsupported(nd, "ceil_mode 1 (only 0)");
-    ok = false;
-  }
+  w.dh = dil[0];
+  w.dw = dil[1];
+  const int64_t eh = (kh - 1) * w.dh + 1, ew = (kw - 1) * w.dw + 1;  // the window's extent
   if (ap == "VALID") {
-    ph = pw = 0;
+    w.ph = w.pw = 0;
   } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
     auto same = [](int64_t in, int64_t k, int64_t s) {
       int64_t out = (in + s - 1) / s;
       return std::max<int64_t>(0, (out - 1) * s + k - in);
     };
-    int64_t th = same(x.shape.h, kh, sh), tw = same(x.shape.w, kw, sw);
+    int64_t th = same(x.shape.h, eh, w.sh), tw = same(x.shape.w, ew, w.sw);
     if (th % 2 || tw % 2) {
       unsupported(nd, "auto_pad " + ap + " needs asymmetric padding here (cnnrun pads both sides alike)");
       return false;
     }
-    ph = th / 2;
-    pw = tw / 2;
+    w.ph = th / 2;
+    w.pw = tw / 2;
   } else if (ap == "NOTSET" || ap.empty()) {
     if (pads.size() != 4 || pads[0] != pads[2] || pads[1] != pads[3] || pads[0] < 0 || pads[1] < 0 ||
         pads[0] > (1 << 20) || pads[1] > (1 << 20)) {
       unsupported(nd, "pads " + ints_str(pads) + " (cnnrun pads both sides of a dimension alike)");
       return false;
     }
-    ph = pads[0];
-    pw = pads[1];
+    w.ph = pads[0];
+    w.pw = pads[1];
   } else {
     unsupported(nd, "auto_pad '" + ap + "'");
     return false;
+  }
+  // Output size, PyTorch's rule (what cnnrun's layers compute): with ceil_mode a last window
+  // that starts inside the right padding is dropped.
+  auto out = [&](int64_t in, int64_t e, int64_t s, int64_t p, const char* dim) {
+    if (!w.ceil) return window_out(in, e, s, p, dim);
+    int64_t span = checked_add(in, 2 * p, "padded size") - e;
+    if (span < 0) return window_out(in, e, s, p, dim);  // says why
+    int64_t o = (span + s - 1) / s + 1;
+    if ((o - 1) * s >= in + p) --o;
+    return o;
+  };
+  try {
+    w.oh = out(x.shape.h, eh, w.sh, w.ph, "height");
+    w.ow = out(x.shape.w, ew, w.sw, w.pw, "width");
+  } catch (const Error& e) {
+    fail(nd, e.what());
   }
   return ok;
 }
@@ -298,25 +320,24 @@ void Importer::conv(Node& nd, const Val& x) {
   const int64_t f = w->dims[0], kh = w->dims[2], kw = w->dims[3];
   if (!ks.empty() && ks != std::vector<int64_t>{kh, kw})
     fail(nd, "kernel_shape " + ints_str(ks) + " differs from W's " + ints_str(w->dims));
-  if (group != 1) return unsupported(nd, "group " + std::to_string(group) + " (only 1)");
-  if (w->dims[1] != x.shape.c)
-    fail(nd, "W " + ints_str(w->dims) + " expects " + std::to_string(w->dims[1]) + " input channels, X has " +
-                 std::to_string(x.shape.c));
+  if (group < 1 || x.shape.c % group || f % group)
+    fail(nd, "group " + std::to_string(group) + " does not divide the " + std::to_string(x.shape.c) +
+                 " input channels and " + std::to_string(f) + " filters");
+  if (w->dims[1] * group != x.shape.c)
+    fail(nd, "W " + ints_str(w->dims) + " with group " + std::to_string(group) + " expects " +
+                 std::to_string(w->dims[1] * group) + " input channels, X has " + std::to_string(x.shape.c));
   if (f < 1 || kh < 1 || kw < 1) fail(nd, "W " + ints_str(w->dims) + " is empty");
   if (b && (b->is_int || b->numel() != f))
     fail(nd, "B " + ints_str(b->dims) + " must hold one float per filter (" + std::to_string(f) + ")");
-  int64_t sh, sw, ph, pw;
-  if (!window(nd, x, kh, kw, false, sh, sw, ph, pw)) return;
-  Shape out;
-  try {
-    out = {f, window_out(x.shape.h, kh, sh, ph, "height"), window_out(x.shape.w, kw, sw, pw, "width")};
-  } catch (const Error& e) {
-    fail(nd, e.what());
-  }
+  Window win;
+  if (!window(nd, x, kh, kw, win, true)) return;
+  const Shape out{f, win.oh, win.ow};
   LayerOut l{layer_name(nd), "conv", {}, {x.layer}, {}};
   l.keys = {{"filters", std::to_string(f)}, {"kernel", pair_str(kh, kw)}};
-  if (sh != 1 || sw != 1) l.keys.emplace_back("stride", pair_str(sh, sw));
-  if (ph || pw) l.keys.emplace_back("pad", pair_str(ph, pw));
+  if (win.sh != 1 || win.sw != 1) l.keys.emplace_back("stride", pair_str(win.sh, win.sw));
+  if (win.ph || win.pw) l.keys.emplace_back("pad", pair_str(win.ph, win.pw));
+  if (win.dh != 1 || win.dw != 1) l.keys.emplace_back("dilation", pair_str(win.dh, win.dw));
+  if (group != 1) l.keys.emplace_back("groups", std::to_string(group));
   Tensor wt;
   wt.dims = w->dims;
   wt.data = w->f;
@@ -342,22 +363,17 @@ void Importer::pool(Node& nd, const Val& x, bool max) {
   if (x.rank != 4) return unsupported(nd, "input X is not N x C x H x W");
   if (ks.size() != 2 || ks[0] < 1 || ks[1] < 1 || ks[0] > (1 << 20) || ks[1] > (1 << 20))
     return unsupported(nd, "kernel_shape " + ints_str(ks) + " (two positive values expected)");
-  int64_t sh, sw, ph, pw;
-  if (!window(nd, x, ks[0], ks[1], true, sh, sw, ph, pw)) return;
-  if (2 * ph > ks[0] || 2 * pw > ks[1])
-    return unsupported(
-        nd, "pads larger than half the kernel (" + pair_str(ph, pw) + " for " + pair_str(ks[0], ks[1]) + ")");
-  Shape out;
-  try {
-    out = {x.shape.c, window_out(x.shape.h, ks[0], sh, ph, "height"),
-           window_out(x.shape.w, ks[1], sw, pw, "width")};
-  } catch (const Error& e) {
-    fail(nd, e.what());
-  }
+  Window win;
+  if (!window(nd, x, ks[0], ks[1], win, false)) return;
+  if (2 * win.ph > ks[0] || 2 * win.pw > ks[1])
+    return unsupported(nd, "pads larger than half the kernel (" + pair_str(win.ph, win.pw) + " for " +
+                               pair_str(ks[0], ks[1]) + ")");
+  const Shape out{x.shape.c, win.oh, win.ow};
   LayerOut l{layer_name(nd), max ? "maxpool" : "avgpool", {}, {x.layer}, {}};
-  l.keys = {{"size", pair_str(ks[0], ks[1])}, {"stride", pair_str(sh, sw)}};
-  if (ph || pw) l.keys.emplace_back("pad", pair_str(ph, pw));
-  if (!max && (ph || pw)) l.keys.emplace_back("count_pad", count_pad ? "true" : "false");
+  l.keys = {{"size", pair_str(ks[0], ks[1])}, {"stride", pair_str(win.sh, win.sw)}};
+  if (win.ph || win.pw) l.keys.emplace_back("pad", pair_str(win.ph, win.pw));
+  if (win.ceil) l.keys.emplace_back("ceil_mode", "true");
+  if (!max && (win.ph || win.pw || win.ceil)) l.keys.emplace_back("count_pad", count_pad ? "true" : "false");
   emit(std::move(l), nd, 4, out);
 }
 
@@ -517,6 +533,86 @@ void Importer::reshape(Node& nd, const Val& x) {
   LayerOut l{layer_name(nd), "flatten", {}, {x.layer}, {}};
   emit(std::move(l), nd, r.size() == 2 ? 2 : 4, {per, 1, 1});
   if (r.size() == 4) vals_[nd.n->output(0)].rank = 2;  // N x F x 1 x 1 holds like N x F
+}
+
+// Resize (opset 10+) and Upsample (7-9) by integer factors of height and width: cnnrun's
+// upsample, nearest (PyTorch's nearest: floor(dst / scale)) or bilinear (half-pixel centres, or
+// align_corners). Other modes and coordinate rules are not what that layer computes.
+void Importer::resize(Node& nd, const Val& x) {
+  const onnx::NodeProto& n = *nd.n;
+  std::string mode = attr_string(nd, "mode", "nearest");
+  std::string ct = "asymmetric", nm = "floor";
+  if (n.op_type() == "Resize" && opset_ >= 11) {
+    ct = attr_string(nd, "coordinate_transformation_mode", "half_pixel");
+    nm = attr_string(nd, "nearest_mode", "round_prefer_floor");
+    attr_float(nd, "cubic_coeff_a", -0.75);
+    if (attr_int(nd, "exclude_outside", 0) != 0) unsupported(nd, "exclude_outside 1");
+    attr_float(nd, "extrapolation_value", 0.0);
+    if (opset_ >= 18) {
+      if (attr_ints(nd, "axes", {}).size()) unsupported(nd, "axes");
+      if (attr_string(nd, "keep_aspect_ratio_policy", "stretch") != "stretch")
+        unsupported(nd, "keep_aspect_ratio_policy other than stretch");
+      attr_int(nd, "antialias", 0);
+    }
+  } else if (n.op_type() == "Resize") {
+    nm = "round_prefer_floor";  // Resize-10: asymmetric, rounding as in opset 11's default
+  }
+  if (x.rank != 4) return unsupported(nd, "input X is not N x C x H x W");
+  // The scales (or sizes) input: Upsample-7 has an attribute, Upsample-9 and Resize-10 input 1,
+  // Resize-11+ input 2 (scales) or 3 (sizes).
+  std::vector<double> sc;
+  if (n.op_type() == "Upsample" && opset_ < 9) {
+    const auto* a = attr(nd, "scales");
+    if (a) sc.assign(a->floats().begin(), a->floats().end());
+  } else {
+    int si = n.op_type() == "Upsample" || opset_ < 11 ? 1 : 2;
+    const Val* sv = input(nd, si);
+    if (sv && !(sv->kind == Val::kConst && sv->c.numel() == 0)) {
+      const Const* c = const_input(nd, si, "scales", false);
+      if (!c) return;
+      for (float v : c->f) sc.push_back(v);
+      for (int64_t v : c->i) sc.push_back(static_cast<double>(v));
+    } else if (si == 2 && n.input_size() > 3 && !n.input(3).empty()) {
+      const Const* c = const_input(nd, 3, "sizes", false);
+      if (!c) return;
+      if (!c->is_int || c->numel() != 4) fail(nd, "sizes must be 4 int64 values");
+      const int64_t in[4] = {0, x.shape.c, x.shape.h, x.shape.w};
+      sc = {1.0, 1.0, 0, 0};
+      for (int k = 1; k < 4; ++k)
+        sc[static_cast<size_t>(k)] =
+            static_cast<double>(c->i[static_cast<size_t>(k)]) / static_cast<double>(in[k]);
+    }
+  }
+  if (sc.size() != 4) return unsupported(nd, "no scales or sizes for N x C x H x W");
+  auto integer = [](double v) { return v >= 1 && v <= (1 << 16) && v == std::floor(v); };
+  if (sc[0] != 1 || sc[1] != 1 || !integer(sc[2]) || !integer(sc[3]))
+    return unsupported(nd, "scales [" + num(sc[0]) + ", " + num(sc[1]) + ", " + num(sc[2]) + ", " +
+                               num(sc[3]) + "] (cnnrun upsamples height and width by whole factors)");
+  const int64_t fh = static_cast<int64_t>(sc[2]), fw = static_cast<int64_t>(sc[3]);
+  std::vector<std::pair<std::string, std::string>> keys{{"scale", pair_str(fh, fw)}};
+  const bool half = ct == "half_pixel" || ct == "pytorch_half_pixel";
+  if (mode == "nearest") {
+    // Source index floor(dst / f): half-pixel centres rounded to the nearest (whole factors never
+    // tie), or asymmetric with floor (or with round_prefer_floor up to a factor of 2).
+    const bool nearest_round = nm == "round_prefer_floor" || nm == "round_prefer_ceil";
+    bool floor_like =
+        (half && nearest_round) ||
+        (ct == "asymmetric" && (nm == "floor" || (nm == "round_prefer_floor" && fh <= 2 && fw <= 2)));
+    if (!floor_like)
+      return unsupported(nd, "nearest with coordinate_transformation_mode " + ct + " and nearest_mode " + nm);
+    keys.emplace_back("mode", "nearest");
+  } else if (mode == "linear" || mode == "bilinear") {
+    if (n.op_type() == "Upsample" || (!half && ct != "align_corners"))
+      return unsupported(nd, "linear with coordinate_transformation_mode " + ct +
+                                 " (cnnrun's bilinear is half_pixel or align_corners)");
+    keys.emplace_back("mode", "bilinear");
+    if (ct == "align_corners") keys.emplace_back("align_corners", "true");
+  } else {
+    return unsupported(nd, "mode '" + mode + "' (nearest or linear)");
+  }
+  LayerOut l{layer_name(nd), "upsample", std::move(keys), {x.layer}, {}};
+  emit(std::move(l), nd, 4,
+       {x.shape.c, checked_mul(x.shape.h, fh, "height"), checked_mul(x.shape.w, fw, "width")});
 }
 
 // Ops over constants only (the shape subgraphs), computed here. Returns false when the node is
@@ -691,7 +787,15 @@ void Importer::node(Node& nd) {
   if (fused_adds_.count(n.output_size() ? n.output(0) : "")) return;  // inside a MatMul's fc
   if (fold(nd)) return;
 
-  static const std::set<std::string> ops = {"Conv",
+  static const std::set<std::string> ops = {"Clip",
+                                            "LeakyRelu",
+                                            "HardSwish",
+                                            "HardSigmoid",
+                                            "Gelu",
+                                            "Mul",
+                                            "Resize",
+                                            "Upsample",
+                                            "Conv",
                                             "MaxPool",
                                             "AveragePool",
                                             "GlobalAveragePool",
@@ -753,6 +857,64 @@ void Importer::node(Node& nd) {
     matmul(nd, xv);
   } else if (op == "Relu" || op == "Tanh" || op == "Sigmoid") {
     simple(op == "Relu" ? "relu" : op == "Tanh" ? "tanh" : "sigmoid");
+  } else if (op == "Clip") {
+    // relu6 = Clip(0, 6) (torch's ReLU6 and hardtanh(0, 6)), relu = Clip(0, inf).
+    double lo = -INFINITY, hi = INFINITY;
+    if (opset_ < 11) {
+      lo = attr_float(nd, "min", lo);
+      hi = attr_float(nd, "max", hi);
+    } else {
+      for (int k : {1, 2}) {
+        if (k >= n.input_size() || n.input(k).empty()) continue;
+        const Const* c = const_input(nd, k, k == 1 ? "min" : "max", false);
+        if (!c) return;
+        if (c->is_int || c->numel() != 1)
+          fail(nd, std::string(k == 1 ? "min" : "max") + " must be one float");
+        (k == 1 ? lo : hi) = c->f[0];
+      }
+    }
+    if (lo == 0 && hi == 6)
+      simple("relu6");
+    else if (lo == 0 && hi == INFINITY)
+      simple("relu");
+    else
+      unsupported(nd, "Clip(" + num(lo) + ", " + num(hi) +
+                          ") (cnnrun has Clip(0, 6) as relu6 and Clip(0, inf) as relu)");
+  } else if (op == "LeakyRelu") {
+    simple("leaky_relu", {{"slope", num(attr_float(nd, "alpha", 0.01))}});
+  } else if (op == "HardSwish") {
+    simple("hardswish");
+  } else if (op == "HardSigmoid") {
+    // PyTorch's hardsigmoid is relu6(x + 3) / 6 = HardSigmoid(alpha 1/6, beta 0.5).
+    double alpha = attr_float(nd, "alpha", 0.2), beta = attr_float(nd, "beta", 0.5);
+    if (static_cast<float>(alpha) == static_cast<float>(1.0 / 6.0) && beta == 0.5)
+      simple("hardsigmoid");
+    else
+      unsupported(nd, "alpha " + num(alpha) + ", beta " + num(beta) +
+                          " (cnnrun's hardsigmoid is alpha 1/6, beta 0.5)");
+  } else if (op == "Gelu") {
+    std::string a = attr_string(nd, "approximate", "none");
+    if (a != "none" && a != "tanh") return unsupported(nd, "approximate '" + a + "'");
+    simple("gelu", a == "none" ? std::vector<std::pair<std::string, std::string>>{}
+                               : std::vector<std::pair<std::string, std::string>>{{"approximate", "tanh"}});
+  } else if (op == "Mul") {
+    if (opset_ < 7) attr_int(nd, "broadcast", 0);
+    const Val* y = input(nd, 1);
+    if (!y || y->kind != Val::kAct) {
+      unsupported(nd, "input '" + (n.input_size() > 1 ? n.input(1) : std::string()) +
+                          "' is a constant (cnnrun's mul multiplies computed tensors)");
+    } else if (y->rank != xv.rank || !(y->shape == xv.shape || (xv.rank == 4 && y->shape.c == xv.shape.c &&
+                                                                ((y->shape.h == 1 && y->shape.w == 1) ||
+                                                                 (xv.shape.h == 1 && xv.shape.w == 1))))) {
+      unsupported(nd, "inputs of shapes " + xv.shape.str() + " and " + y->shape.str() +
+                          " (cnnrun multiplies equal shapes, or scales channels by C x 1 x 1)");
+    } else {
+      Shape out = xv.shape.h * xv.shape.w >= y->shape.h * y->shape.w ? xv.shape : y->shape;
+      LayerOut l{layer_name(nd), "mul", {}, {xv.layer, y->layer}, {}};
+      emit(std::move(l), nd, xv.rank, out);
+    }
+  } else if (op == "Resize" || op == "Upsample") {
+    resize(nd, xv);
   } else if (op == "Identity") {
     set_out(nd, 0, xv);
   } else if (op == "Add" || op == "Concat") {
@@ -944,7 +1106,13 @@ ImportResult Importer::run(const ImportOptions& opt) {
                     "' is also made by another node, an initializer or the input");
       }
     }
-  auto label = [&](int i) { return "node '" + g_.node(i).name() + "' (" + g_.node(i).op_type() + ")"; };
+  // An unnamed node (ONNX's node tests have many) is named by its first output.
+  auto label = [&](int i) {
+    const onnx::NodeProto& n = g_.node(i);
+    if (n.name().empty() && n.output_size() && !n.output(0).empty())
+      return "node making '" + n.output(0) + "' (" + n.op_type() + ")";
+    return "node '" + n.name() + "' (" + n.op_type() + ")";
+  };
   std::vector<int> pending(static_cast<size_t>(nn), 0);
   std::vector<std::vector<int>> users(static_cast<size_t>(nn));
   for (int i = 0; i < nn; ++i)
@@ -1014,13 +1182,7 @@ ImportResult Importer::run(const ImportOptions& opt) {
   y << "input: {channels: " << x.shape.c << ", height: " << x.shape.h << ", width: " << x.shape.w << "}\n";
   if (!opt.preprocess.empty()) y << "preprocess: " << opt.preprocess << "\n";
   const int64_t n_out = ov->second.shape.size();
-  if (!opt.classes.empty()) {
-    y << "classes: " << opt.classes << "\n";
-  } else {
-    y << "classes: [";
-    for (int64_t k = 0; k < n_out; ++k) y << (k ? ", " : "") << q(std::to_string(k));
-    y << "]\n";
-  }
+  y << "classes: " << (opt.classes.empty() ? std::to_string(n_out) : opt.classes) << "\n";
   if (!opt.weights_path.empty() && !res_.tensors.empty())
     y << "weights: {format: safetensors, path: " << q(opt.weights_path) << "}\n";
   if (!opt.data.empty()) y << "data: " << opt.data << "\n";
