@@ -151,6 +151,22 @@ def table(binary, roots, doc, listing):
                 "model imported in memory, its first input as float32 .npy, the output against ONNX's expected "
                 f"output with rtol {RTOL:g}, atol {ATOL:g}. Do not edit by hand.\n\n")
         f.write(f"**{len(rows)} cases: {n_pass} passed, {n_fail} failed, {n_skip} skipped.**\n\n")
+        reasons = {}
+        for r in rows:
+            if r[2] != "skip":
+                continue
+            d = r[3]
+            key = ("input is not a float32 N x C x H x W or N x F batch" if "is not a float32 N x C" in d or
+                   "is not a numeric tensor" in d or "cnnrun networks take" in d else
+                   "ops or attributes cnnrun has no layer for" if "cannot import" in d else
+                   "opset or IR version outside 7-21 / 3-10" if "is not supported (" in d and ("opset" in d or "IR" in d)
+                   else "several outputs or inputs" if "outputs" in d or "inputs" in d else
+                   "no model in the package" if "download" in d else "other (see the row)")
+            reasons[key] = reasons.get(key, 0) + 1
+        f.write("| skipped because | cases |\n| --- | --- |\n")
+        for k, v in sorted(reasons.items(), key=lambda kv: -kv[1]):
+            f.write(f"| {k} | {v} |\n")
+        f.write("\n")
         f.write("| suite | case | result | detail |\n| --- | --- | --- | --- |\n")
         for suite, name, status, detail in rows:
             d = detail.replace("|", "\\|").replace("\n", " ")
