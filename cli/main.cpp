@@ -56,7 +56,8 @@ bool is_onnx(const std::string& path) {
   return path.size() > 5 && path.compare(path.size() - 5, 5, ".onnx") == 0;
 }
 
-// "0.485,0.456,0.406" -> "[0.485, 0.456, 0.406]" (each a number; the netdef checks the count).
+// "0.485,0.456,0.406" -> "[0.485, 0.456, 0.406]", "0.5" -> "0.5" (each a number; the netdef checks
+// the count).
 std::string number_list(const std::string& opt, const std::string& v) {
   std::string out;
   size_t start = 0;
@@ -72,7 +73,7 @@ std::string number_list(const std::string& opt, const std::string& v) {
     out += (out.empty() ? "" : ", ") + item;
     start = end + 1;
   }
-  return "[" + out + "]";
+  return out.find(',') == std::string::npos ? out : "[" + out + "]";  // one value: every channel
 }
 
 // A YAML double-quoted string.

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "engine/executor.h"
@@ -464,6 +465,57 @@ layers:
           "t.yaml:5:47: layer 'fc' (fc): key 'tensors': 'wieght' is not a weight of this layer; did you mean "
           "'weight'?");
   }
+}
+
+TEST_CASE(
+    "onnx: cnnrun import writes the netdef and safetensors, and a direct .onnx run gives the same outputs") {
+  const std::string dir = test::temp_dir("onnx_cli");
+  test::write_file(dir + "/small.onnx", small_cnn().bytes());
+  std::string out;
+  const std::string bin = CNNRUN_BINARY;
+  REQUIRE(test::run_command(bin + " import " + dir + "/small.onnx " + dir +
+                                "/small.yaml --classes 5 --scale 0.01 "
+                                "--shift -1 2>&1",
+                            &out) == 0);
+  CHECK(out.find("small.yaml (9 layers) and " + dir + "/small.safetensors (9 tensors)") != std::string::npos);
+  const std::string yaml = test::read_file(dir + "/small.yaml");
+  CHECK(yaml.find("preprocess: {scale: 0.01, shift: -1}") != std::string::npos);
+  CHECK(yaml.find("classes: 5\n") != std::string::npos);
+  CHECK(yaml.find("weights: {format: safetensors, path: \"small.safetensors\"}") != std::string::npos);
+  // Both runs on the same float32 images (N x 2 x 8 x 8, taken as preprocessed).
+  std::vector<float> x = test::random_floats(3 * 2 * 8 * 8, 21);
+  std::string npy = std::string("\x93NUMPY\x01\x00", 8);
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 2, 8, 8), }";
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');  // the data starts 64-aligned
+  header += '\n';
+  npy += static_cast<char>(header.size() & 255);
+  npy += static_cast<char>(header.size() >> 8);
+  npy += header;
+  npy.append(reinterpret_cast<const char*>(x.data()), x.size() * 4);
+  test::write_file(dir + "/x.npy", npy);
+  REQUIRE(test::run_command(bin + " " + dir + "/small.yaml --engine cpu --data " + dir + "/x.npy --dump " +
+                                dir + "/a.npy --quiet 2>&1",
+                            &out) == 0);
+  REQUIRE(test::run_command(bin + " " + dir + "/small.onnx --engine cpu --data " + dir + "/x.npy --dump " +
+                                dir + "/b.npy --quiet 2>&1",
+                            &out) == 0);
+  const std::string a = test::read_file(dir + "/a.npy"), b = test::read_file(dir + "/b.npy");
+  REQUIRE(a.size() > 3 * 5 * 4);
+  CHECK(a == b);
+  // The dumped values are the softmax: each image's 5 values sum to 1.
+  std::vector<float> y(15);
+  std::memcpy(y.data(), a.data() + a.size() - 60, 60);
+  for (int i = 0; i < 3; ++i)
+    CHECK(y[static_cast<size_t>(5 * i)] + y[static_cast<size_t>(5 * i + 1)] +
+              y[static_cast<size_t>(5 * i + 2)] + y[static_cast<size_t>(5 * i + 3)] +
+              y[static_cast<size_t>(5 * i + 4)] ==
+          doctest::Approx(1.0f).epsilon(1e-5));
+  // Import options belong to .onnx models: a netdef says these itself.
+  CHECK(test::run_command(bin + " " + dir + "/small.yaml --mean 0.5 --std 0.2 --engine cpu 2>&1", &out) == 1);
+  CHECK(out.find("--mean, --std, --scale, --shift, --classes and --name apply to an .onnx model") !=
+        std::string::npos);
+  CHECK(test::run_command(bin + " import " + dir + "/small.yaml " + dir + "/x.yaml 2>&1", &out) == 1);
+  CHECK(out.find("small.yaml: expected an .onnx file") != std::string::npos);
 }
 
 #endif  // CNNRUN_HAVE_ONNX
