@@ -831,3 +831,44 @@ TEST_CASE("cpu upsample: nearest and bilinear, with and without align_corners") 
 }
 
 }  // namespace cnnrun::test
+
+namespace cnnrun::test {
+
+TEST_CASE("cpu batchnorm folded into grouped and depthwise convs gives the unfolded outputs") {
+  const std::string yaml =
+      "input: {channels: 6, height: 9, width: 7}\n"
+      "preprocess: {scale: 0.01, shift: -1}\n"
+      "classes: [a, b, c]\n"
+      "layers:\n"
+      "  - {name: g, type: conv, filters: 9, kernel: 3, pad: 1, groups: 3, bias: false}\n"
+      "  - {name: gbn, type: batchnorm}\n"
+      "  - {name: dw, type: conv, filters: 9, kernel: 3, stride: 2, dilation: 2, pad: 2, groups: 9}\n"
+      "  - {name: dbn, type: batchnorm, eps: 0.001}\n"
+      "  - {name: act, type: hardswish}\n"
+      "  - {name: gp, type: avgpool, output: [2, 3]}\n"
+      "  - {name: fc, type: fc, outputs: 3}\n";
+  Network folded = parse_netdef_string(yaml, "test"), plain = parse_netdef_string(yaml, "test");
+  fill_weights(folded, 7);
+  fill_weights(plain, 7);
+  for (Network* n : {&folded, &plain})
+    for (auto& l : n->layers)
+      if (l->weights.count("running_var"))
+        for (float& v : l->weights["running_var"].data) v = std::fabs(v) + 0.3f;
+  fold_batchnorms(folded, "test");
+  REQUIRE(folded.layers[1]->folded);
+  REQUIRE(folded.layers[3]->folded);
+  Dataset data;
+  data.count = 5;
+  data.shape = folded.input;
+  for (float v : random_floats(static_cast<size_t>(data.count * data.shape.size()), 8, 0.f, 255.99f))
+    data.pixels.push_back(static_cast<uint8_t>(v));
+  data.labels.assign(5, 0);
+  std::vector<Tensor> a = make_cpu_executor(folded)->forward_layers(data, 0, 5);
+  std::vector<Tensor> b = make_cpu_executor(plain)->forward_layers(data, 0, 5);
+  const Tensor& ya = a.back();
+  const Tensor& yb = b.back();
+  REQUIRE(ya.data.size() == 15);
+  check_close(ya.data, std::vector<double>(yb.data.begin(), yb.data.end()));
+}
+
+}  // namespace cnnrun::test

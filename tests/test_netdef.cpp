@@ -2,6 +2,7 @@
 // layer and key.
 #include <doctest/doctest.h>
 
+#include "engine/layer_types.h"
 #include "engine/layers/conv.h"
 #include "engine/layers/pool.h"
 #include "engine/network.h"
@@ -330,6 +331,21 @@ TEST_CASE("netdef blocks: a block written once expands to the layers written out
   CHECK(b.find("l2.1.relu6") >= 0);
 }
 
+TEST_CASE("netdef blocks: a parameter may give a layer's type") {
+  Network net = parse_netdef_string(
+      "input: {channels: 3, height: 4, width: 4}\nclasses: [a, b]\nblocks:\n  act:\n    params: [kind, n]\n"
+      "    layers:\n      - {name: c, type: conv, filters: $n, kernel: 1}\n      - {name: a, type: $kind}\n"
+      "layers:\n  - {name: x, block: act, kind: relu6, n: 3}\n  - {name: y, block: act, kind: hardswish, n: "
+      "2}\n"
+      "  - {name: g, type: avgpool, global: true}\n",
+      "t.yaml");
+  CHECK(net.layers[static_cast<size_t>(net.find("x.a"))]->type == "relu6");
+  CHECK(net.layers[static_cast<size_t>(net.find("y.a"))]->kind == LayerKind::kHardswish);
+  CHECK(block_error("  b:\n    params: [t]\n    layers:\n      - {name: c, type: $t}\n",
+                    "  - {name: x, block: b, t: relu7}\n")
+            .find("layer 'x.c': key 'type': unknown layer type 'relu7'") != std::string::npos);
+}
+
 TEST_CASE("netdef blocks: errors name the block, the instance and the parameter") {
   const std::string basic =
       "  b:\n    params: [n]\n    layers:\n      - {name: c, type: conv, filters: $n, kernel: 1}\n";
@@ -361,7 +377,7 @@ TEST_CASE("netdef blocks: errors name the block, the instance and the parameter"
         "t.yaml:7:40: key 'blocks.b.layers': '$m' names no parameter of block 'b'; did you mean 'n'?");
   CHECK(block_error("  b:\n    params: [n]\n    layers:\n      - {name: $n, type: relu}\n",
                     "  - {name: x, block: b, n: 4}\n")
-            .find("a parameter can give a layer's values, not its name") != std::string::npos);
+            .find("a parameter can give a layer's values and type, not its name") != std::string::npos);
   CHECK(block_error("  b:\n    layers:\n      - {name: c, block: b}\n", "  - {name: x, block: b}\n")
             .find("a block's layers cannot instantiate another block") != std::string::npos);
   CHECK(block_error("  b:\n    layers:\n      - {name: input, type: relu}\n", "  - {name: x, block: b}\n")
@@ -370,6 +386,15 @@ TEST_CASE("netdef blocks: errors name the block, the instance and the parameter"
                     "  - {name: stem, type: relu}\n  - {name: x, block: b}\n")
             .find("layer 'x.c' (relu): key 'inputs': no layer named 'x.stem' produces this input") !=
         std::string::npos);
+  {
+    // 400 instances of a 300-layer block: 120000 layers from a few KB.
+    std::string big = "  big:\n    layers:\n";
+    for (int i = 0; i < 300; ++i) big += "      - {type: relu}\n";
+    std::string uses;
+    for (int i = 0; i < 400; ++i) uses += "  - {name: i" + std::to_string(i) + ", block: big}\n";
+    CHECK(block_error(big, uses).find("key 'block': the network expands to over 100000 layers") !=
+          std::string::npos);
+  }
   CHECK(block_error("  b:\n    layers: []\n", "  - {name: x, block: b}\n")
             .find("key 'blocks.b.layers': expected a non-empty list of layers") != std::string::npos);
   CHECK(block_error("  b:\n    layers:\n      - {type: relu}\n    extra: 1\n", "  - {name: x, block: b}\n")
@@ -399,4 +424,31 @@ TEST_CASE("netdef blocks: an instance's name stands for its last layer, also as 
   CHECK(net.layers[static_cast<size_t>(at("l2.0.short"))]->inputs == std::vector<int>{at("sum")});
   CHECK(net.output == at("l2.0.relu6"));
   CHECK(at("l1.0") == -1);  // an instance is a name for its last layer, not a layer
+}
+
+TEST_CASE("netdef: the torchvision netdefs have torchvision's parameter counts and state_dict sizes") {
+  // sum(p.numel() for p in model.parameters()) and the state_dict's tensors without
+  // num_batches_tracked, from torchvision 0.14.
+  const struct {
+    const char* name;
+    int64_t params, tensors;
+  } nets[] = {{"resnet18", 11689512, 102},          {"mobilenet_v2", 3504872, 262},
+              {"mobilenet_v3_small", 2542856, 210}, {"efficientnet_b0", 5288548, 311},
+              {"googlenet", 6624904, 287},          {"squeezenet1_1", 1235496, 52},
+              {"vgg11_bn", 132868840, 54}};
+  for (const auto& n : nets) {
+    CAPTURE(n.name);
+    Network net =
+        parse_netdef_file(std::string(CNNRUN_SOURCE_DIR) + "/netdefs/torchvision/" + n.name + ".yaml");
+    CHECK(net.input == Shape{3, 224, 224});
+    CHECK(net.layers[static_cast<size_t>(net.output)]->out_shape.size() == 1000);
+    int64_t params = 0, tensors = 0;
+    for (const auto& l : net.layers)
+      for (const auto& w : l->weight_specs(l->in_shapes)) {
+        ++tensors;
+        if (w.name != "running_mean" && w.name != "running_var") params += numel_of(w.dims);
+      }
+    CHECK(params == n.params);
+    CHECK(tensors == n.tensors);
+  }
 }
