@@ -10,6 +10,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <limits>
 
@@ -22,6 +25,7 @@
 #include "engine/io/source.h"
 #include "engine/io/weights.h"
 #include "engine/network.h"
+#include "engine/onnx/onnx_import.h"
 #include "engine/report.h"
 #include "engine/scoring.h"
 #include "engine/stream.h"
@@ -53,7 +57,139 @@ struct Options {
   int64_t gpu_memory_mib = 0;  // --gpu-memory; 0 = no cap
   int streams = 0, threads = 0;
   int repeat = 1;  // timed runs; the report keeps the median
+  // What an ONNX model does not carry (cnnrun import, or running an .onnx directly).
+  std::string mean, std, scale, shift, classes, name;
 };
+
+bool is_onnx(const std::string& path) {
+  return path.size() > 5 && path.compare(path.size() - 5, 5, ".onnx") == 0;
+}
+
+// "0.485,0.456,0.406" -> "[0.485, 0.456, 0.406]", "0.5" -> "0.5" (each a number; the netdef checks
+// the count).
+std::string number_list(const std::string& opt, const std::string& v) {
+  std::string out;
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t end = v.find(',', start);
+    if (end == std::string::npos) end = v.size();
+    std::string item = v.substr(start, end - start);
+    char* stop = nullptr;
+    errno = 0;
+    double d = std::strtod(item.c_str(), &stop);
+    if (item.empty() || *stop != '\0' || errno == ERANGE || !std::isfinite(d))
+      throw Error(opt + " " + v + ": expected numbers separated by commas, found '" + item + "'");
+    out += (out.empty() ? "" : ", ") + item;
+    start = end + 1;
+  }
+  return out.find(',') == std::string::npos ? out : "[" + out + "]";  // one value: every channel
+}
+
+// A YAML double-quoted string.
+std::string yaml_quote(const std::string& s) {
+  std::string o = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if (c < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02x", c);
+      o += b;
+      continue;
+    }
+    o += static_cast<char>(c);
+  }
+  return o + "\"";
+}
+
+// The netdef sections an import writes from the options. `base` is the directory the netdef's
+// relative paths resolve against (the data path is written relative to it).
+ImportOptions import_options(const Options& o, const std::string& base) {
+  ImportOptions io;
+  io.name = o.name;
+  if ((!o.mean.empty() || !o.std.empty()) && (!o.scale.empty() || !o.shift.empty()))
+    throw Error("give either --mean/--std or --scale/--shift, not both");
+  std::vector<std::string> pre;
+  if (!o.mean.empty()) pre.push_back("mean: " + number_list("--mean", o.mean));
+  if (!o.std.empty()) pre.push_back("std: " + number_list("--std", o.std));
+  if (!o.scale.empty()) pre.push_back("scale: " + number_list("--scale", o.scale));
+  if (!o.shift.empty()) pre.push_back("shift: " + number_list("--shift", o.shift));
+  for (const auto& p : pre) io.preprocess += (io.preprocess.empty() ? "{" : ", ") + p;
+  if (!io.preprocess.empty()) io.preprocess += "}";
+  if (!o.classes.empty()) {
+    // A count, or a file with one class name per line.
+    if (o.classes.find_first_not_of("0123456789") == std::string::npos) {
+      long long n = std::strtoll(o.classes.c_str(), nullptr, 10);
+      if (n < 1 || o.classes.size() > 9)
+        throw Error("--classes " + o.classes + ": expected a positive count or a file");
+      io.classes = std::to_string(n);
+    } else {
+      std::ifstream f(o.classes);
+      if (!f) throw Error("--classes " + o.classes + ": not a count and no such file");
+      std::string line;
+      io.classes = "[";
+      int n = 0;
+      while (std::getline(f, line)) {
+        if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (line.empty()) continue;
+        io.classes += (n++ ? ", " : "") + yaml_quote(line);
+      }
+      io.classes += "]";
+      if (!n) throw Error("--classes " + o.classes + ": the file names no class");
+    }
+  }
+  if (!o.data.empty()) {
+    namespace fs = std::filesystem;
+    auto rel = [&](const std::string& p) {
+      std::error_code ec;
+      fs::path r = fs::proximate(fs::absolute(p, ec), fs::absolute(base.empty() ? "." : base, ec), ec);
+      return yaml_quote(ec ? p : r.string());
+    };
+    std::string fmt = o.data_format;
+    const std::string first = o.data.substr(0, o.data.find(','));
+    auto ends = [&](const char* e) {
+      size_t n = std::strlen(e);
+      return first.size() > n && first.compare(first.size() - n, n, e) == 0;
+    };
+    if (fmt.empty()) {
+      if (ends(".npy"))
+        fmt = "npy";
+      else if (o.data.find(',') != std::string::npos)
+        fmt = "idx";
+      else if (fs::is_directory(o.data) || ends(".bin"))
+        fmt = "cifar10";
+      else
+        throw Error("--data " + o.data +
+                    ": give --data-format (cifar10, idx or npy) to write it into the netdef");
+    }
+    size_t comma = o.data.find(',');
+    if (fmt == "cifar10") {
+      io.data = "{format: cifar10, path: " + rel(o.data) + "}";
+    } else if (fmt == "idx" || fmt == "npy") {
+      if (comma == std::string::npos && fmt == "idx")
+        throw Error("--data " + o.data + ": idx needs IMAGES,LABELS");
+      io.data = "{format: " + fmt + ", images: " + rel(o.data.substr(0, comma));
+      if (comma != std::string::npos) io.data += ", labels: " + rel(o.data.substr(comma + 1));
+      io.data += "}";
+    } else {
+      throw Error("--data-format " + fmt + ": cnnrun import writes cifar10, idx or npy data sections");
+    }
+  }
+  return io;
+}
+
+// Reads an .onnx file in memory, or a netdef.
+Network load_network(const Options& o) {
+  if (is_onnx(o.netdef)) {
+    Options without_data = o;
+    without_data.data.clear();  // --data is the run's data, not a netdef section
+    return load_onnx_network(o.netdef, import_options(without_data, "."));
+  }
+  for (const std::string* opt : {&o.mean, &o.std, &o.scale, &o.shift, &o.classes, &o.name})
+    if (!opt->empty())
+      throw Error("--mean, --std, --scale, --shift, --classes and --name apply to an .onnx model; " +
+                  o.netdef + " says these itself");
+  return parse_netdef_file(o.netdef);
+}
 
 // The progress bar on stderr. `auto`: on a terminal, for runs longer than a second (a short
 // run finishes before a bar would help); `always`: from the first block, terminal or not;
@@ -104,16 +240,17 @@ int run_network(const Options& o) {
   rep.netdef = o.netdef;
 
   auto t = Clock::now();
-  Network net = parse_netdef_file(o.netdef);
+  Network net = load_network(o);
   rep.build_net_s = seconds_since(t);
   rep.net_name = net.name;
   AssetResolver assets(net.source_dir, AssetResolver::default_roots(o.assets));
 
   t = Clock::now();
-  load_weights(net, assets, o.weights);
+  if (!is_onnx(o.netdef) || !o.weights.empty()) load_weights(net, assets, o.weights);
   rep.load_weights_s = seconds_since(t);
-  rep.weights_description =
-      o.weights.empty() ? net.weights.format + ": " + net.weights.path : "--weights " + o.weights;
+  rep.weights_description = !o.weights.empty()  ? "--weights " + o.weights
+                            : is_onnx(o.netdef) ? "onnx: " + o.netdef
+                                                : net.weights.format + ": " + net.weights.path;
 
   t = Clock::now();
   std::unique_ptr<DataSource> src =
@@ -251,6 +388,30 @@ int convert(const std::string& netdef, const std::string& out, const std::string
   return 0;
 }
 
+// cnnrun import MODEL.onnx OUT.yaml: the netdef and OUT.safetensors beside it.
+int import_model(const Options& o, const std::string& model, const std::string& out) {
+  namespace fs = std::filesystem;
+  if (!is_onnx(model)) throw Error(model + ": expected an .onnx file");
+  std::string ext = fs::path(out).extension().string();
+  if (ext != ".yaml" && ext != ".yml") throw Error(out + ": the netdef's name must end in .yaml");
+  fs::path st = fs::path(out).replace_extension(".safetensors");
+  std::string base = fs::path(out).has_parent_path() ? fs::path(out).parent_path().string() : ".";
+  ImportOptions io = import_options(o, base);
+  io.weights_path = st.filename().string();
+  ImportResult r = import_onnx_file(model, io);
+  // Checked as any netdef is, before anything is written.
+  Network net = parse_netdef_string(r.netdef, out, base);
+  load_weights_from(net, r.tensors, model, /*fold=*/false);
+  if (!r.tensors.empty()) write_output_file(st.string(), safetensors_bytes(r.tensors), {model});
+  write_output_file(out, r.netdef, {model});
+  std::printf("wrote %s (%zu layers)%s\n", out.c_str(), net.layers.size(),
+              r.tensors.empty()
+                  ? ""
+                  : (" and " + st.string() + " (" + std::to_string(r.tensors.size()) + " tensors)").c_str());
+  for (const auto& n : r.notes) std::printf("note: %s\n", n.c_str());
+  return 0;
+}
+
 // CLI11's PositiveNumber prints the whole double range; this says what is wanted.
 const CLI::Validator kPositiveInt(
     [](std::string& v) -> std::string {
@@ -270,7 +431,9 @@ int main(int argc, char** argv) {
       "cnnrun: run a convolutional network described in YAML over a data set, on the GPU or the CPU"};
   app.set_version_flag("--version", kVersion);
   Options o;
-  app.add_option("netdef", o.netdef, "network definition (YAML), e.g. netdefs/cifar10.yaml");
+  app.add_option(
+      "netdef", o.netdef,
+      "network definition (YAML), e.g. netdefs/cifar10.yaml, or an ONNX model (.onnx, imported in memory)");
   app.add_option("--batch", o.batch, "run the first N images of the data set (default: all)")
       ->check(kPositiveInt);
   app.add_flag("--cycle", o.cycle, "allow --batch beyond the data set's size by running its images again");
@@ -357,6 +520,32 @@ int main(int argc, char** argv) {
   conv->add_option("--weights", o.weights, "weights to read instead of the netdef's");
   conv->add_option("--assets", o.assets, "asset root (repeatable)");
 
+  auto add_import_options = [&o](CLI::App* a) {
+    a->add_option("--mean", o.mean,
+                  ".onnx: preprocessing y = (x/255 - mean) / std, per channel (comma list)");
+    a->add_option("--std", o.std, ".onnx: see --mean");
+    a->add_option("--scale", o.scale,
+                  ".onnx: preprocessing y = x * scale + shift (one value or one per channel)");
+    a->add_option("--shift", o.shift, ".onnx: see --scale");
+    a->add_option(
+        "--classes", o.classes,
+        ".onnx: the class count, or a file with one class name per line (default: one per output value)");
+    a->add_option("--name", o.name, ".onnx: the network's name (default: the graph's)");
+  };
+  add_import_options(&app);
+  std::string imp_model, imp_out;
+  CLI::App* imp = app.add_subcommand(
+      "import",
+      "read an ONNX model and write a netdef (OUT.yaml) and its weights (OUT.safetensors beside it)");
+  imp->add_option("model", imp_model, "the ONNX model (.onnx)")->required();
+  imp->add_option("out", imp_out, "the netdef to write (.yaml)")->required();
+  add_import_options(imp);
+  imp->add_option("--data", o.data,
+                  "the data set the netdef names (a CIFAR-10 file or directory, IDX IMAGES,LABELS, or .npy "
+                  "IMAGES[,LABELS])");
+  imp->add_option("--data-format", o.data_format,
+                  "the --data format: cifar10 or idx (default: from the path)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -366,6 +555,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (*conv) return convert(conv_netdef, conv_out, o.weights, o.assets);
+    if (*imp) return import_model(o, imp_model, imp_out);
     if (o.netdef.empty()) {
       std::fprintf(stderr, "cnnrun: no netdef given (see cnnrun --help)\n");
       return 2;

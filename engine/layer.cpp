@@ -145,6 +145,11 @@ const Tensor& Layer::weight(const std::string& n) const {
   return it->second;
 }
 
+std::string Layer::tensor_name(const std::string& n) const {
+  auto it = tensor_names.find(n);
+  return it == tensor_names.end() ? name + "." + n : it->second;
+}
+
 struct ParamReader::Impl {
   YAML::Node map;
   std::string file, layer, type;

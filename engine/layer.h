@@ -111,10 +111,15 @@ class Layer {
   Shape out_shape;
   ConvAlgo algo = ConvAlgo::kAuto;        // conv: pinned algorithm (kAuto = executor's choice)
   std::map<std::string, Tensor> weights;  // loaded weights, keyed by WeightSpec::name
-  bool folded = false;                    // a batchnorm folded into its producer: runs as identity
+  // The netdef's `tensors:` map: WeightSpec::name -> the tensor's name in the weights file, for
+  // files whose names are not "<layer>.<name>" (an ONNX model's initializers).
+  std::map<std::string, std::string> tensor_names;
+  bool folded = false;  // a batchnorm folded into its producer: runs as identity
 
   bool has(unsigned cap) const { return (caps() & cap) != 0; }
   const Tensor& weight(const std::string& n) const;  // throws if absent
+  // The name weight `n` has in a safetensors file: tensor_names[n], else "<layer>.<n>".
+  std::string tensor_name(const std::string& n) const;
 };
 
 // The layer's concrete class, for an executor that has dispatched on l.kind (the class of each

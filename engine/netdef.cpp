@@ -500,6 +500,17 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
       if (!algo) r.fail("algo", std::string("expected ") + kConvAlgoExpected + ", found '" + v + "'");
       layer->algo = *algo;
     }
+    if (YAML::Node tn = ln["tensors"]) {
+      r.mark_used("tensors");
+      if (!tn.IsMap() || tn.size() == 0)
+        r.fail("tensors",
+               "expected a mapping of weight (weight, bias, ...) to its tensor's name in the file");
+      for (auto it = tn.begin(); it != tn.end(); ++it) {
+        if (!it->second.IsScalar() || it->second.Scalar().empty())
+          fail_at(yaml_loc(file, it->second), lname, type, "tensors", "expected a tensor name");
+        layer->tensor_names[it->first.Scalar()] = it->second.Scalar();
+      }
+    }
     layer->parse(r);
     r.finish();
 
@@ -656,6 +667,13 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
         ins += (k ? ", " : "") + ("'" + l->input_names[k] + "' gives " + l->in_shapes[k].str());
       fail_at(l->loc, l->name, l->type, "", std::string(e.what()) + " (input " + ins + ")");
     }
+    std::vector<std::string> roles;
+    for (const auto& ws : l->weight_specs(l->in_shapes)) roles.push_back(ws.name);
+    for (const auto& kv : l->tensor_names)
+      if (std::find(roles.begin(), roles.end(), kv.first) == roles.end())
+        fail_at(yaml_loc(file, layers[i]["tensors"]), l->name, l->type, "tensors",
+                "'" + kv.first + "' is not a weight of this layer" +
+                    (roles.empty() ? std::string(" (it has none)") : suggest(kv.first, roles)));
     l->bind(l->in_shapes);
   }
   for (size_t pos = 0; pos < order.size(); ++pos) net.layers.push_back(std::move(L[order[pos]]));
@@ -717,8 +735,8 @@ Network parse_netdef_file(const std::string& path) {
   return parse_text(text, path, dir_of(path));
 }
 
-Network parse_netdef_string(const std::string& text, const std::string& name) {
-  return parse_text(text, name, ".");
+Network parse_netdef_string(const std::string& text, const std::string& name, const std::string& dir) {
+  return parse_text(text, name, dir);
 }
 
 }  // namespace cnnrun

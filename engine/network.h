@@ -58,6 +58,8 @@ struct Network {
 // Parses and checks a netdef (YAML syntax, keys, layer types, parameters, names, cycles,
 // shapes). Weights are not loaded here.
 Network parse_netdef_file(const std::string& path);
-Network parse_netdef_string(const std::string& text, const std::string& name = "<string>");
+// `dir` is where the text's relative paths resolve (an imported model's directory).
+Network parse_netdef_string(const std::string& text, const std::string& name = "<string>",
+                            const std::string& dir = ".");
 
 }  // namespace cnnrun

@@ -140,7 +140,7 @@ TEST_CASE("regress: every regression file is used by a case, and generate.py sti
   std::string R = regress_dir();
   std::string all;
   for (const Case& c : read_cases()) all += c.args + "\n" + R + "/" + c.file + "\n";
-  for (const char* sub : {"netdef", "safetensors", "convnetjs", "cifar10", "idx"})
+  for (const char* sub : {"netdef", "safetensors", "convnetjs", "cifar10", "idx", "onnx"})
     for (const auto& e : fs::recursive_directory_iterator(R + "/" + sub)) {
       if (!e.is_regular_file()) continue;
       std::string p = e.path().string();

@@ -144,27 +144,29 @@ void check_batchnorm(const BatchnormLayer& bn, const std::string& file) {
                   ")");
 }
 
-void load_safetensors(Network& net, const std::string& file) {
-  std::map<std::string, Tensor> all = read_safetensors(file, true);
+// Gives every layer with weights its tensors from `all` (named as Layer::tensor_name says);
+// a missing tensor and a tensor no layer takes are errors naming `file`.
+void load_tensor_map(Network& net, std::map<std::string, Tensor> all, const std::string& file) {
+  std::set<std::string> used;  // a tensor may serve several layers (an ONNX initializer read twice)
   for (auto& lp : net.layers) {
     Layer& l = *lp;
     if (!l.has(kCapWeights)) continue;
     std::map<std::string, Tensor> mine;
     for (const auto& spec : l.weight_specs(l.in_shapes)) {
-      auto it = all.find(l.name + "." + spec.name);
+      auto it = all.find(l.tensor_name(spec.name));
       if (it == all.end())
-        throw Error(file + ": layer '" + l.name + "' " + spec.name + ": no tensor '" + l.name + "." +
-                    spec.name + "' " + dims_str(spec.dims) + " in the file" +
+        throw Error(file + ": layer '" + l.name + "' " + spec.name + ": no tensor '" +
+                    l.tensor_name(spec.name) + "' " + dims_str(spec.dims) + " in the file" +
                     (spec.name == "bias" ? " (if the layer has none, write bias: false in the netdef)" : ""));
-      mine.emplace(spec.name, std::move(it->second));
-      all.erase(it);
+      mine.emplace(spec.name, it->second);
+      used.insert(it->first);
     }
     assign(l, std::move(mine), file);
     if (l.kind == LayerKind::kBatchnorm) check_batchnorm(layer_as<BatchnormLayer>(l), file);
   }
   std::vector<std::string> extra;
   for (const auto& kv : all)
-    if (!ends_with(kv.first, ".num_batches_tracked")) extra.push_back(kv.first);
+    if (!used.count(kv.first) && !ends_with(kv.first, ".num_batches_tracked")) extra.push_back(kv.first);
   if (!extra.empty()) {
     std::string list;
     for (size_t i = 0; i < extra.size() && i < 10; ++i) list += (i ? ", " : "") + extra[i];
@@ -173,6 +175,10 @@ void load_safetensors(Network& net, const std::string& file) {
                 " tensor(s) that no layer of the network uses: " + list +
                 " (a layer name in the netdef differs from the file's?)");
   }
+}
+
+void load_safetensors(Network& net, const std::string& file) {
+  load_tensor_map(net, read_safetensors(file, true), file);
 }
 
 }  // namespace
@@ -219,11 +225,22 @@ void load_weights(Network& net, const AssetResolver& assets, const std::string& 
   if (fold) fold_batchnorms(net, source);
 }
 
+void load_weights_from(Network& net, std::map<std::string, Tensor> tensors, const std::string& source,
+                       bool fold) {
+  for (auto& l : net.layers) {
+    if (l->folded)
+      throw Error(net.source + ": weights are already loaded (and batchnorm folded) for this network");
+    l->weights.clear();
+  }
+  load_tensor_map(net, std::move(tensors), source);
+  if (fold) fold_batchnorms(net, source);
+}
+
 std::map<std::string, Tensor> collect_weights(const Network& net) {
   std::map<std::string, Tensor> out;
   for (const auto& l : net.layers) {
     if (l->folded) continue;  // already inside its producer (see weights.h)
-    for (const auto& kv : l->weights) out[l->name + "." + kv.first] = kv.second;
+    for (const auto& kv : l->weights) out[l->tensor_name(kv.first)] = kv.second;
   }
   return out;
 }

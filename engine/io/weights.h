@@ -51,10 +51,16 @@ std::string safetensors_bytes(const std::map<std::string, Tensor>& tensors);
 void load_weights(Network& net, const AssetResolver& assets, const std::string& override_path,
                   bool fold = true);
 
-// All weights of the network as "<layer>.<name>" -> tensor (the safetensors naming), as the
-// network runs: a folded batchnorm's scale and shift are inside its producer's weight and bias,
-// so its own four tensors are left out (written too, a reload would fold them a second time). The
-// result fits the netdef with the folded batchnorms removed (and bias on for their producers).
+// Loads the weights from tensors already in memory (an imported ONNX model's), named as a
+// safetensors file's would be (Layer::tensor_name); `source` names them in errors.
+void load_weights_from(Network& net, std::map<std::string, Tensor> tensors, const std::string& source,
+                       bool fold = true);
+
+// All weights of the network as Layer::tensor_name ("<layer>.<name>" unless `tensors:` renames) -> tensor
+// (the safetensors naming), as the network runs: a folded batchnorm's scale and shift are inside its
+// producer's weight and bias, so its own four tensors are left out (written too, a reload would fold them a
+// second time). The result fits the netdef with the folded batchnorms removed (and bias on for their
+// producers).
 std::map<std::string, Tensor> collect_weights(const Network& net);
 
 }  // namespace cnnrun

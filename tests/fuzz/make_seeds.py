@@ -100,3 +100,57 @@ lab = struct.pack(">II", 0x801, 2) + bytes([1, 9])
 put("idx/images-idx3-ubyte", img)
 put("idx/labels-idx1-ubyte", lab)
 put("idx/images-idx3-ubyte.gz", gzip.compress(img, mtime=0))
+
+# ONNX models (python3-onnx, test-only): a small CNN as torch.onnx.export writes one (Conv, BN,
+# Relu, MaxPool, the Shape -> Gather -> Unsqueeze -> Concat -> Reshape flatten, MatMul + Add,
+# Softmax) and a branching one (Add, Concat, GlobalAveragePool, Flatten, Gemm, Dropout).
+try:
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+except ImportError:
+    onnx = None
+if onnx is not None:
+    def t(name, shape, seed):
+        return numpy_helper.from_array(
+            np.random.RandomState(seed).uniform(-1, 1, shape).astype(np.float32), name)
+
+    def i64(name, v, scalar=False):
+        a = np.array(v[0] if scalar else v, dtype=np.int64)
+        return numpy_helper.from_array(a, name)
+
+    N = helper.make_node
+    g = helper.make_graph([
+        N("Conv", ["x", "c.w", "c.b"], ["a"], "conv", pads=[1, 1, 1, 1]),
+        N("BatchNormalization", ["a", "bn.s", "bn.b", "bn.m", "bn.v"], ["b"], "bn", epsilon=1e-5),
+        N("Relu", ["b"], ["c"], "relu"),
+        N("MaxPool", ["c"], ["d"], "pool", kernel_shape=[2, 2], strides=[2, 2]),
+        N("Shape", ["d"], ["s"], "shape"),
+        N("Gather", ["s", "zero"], ["n"], "gather", axis=0),
+        N("Unsqueeze", ["n", "ax"], ["n1"], "unsqueeze"),
+        N("Concat", ["n1", "m1"], ["shp"], "cat", axis=0),
+        N("Reshape", ["d", "shp"], ["e"], "flat"),
+        N("MatMul", ["e", "fc.w"], ["f"], "fc"),
+        N("Add", ["f", "fc.b"], ["g"], "fc_add"),
+        N("Softmax", ["g"], ["y"], "prob", axis=-1),
+    ], "small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+        [t("c.w", [4, 3, 3, 3], 1), t("c.b", [4], 2), t("bn.s", [4], 3), t("bn.b", [4], 4), t("bn.m", [4], 5),
+         numpy_helper.from_array(np.full([4], 1.5, np.float32), "bn.v"), i64("zero", [0], True), i64("ax", [0]),
+         i64("m1", [-1]), t("fc.w", [16, 10], 6), t("fc.b", [10], 7)])
+    put("onnx/small.onnx", helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString())
+    g = helper.make_graph([
+        N("Conv", ["x", "c1.w"], ["a"], "c1", pads=[1, 1, 1, 1]),
+        N("Conv", ["x", "c2.w"], ["b"], "c2", pads=[1, 1, 1, 1]),
+        N("Add", ["a", "b"], ["s"], "sum"),
+        N("Concat", ["s", "a"], ["c"], "cat", axis=1),
+        N("AveragePool", ["c"], ["p"], "avg", kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1),
+        N("GlobalAveragePool", ["p"], ["q"], "gap"),
+        N("Flatten", ["q"], ["r"], "flatten", axis=1),
+        N("Dropout", ["r"], ["u"], "drop", ratio=0.25),
+        N("Gemm", ["u", "g.w", "g.b"], ["y"], "gemm", transB=1, alpha=0.5),
+    ], "branches", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+        [t("c1.w", [4, 3, 3, 3], 8), t("c2.w", [4, 3, 3, 3], 9), t("g.w", [10, 8], 10), t("g.b", [10], 11)])
+    put("onnx/branches.onnx", helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)],
+                                                ir_version=6).SerializeToString())

@@ -159,3 +159,64 @@ put(I + "gz_truncated-images-idx3-ubyte.gz", gzip.compress(idx(IMG, [3, 2, 2], b
 GZ_OK = gzip.compress(idx(IMG, [3, 2, 2], bytes(range(12))), mtime=0)
 put(I + "gz_corrupt-images-idx3-ubyte.gz", GZ_OK[:-8] + bytes(b ^ 0xff for b in GZ_OK[-8:-4]) + GZ_OK[-4:])
 put(I + "gz_bomb-images-idx3-ubyte.gz", gzip.compress(idx(IMG, [4000000, 100, 100], b""), mtime=0))
+
+# ONNX models, protobuf written by hand (field numbers from onnx.proto) so that this script needs
+# no onnx package: a tiny Conv -> Relu graph, then one hostile variant each.
+def varint(v):
+    v &= (1 << 64) - 1
+    out = b""
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        out += bytes([b | (0x80 if v else 0)])
+        if not v:
+            return out
+
+
+def pv(field, v):  # varint field
+    return varint(field << 3) + varint(v)
+
+
+def pb(field, data):  # length-delimited field
+    data = data.encode() if isinstance(data, str) else data
+    return varint(field << 3 | 2) + varint(len(data)) + data
+
+
+def value_info(name, dims):
+    shape = b"".join(pb(1, pv(1, d)) for d in dims)
+    return pb(1, name) + pb(2, pb(1, pv(1, 1) + pb(2, shape)))  # tensor_type: FLOAT, shape
+
+
+def tensor(name, dims, raw=None, external=None):
+    t = b"".join(pv(1, d) for d in dims) + pv(2, 1) + pb(8, name)
+    if external is not None:
+        t += b"".join(pb(13, pb(1, k) + pb(2, v)) for k, v in external) + pv(14, 1)
+    else:
+        t += pb(9, raw)
+    return t
+
+
+def node(op, name, ins, outs):
+    return b"".join(pb(1, i) for i in ins) + b"".join(pb(2, o) for o in outs) + pb(3, name) + pb(4, op)
+
+
+def model(nodes, inits, in_dims=(1, 3, 4, 4), ir=8, opset=13):
+    g = b"".join(pb(1, n) for n in nodes) + pb(2, "g") + b"".join(pb(5, t) for t in inits)
+    g += pb(11, value_info("x", in_dims)) + pb(12, pb(1, "y"))
+    return pv(1, ir) + pb(8, pb(1, "") + pv(2, opset)) + pb(7, g)
+
+
+O = "onnx/"
+W = f32([0.5] * (4 * 3 * 3 * 3))
+CONV = [node("Conv", "conv", ["x", "w"], ["a"]), node("Relu", "relu", ["a"], ["y"])]
+GOOD = model(CONV, [tensor("w", [4, 3, 3, 3], W)])
+put(O + "truncated.onnx", GOOD[:len(GOOD) // 2])
+put(O + "cycle.onnx", model([node("Add", "loop_a", ["x", "y"], ["a"]), node("Relu", "loop_b", ["a"], ["y"])], []))
+put(O + "missing_initializer.onnx", model(CONV, []))
+put(O + "huge_dim.onnx", model(CONV, [tensor("w", [4, 3, 3, 3], W)], in_dims=(1, 3, 1 << 40, 4)))
+put(O + "negative_dim.onnx", model(CONV, [tensor("w", [4, -3, 3, 3], W)]))
+put(O + "raw_short.onnx", model(CONV, [tensor("w", [1024, 1024, 1024, 1024], b"\0" * 4)]))
+put(O + "external_outside.onnx", model(CONV, [tensor("w", [4, 3, 3, 3], external=[("location", "../w.bin")])]))
+put(O + "unsupported.onnx", model([node("LRN", "norm", ["x"], ["a"]), node("Conv", "conv", ["a", "w"], ["b"]),
+                                    node("Sum", "sum", ["b"], ["y"])], [tensor("w", [4, 3, 3, 3], W)]))
+put(O + "opset6.onnx", model(CONV, [tensor("w", [4, 3, 3, 3], W)], opset=6))
