@@ -253,7 +253,7 @@ std::string report_text(const Report& r) {
   if (r.stream.skipped > 0)
     s += "Skipped: " + std::to_string(r.stream.skipped) +
          " unreadable images (--skip-bad); the first: " + r.stream.first_skipped + "\n";
-  if (r.stream.wall_s > 0)
+  if (r.stream.decode_threads > 0 && r.stream.wall_s > 0)  // streamed sources: files to predictions
     s += "Pipeline: " + std::to_string(r.run.images) + " images in " + fmt("%.3f", r.stream.wall_s) + " s (" +
          fmt("%.0f", static_cast<double>(r.run.images) / r.stream.wall_s) +
          " images/s: reading, decoding, preprocessing and the network" +

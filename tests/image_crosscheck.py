@@ -9,8 +9,8 @@ the images, and the output values within 1e-4.
 --network small: a small residual network of cnnrun's own (conv 7x7/2, batchnorm, max-pool, one
 basic block, global average pool, fc 1000), quick enough for every test run.
 --network resnet18: torchvision's ResNet-18 itself (torchvision.models.resnet18, random weights,
-batchnorm statistics perturbed), its netdef written here from the same structure with
-PyTorch's module names, so its state_dict loads as it is.
+batchnorm statistics perturbed) through netdefs/torchvision/resnet18.yaml, whose layer names are
+its state_dict's, with resize 256 and crop 224 added to the netdef's preprocessing.
 
 usage: image_crosscheck.py CNNRUN_BINARY SHARED_DIR [--engine cpu|gpu|auto] [--images N]
                            [--network small|resnet18]
@@ -70,42 +70,16 @@ class Net(nn.Module):
 
 
 def resnet18_netdef():
-    """torchvision's resnet18 as a netdef: layer names are the state_dict's module names."""
-    lines = []
-
-    def add(s):
-        lines.append("  - {" + s + "}")
-
-    def conv(name, inp, filters, k, stride, pad):
-        add(f"name: {name}, type: conv, filters: {filters}, kernel: {k}, stride: {stride}, pad: {pad}, bias: false"
-            + (f", inputs: [{inp}]" if inp else ""))
-
-    conv("conv1", None, 64, 7, 2, 3)
-    add("name: bn1, type: batchnorm")
-    add("name: relu, type: relu")
-    add("name: maxpool, type: maxpool, size: 3, stride: 2, pad: 1")
-    prev, channels = "maxpool", 64
-    for stage, width in enumerate((64, 128, 256, 512), start=1):
-        for b in range(2):
-            stride = 2 if stage > 1 and b == 0 else 1
-            p = f"layer{stage}.{b}"
-            conv(f"{p}.conv1", prev, width, 3, stride, 1)
-            add(f"name: {p}.bn1, type: batchnorm")
-            add(f"name: {p}.relu1, type: relu")
-            conv(f"{p}.conv2", None, width, 3, 1, 1)
-            add(f"name: {p}.bn2, type: batchnorm")
-            short = prev
-            if stride != 1 or channels != width:
-                conv(f"{p}.downsample.0", prev, width, 1, stride, 0)
-                add(f"name: {p}.downsample.1, type: batchnorm")
-                short = f"{p}.downsample.1"
-            add(f"name: {p}.add, type: add, inputs: [{p}.bn2, {short}]")
-            add(f"name: {p}.relu2, type: relu")
-            prev, channels = f"{p}.relu2", width
-    add("name: avgpool, type: avgpool, global: true")
-    add("name: fc, type: fc, outputs: 1000")
-    return NETDEF.split("layers:")[0].replace("jpeg-crosscheck", "torchvision-resnet18") + "layers:\n" + \
-        "\n".join(lines) + "\n"
+    """netdefs/torchvision/resnet18.yaml (layer names = torchvision's state_dict keys) with the
+    JPEG pipeline's resize and crop added to its preprocessing and the weights written here."""
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "netdefs", "torchvision", "resnet18.yaml")
+    text = open(src).read()
+    pre = "preprocess: {mean:"
+    assert text.count(pre) == 1 and text.count("weights: {") == 1, "netdefs/torchvision/resnet18.yaml changed"
+    text = text.replace(pre, "preprocess: {resize: 256, crop: 224, mean:")
+    lines = [("weights: {format: safetensors, path: weights.safetensors}" if l.startswith("weights: {") else l)
+             for l in text.splitlines()]
+    return "\n".join(lines) + "\n"
 
 
 def save_safetensors(path, tensors):
