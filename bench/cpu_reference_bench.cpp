@@ -9,6 +9,7 @@
 #include <random>
 
 #include "engine/network.h"
+#include "engine/report.h"
 #include "reference/cpu_executor.h"
 
 int main(int argc, char** argv) {
@@ -45,7 +46,9 @@ int main(int argc, char** argv) {
     std::printf("%s: %lld images in %.3f s (%.0f images/s)\n", r.engine.c_str(),
                 static_cast<long long>(r.images), r.forward_seconds,
                 static_cast<double>(r.images) / r.forward_seconds);
-    for (const auto& n : r.notes) std::printf("  %s\n", n.c_str());
+    cnnrun::Report rep;  // the report words the run's facts
+    rep.run = r;
+    for (const auto& n : cnnrun::report_notes(rep)) std::printf("  %s\n", n.c_str());
     for (const auto& t : r.layers)
       std::printf("  %-10s %-10s %-12s %8.3f s\n", t.name.c_str(), t.type.c_str(), t.algo.c_str(), t.seconds);
   } catch (const std::exception& e) {

@@ -8,7 +8,7 @@
 // - "netdef name": the `type:` a netdef writes.
 // - LayerClass (constructor arguments): engine/layers/, the parameter struct and shape rules.
 // - cpu_forward_function: reference/layers/, a ref::ForwardFn (reference/cpu_layers.h).
-// - GpuOp: the GPU planner's step kind for the layer (enum class gpu::Op, engine/gpu/).
+// - GpuOp: the GPU planner's step kind for the layer (enum class gpu::Op, engine/gpu/plan.h).
 //
 // Adding a layer type: its file pair under engine/layers/, its forward function under
 // reference/layers/ (and its kernels under engine/gpu/ with a GpuOp), and one line here.
@@ -17,7 +17,7 @@
 //
 //   engine/layer_registry.cpp   name -> LayerKind -> factory (the netdef parser's door)
 //   reference/cpu_executor.cpp  LayerKind -> CPU forward function
-//   engine/gpu/ (the planner)   LayerKind -> gpu::Op
+//   engine/gpu/plan.cpp         LayerKind -> gpu::Op
 //
 // Executors ask a layer's kind or its capability flags (layer.h), never its type name.
 #pragma once

@@ -384,6 +384,12 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
       CHECK((r.layers[0].algo.find("3xTF32") != std::string::npos) == (tc1 && !(u8 && v == "implicit")));
       if (pool1) CHECK(r.layers[2].seconds == 0.0);
       compare_layers(net, *gpu, *cpu, data, 1, k.n, what.str(), err, o);
+      // fused_into answers for the options it is given, not for the last run's: with the pool
+      // fusion off, conv1 computes its ReLU only, and the pool's input exists.
+      RunOptions no_pool = o;
+      no_pool.tuning.fuse_pool = false;
+      CHECK(gpu->fused_into(0, no_pool) == "relu1");
+      CHECK(gpu->fused_into(1, no_pool).empty());
       seed += 3;
     }
   }

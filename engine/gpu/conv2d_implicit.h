@@ -1,5 +1,6 @@
 // The `implicit` convolution: our own fused kernel that never writes the im2col matrix.
-// See conv2d_implicit.cu for why it is shaped as it is.
+// The public API (CUTLASS's conv/device level); the code is in engine/gpu/implicit/, and
+// implicit/launch.cu's opening comment says why it is shaped as it is.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -527,9 +527,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   std::vector<std::unique_ptr<Slot>>& slots = pipeline_->slots();
   block = pipeline_->block();
   const int S = pipeline_->streams();
-  // Equal blocks but the last; every full block runs the slot's captured graph. (A short first
-  // block, so that compute starts after a shorter copy, measured 0.4 ms slower for 50000 CIFAR
-  // images: one more block, and two that run outside the graphs.)
+  // Equal blocks but the last; every full block runs the slot's captured graph. (Not a short
+  // first block so that compute starts after a shorter copy: one more block, and two that run
+  // outside the graphs, cost more than it saves; docs/performance.md.)
   const int64_t nblocks = (batch + block - 1) / block;
   const Layer& out_layer = *net_.layers[static_cast<size_t>(net_.output)];
   const int64_t out_size = out_layer.out_shape.size();
