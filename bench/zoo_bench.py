@@ -69,7 +69,8 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from pytorch_crosscheck import read_convnetjs_conv, read_convnetjs_fc, read_safetensors  # noqa: E402
+from pytorch_crosscheck import (read_convnetjs_conv, read_convnetjs_fc, read_safetensors,  # noqa: E402
+                                write_safetensors)
 
 PRECISIONS = ["fp32", "tf32", "fp16", "bf16"]
 
@@ -202,21 +203,9 @@ def build_model(key, classes, shared):
     return m.eval(), src
 
 
-def write_safetensors(path, state):
-    """The float tensors of a state_dict as an F32 safetensors file (num_batches_tracked left out:
-    cnnrun ignores it)."""
-    tensors = [(k, v.detach().float().contiguous().numpy()) for k, v in state.items() if v.is_floating_point()]
-    header, offset = {}, 0
-    for k, a in tensors:
-        header[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for _, a in tensors:
-            f.write(a.astype("<f4", copy=False).tobytes())
+def write_state(path, state):
+    """The float tensors of a state_dict as safetensors (num_batches_tracked left out: cnnrun ignores it)."""
+    write_safetensors(path, {k: v for k, v in state.items() if v.is_floating_point()})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -822,7 +811,7 @@ def main():
             continue
         model, wsrc = build_model(key, info["classes"], a.shared)
         weights = os.path.join(a.work, f"{key}.safetensors")
-        write_safetensors(weights, model.state_dict())
+        write_state(weights, model.state_dict())
         c = info["input"][0]
         shapes = [info["input"]] if not tv else [(c, s, s) for s in sizes]
         for shape in shapes:
@@ -908,7 +897,7 @@ def main():
               f"{', cuDNN ' + str(torch.backends.cudnn.version()) if cuda else ''}")
     where = "on the CPU (dry run: cnnrun --engine cpu)" if a.dry else "input already on the GPU (cnnrun `--resident`)"
     notes = [f"Medians of {a.repeats} runs; {where}, cnnrun's default algorithm "
-             "choice); ratio = PyTorch / cnnrun (above 1: cnnrun faster). PyTorch's fastest way at each "
+             "choice; ratio = PyTorch / cnnrun (above 1: cnnrun faster). PyTorch's fastest way at each "
              "precision of eager NCHW / channels_last, `.half()`/`.bfloat16()` / autocast, and a CUDA graph of the "
              f"fastest{' and torch.compile' if a.compile else ''}; fp32 with TF32 off."]
     if cudnn_note:

@@ -30,6 +30,7 @@
 #               /usr/bin/python3 that imports both)
 #   CUDNN_LIB   put first on cnnrun's library path (default: the cuDNN inside PyTorch's venv when it
 #               is there), so that both sides run the same cuDNN
+#   NETDEFS     the directory searched for the netdefs (default netdefs/)
 #   WORK        generated weights and images (default /tmp/zoo_bench); logs under WORK/logs
 #   OUT         (the device tool's return folder) also gets zoo_table.md, zoo_results.json and
 #               zoo_logs.tgz (logs and JSON reports, no weights or images)
@@ -83,7 +84,7 @@ echo "zoo_bench: cnnrun $BIN ($("$BIN" --version 2>/dev/null | head -1)), python
 
 args=(--cnnrun "$BIN" --work "$W" --commit "${commit:-}" --shared "${S:-}" --repeats "${REPEATS:-5}"
   --budget "${BUDGET:-480}" --sizes "${SIZES:-32 224}" --precisions "${PRECISIONS:-fp32 tf32 fp16 bf16}"
-  --nets "${NETS:-}" --images "${IMAGES:-}")
+  --nets "${NETS:-}" --images "${IMAGES:-}" --netdefs "${NETDEFS:-netdefs}")
 [ -n "${DRY:-}" ] && args+=(--dry)
 [ -n "${COMPILE:-}" ] && args+=(--compile)
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && args+=(--out "$OUT")
