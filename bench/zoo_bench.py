@@ -482,7 +482,7 @@ def cnnrun_row(a, netdef, extra, weights, data, n, validate, precision, tag, mem
         "validate_max_rel": max(rels) if rels else None, "validate_pass": bool(v.get("pass")),
         "validate_tolerance": v.get("tolerance"), "validate_images": v.get("images"),
         "algos": algo_summary(j), "version": j.get("cnnrun_version"),
-        "resident": any("resident" in x for x in j.get("notes", [])),
+        "resident": any("input resident on GPU" in x for x in j.get("notes", [])),
         "gpu_note": next((x for x in j.get("notes", []) if x.startswith("gpu:")), None),
     })
     if base is not None:
@@ -562,8 +562,6 @@ def torch_rows(a, model, x32, precisions, softmax, mem, torch_ctx_mib):
             results[p] = {"skipped": "over the time budget"}
             continue
         set_tf32(p == "tf32")
-        if p == "tf32" and hasattr(torch, "set_float32_matmul_precision"):
-            torch.set_float32_matmul_precision("high")
         rows = []
         best = None
 
@@ -576,12 +574,12 @@ def torch_rows(a, model, x32, precisions, softmax, mem, torch_ctx_mib):
                     if cast == torch.float16 and not cuda:
                         raise RuntimeError("PyTorch's CPU autocast has no float16")
                     release()
-                    base = mem.now() if mem.ok() else None
+                    mf = torch.channels_last if cl else torch.contiguous_format
+                    x = x32.to(dtype).contiguous(memory_format=mf)
+                    base = mem.now() if mem.ok() else None  # the input is not counted, as cnnrun's copies are
                     if cuda:
                         torch.cuda.reset_peak_memory_stats()
-                    mf = torch.channels_last if cl else torch.contiguous_format
                     m = copy.deepcopy(model).to(device=dev, dtype=dtype).to(memory_format=mf).eval()
-                    x = x32.to(dtype).contiguous(memory_format=mf)
                     chunks = [x[i:i + chunk] for i in range(0, n, chunk)]
                     out = {}
 
@@ -700,7 +698,7 @@ def table(a, rows, header):
         elif "skipped" in c:
             cn = c["skipped"]
         else:
-            cn = fmt_ms(c["median_ms"])
+            cn = fmt_ms(c["median_ms"]) + ("" if a.dry or c.get("resident") else " (NOT resident: see its log)")
         if best:
             tv = f"{fmt_ms(best['median_ms'])} ({best['way']})"
         elif t.get("skipped"):
@@ -904,7 +902,8 @@ def main():
         notes.append(f"cnnrun's {cudnn_note}")
     if cuda:
         notes.append("Peak GPU memory: nvidia-smi memory.used sampled every 50 ms, minus the value before the run; "
-                     f"PyTorch's plus its CUDA context and libraries ({ctx:.0f} MiB), so both are whole-process.")
+                     f"PyTorch's plus its CUDA context and libraries ({ctx:.0f} MiB), so both are whole-process; "
+                     "PyTorch's input tensor is not counted, cnnrun's resident uint8 images are.")
     notes.append("x-check: cnnrun's CPU engine against the same PyTorch model on the CPU in fp32 on the first "
                  "few images (max |diff| / max |value| of the outputs): the same weights and images on both sides.")
     notes.append(f"Whole run {time.time() - start:.0f} s (budget {a.budget:.0f} s); logs in {a.logs}.")
