@@ -37,7 +37,7 @@ struct Options {
   std::string netdef;
   int64_t batch = 0;
   std::string engine = "auto";
-  std::string data, weights, json, dump, conv_algo;
+  std::string data, data_format, weights, json, dump, conv_algo;
   std::string precision = "fp32";  // --precision
   std::vector<std::string> assets;
   bool quiet = false, cycle = false, validate = false;
@@ -105,9 +105,10 @@ int run_network(const Options& o) {
       o.weights.empty() ? net.weights.format + ": " + net.weights.path : "--weights " + o.weights;
 
   t = Clock::now();
-  Dataset data = load_dataset(net, assets, o.data);
+  Dataset data = load_dataset(net, assets, o.data, o.data_format);
   rep.load_data_s = seconds_since(t);
   rep.data_description = data.description;
+  rep.labelled = data.labelled();
 
   RunOptions ro;
   ro.batch = o.batch ? o.batch : data.count;
@@ -175,7 +176,9 @@ int run_network(const Options& o) {
     write_output_file(o.dump, npy_bytes({rep.run.images, per}, rep.run.probs.data()), inputs);
   }
   if (!o.json.empty()) write_output_file(o.json, report_json(rep), inputs);
-  if (o.quiet) {
+  if (o.quiet && !rep.labelled) {
+    std::printf("images %lld (no labels: no accuracy)\n", static_cast<long long>(rep.run.images));
+  } else if (o.quiet) {
     std::printf("accuracy %.2f %% (%lld/%lld)\n",
                 rep.run.images
                     ? 100.0 * static_cast<double>(rep.run.correct) / static_cast<double>(rep.run.images)
@@ -226,14 +229,20 @@ int main(int argc, char** argv) {
   app.add_flag("--cycle", o.cycle, "allow --batch beyond the data set's size by running its images again");
   app.add_option("--engine", o.engine, "cpu, gpu or auto (GPU when one is usable)")
       ->check(CLI::IsMember({"cpu", "gpu", "auto"}));
-  app.add_option("--data", o.data, "data set to use instead of the netdef's (file or directory)");
+  app.add_option(
+      "--data", o.data,
+      "data set to use instead of the netdef's (file or directory; IMAGES,LABELS for idx and npy)");
+  app.add_option(
+         "--data-format", o.data_format,
+         "what --data is: cifar10, idx or npy (default: detected from the file, and the report says so)")
+      ->check(CLI::IsMember(data_formats()));
   app.add_option("--weights", o.weights,
                  "weights to use instead of the netdef's (.safetensors file or ConvNetJS directory)");
   app.add_option("--assets", o.assets,
                  "directory where netdef paths may resolve (repeatable; also $CNNRUN_ASSETS)");
   app.add_option("--json", o.json, "also write the report as JSON to FILE");
   app.add_option("--dump", o.dump, "write the output layer's values for every image to FILE (.npy, float32)");
-  app.add_flag("--quiet", o.quiet, "print only the accuracy line");
+  app.add_flag("--quiet", o.quiet, "print only the accuracy line (the image count without labels)");
   app.add_flag("--validate", o.validate,
                "compare every layer with the CPU reference (exit 3 if any differs)");
   app.add_option("--validate-images", o.validate_images,

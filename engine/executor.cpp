@@ -1,5 +1,7 @@
 #include "engine/executor.h"
 
+#include <algorithm>
+
 namespace cnnrun {
 
 void preprocess_images(const Network& net, const uint8_t* pixels, int64_t n, float* out) {
@@ -11,6 +13,15 @@ void preprocess_images(const Network& net, const uint8_t* pixels, int64_t n, flo
       float* dst = out + (i * net.input.c + c) * plane;
       for (int64_t k = 0; k < plane; ++k) dst[k] = static_cast<float>(src[k]) * s + t;
     }
+}
+
+void network_input(const Network& net, const Dataset& data, int64_t i, float* out) {
+  if (data.preprocessed()) {
+    const float* v = data.image_values(i);
+    std::copy(v, v + data.shape.size(), out);
+  } else {
+    preprocess_images(net, data.image(i), 1, out);
+  }
 }
 
 int32_t predicted_class(const float* v, int64_t n) {
@@ -25,10 +36,14 @@ void check_ready(const Network& net, const Dataset& data) {
     throw Error("data set images are " + data.shape.str() + " but network '" + net.name + "' takes " +
                 net.input.str());
   if (data.count < 1) throw Error("data set has no images");
-  if (static_cast<int64_t>(data.pixels.size()) < data.count * data.shape.size())
-    throw Error("data set has " + std::to_string(data.pixels.size()) + " pixel bytes for " +
-                std::to_string(data.count) + " images of " + data.shape.str());
-  if (static_cast<int64_t>(data.labels.size()) < data.count)
+  const int64_t values = data.count * data.shape.size();
+  if (data.preprocessed() ? static_cast<int64_t>(data.values.size()) < values
+                          : static_cast<int64_t>(data.pixels.size()) < values)
+    throw Error("data set has " +
+                (data.preprocessed() ? std::to_string(data.values.size()) + " values"
+                                     : std::to_string(data.pixels.size()) + " pixel bytes") +
+                " for " + std::to_string(data.count) + " images of " + data.shape.str());
+  if (data.labelled() && static_cast<int64_t>(data.labels.size()) < data.count)
     throw Error("data set has " + std::to_string(data.labels.size()) + " labels for " +
                 std::to_string(data.count) + " images");
   for (const auto& l : net.layers) {

@@ -58,7 +58,8 @@ class Executor {
  public:
   virtual ~Executor() = default;
   virtual std::string name() const = 0;
-  // Runs opt.batch images of `data`, counting correct predictions against its labels.
+  // Runs opt.batch images of `data`, counting correct predictions against its labels (none
+  // without labels).
   virtual RunResult run(const Dataset& data, const RunOptions& opt) = 0;
   // Every layer's output (index = layer index, [n, C, H, W]) for images first..first+n-1;
   // the network input after preprocessing is not included.
@@ -71,13 +72,16 @@ class Executor {
 
 // Preprocesses n images into NCHW floats (the definition every executor must match).
 void preprocess_images(const Network& net, const uint8_t* pixels, int64_t n, float* out);
+// Image i of the data set as the network's input: its bytes preprocessed, or its float values
+// as given when the data set holds preprocessed values (a float32 .npy).
+void network_input(const Network& net, const Dataset& data, int64_t i, float* out);
 
 // The predicted class of one image's output values: the index of the first maximum (ties go
 // to the lower class), the rule every executor's predictions follow.
 int32_t predicted_class(const float* v, int64_t n);
 
 // The checks every executor makes before it runs: the data set fits the network (image shape,
-// pixel and label counts) and every weight is loaded with its expected shape.
+// pixel and label counts; labels may be absent) and every weight is loaded with its expected shape.
 void check_ready(const Network& net, const Dataset& data);
 // The number of images a run covers (opt.batch, 0 = the whole data set), checked against the
 // data set's size and opt.cycle.

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "engine/io/assets.h"
 #include "engine/network.h"
 #include "engine/yaml_util.h"
 
@@ -155,10 +156,56 @@ void parse_data(Network& net, const std::string& file, const YAML::Node& n) {
   } else if (net.data.format == "idx") {
     net.data.images = s.get_string("images", true);
     net.data.labels = s.get_string("labels", true);
+  } else if (net.data.format == "npy") {
+    net.data.images = s.get_string("images", true);
+    net.data.labels = s.get_string("labels", false);  // unlabelled without
   } else {
-    s.fail("format", n["format"], "unknown data format '" + net.data.format + "'; expected cifar10 or idx");
+    s.fail("format", n["format"],
+           "unknown data format '" + net.data.format + "'; expected cifar10, idx or npy");
   }
   s.finish();
+}
+
+// classes: a list of names in label order, a count (names "0".."N-1"), or a text file of one
+// name per line (blank lines and trailing spaces ignored), resolved like every netdef path.
+std::vector<std::string> parse_classes(const std::string& file, const std::string& dir, const YAML::Node& v) {
+  constexpr int64_t kMaxClasses = int64_t{1} << 24;
+  std::vector<std::string> out;
+  if (v.IsScalar()) {
+    int64_t count = 0;
+    std::string why;
+    const std::string& text = v.Scalar();
+    if (!text.empty() && text.find_first_not_of("+-0123456789") == std::string::npos) {
+      if (!yaml_int(v, count, why)) fail_at(yaml_loc(file, v), "", "", "classes", why);
+      if (count < 1 || count > kMaxClasses)
+        fail_at(yaml_loc(file, v), "", "", "classes",
+                "a class count must be 1.." + std::to_string(kMaxClasses) + ", found " + text);
+      for (int64_t i = 0; i < count; ++i) out.push_back(std::to_string(i));
+      return out;
+    }
+    const SourceLoc loc = yaml_loc(file, v);
+    AssetResolver assets(dir, AssetResolver::default_roots({}));
+    const std::string path = assets.resolve(text, loc, "classes file");
+    std::ifstream f(path);
+    if (!f) fail_at(loc, "", "", "classes", "cannot open the class names file " + path);
+    std::string line;
+    int64_t lineno = 0;
+    while (std::getline(f, line)) {
+      ++lineno;
+      while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+        line.pop_back();
+      if (line.empty()) continue;
+      if (static_cast<int64_t>(out.size()) >= kMaxClasses || line.size() > 4096)
+        fail_at(loc, "", "", "classes",
+                path + ":" + std::to_string(lineno) + ": not a class names file (over " +
+                    std::to_string(kMaxClasses) + " names or a line over 4096 bytes)");
+      out.push_back(line);
+    }
+    if (f.bad()) fail_at(loc, "", "", "classes", "read error in " + path);
+    if (out.empty()) fail_at(loc, "", "", "classes", path + ": no class names (one per line expected)");
+    return out;
+  }
+  return string_list(file, v, "classes");
 }
 
 void parse_weights(Network& net, const std::string& file, const YAML::Node& n) {
@@ -261,11 +308,7 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
   parse_preprocess(net, file, top.get("preprocess", false));
 
   YAML::Node classes = top.get("classes", true);
-  net.classes = string_list(file, classes, "classes");
-  if (net.classes.size() > 256)
-    top.fail(
-        "classes", classes,
-        "at most 256 classes are supported (labels are bytes), found " + std::to_string(net.classes.size()));
+  net.classes = parse_classes(file, dir, classes);
   parse_data(net, file, top.get("data", false));
   parse_weights(net, file, top.get("weights", false));
 

@@ -111,8 +111,11 @@ std::string report_text(const Report& r) {
     s += v.pass ? "  Validation: PASS\n\n"
                 : "  Validation: FAIL (first failing layer: " + v.first_failure + ")\n\n";
   }
-  s += "Net accuracy: " + fmt("%.2f", accuracy(r.run)) + " % (" + std::to_string(r.run.correct) + "/" +
-       std::to_string(r.run.images) + ")\n";
+  if (r.labelled)
+    s += "Net accuracy: " + fmt("%.2f", accuracy(r.run)) + " % (" + std::to_string(r.run.correct) + "/" +
+         std::to_string(r.run.images) + ")\n";
+  else
+    s += "Net accuracy: none (the data set has no labels)\n";
   s += "Total time: " + fmt("%.6f", r.total_s) + " s\n";
   return s;
 }
@@ -151,8 +154,11 @@ std::string report_json(const Report& r) {
   json types = json::object();
   for (const auto& [type, secs] : by_type(r.run)) types[type] = secs;
   j["seconds_by_type"] = types;
-  j["correct"] = r.run.correct;
-  j["accuracy_percent"] = accuracy(r.run);
+  j["labelled"] = r.labelled;
+  if (r.labelled) {
+    j["correct"] = r.run.correct;
+    j["accuracy_percent"] = accuracy(r.run);
+  }
   if (r.validated) {
     const Validation& v = r.validation;
     json checks = json::array();

@@ -18,6 +18,7 @@ struct Report {
   std::vector<std::string> notes;  // engine fallbacks and the like
   double load_data_s = 0, build_net_s = 0, load_weights_s = 0, total_s = 0;
   int64_t distinct_images = 0;  // < images when cycling
+  bool labelled = true;         // false: the data set has no labels, so no accuracy
   RunResult run;
   bool validated = false;
   Validation validation;

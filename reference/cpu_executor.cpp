@@ -77,7 +77,7 @@ struct BlockRunner {
   void run(const Dataset& data, int64_t first, int64_t n) {
     const int64_t in_size = net.input.size();
     for (int64_t i = 0; i < n; ++i)
-      preprocess_images(net, data.image((first + i) % data.count), 1, input.data() + i * in_size);
+      network_input(net, data, (first + i) % data.count, input.data() + i * in_size);
     std::vector<const float*> ins;
     for (size_t li = 0; li < net.layers.size(); ++li) {
       const Layer& l = *net.layers[li];
@@ -139,7 +139,7 @@ class CpuExecutor : public Executor {
             const int32_t best = predicted_class(v, out_size);
             const int64_t img = first + i;
             r.predictions[static_cast<size_t>(img)] = best;
-            if (best == data.labels[static_cast<size_t>(img % data.count)]) ++good;
+            if (data.labelled() && best == data.labels[static_cast<size_t>(img % data.count)]) ++good;
             if (opt.want_probs) std::copy(v, v + out_size, r.probs.begin() + img * out_size);
           }
           correct += good;

@@ -136,7 +136,7 @@ TEST_CASE("idx: plain and gzip images and labels load byte-exact") {
     CHECK(ds.shape == Shape{1, 4, 5});
     REQUIRE(ds.pixels.size() == 60);
     for (size_t i = 0; i < 60; ++i) CHECK(ds.pixels[i] == static_cast<uint8_t>(im[16 + i]));
-    CHECK(ds.labels == std::vector<uint8_t>{0, 3, 6});
+    CHECK(ds.labels == std::vector<int32_t>{0, 3, 6});
   }
   // Mixed: plain images, gzip labels.
   CHECK(load_idx(d + "/im", d + "/lb.gz", 10).labels[2] == 6);
@@ -265,7 +265,7 @@ TEST_CASE("load_dataset: netdef paths, --data overrides and the shape check") {
   write_gz(other + "/u-labels-idx1-ubyte.gz", idx_labels(2, 10));
   Dataset u = load_dataset(m, AssetResolver(m.source_dir, {}), other + "/u-images-idx3-ubyte.gz");
   CHECK(u.count == 2);
-  CHECK(u.labels == std::vector<uint8_t>{0, 3});
+  CHECK(u.labels == std::vector<int32_t>{0, 3});
   CHECK_THROWS_WITH_AS(load_dataset(m, AssetResolver(m.source_dir, {}),
                                     other + "/u-images-idx3-ubyte.gz," + d + "/t-labels-idx1-ubyte"),
                        has("holds 2 images but " + d + "/t-labels-idx1-ubyte holds 3 labels"), Error);
@@ -292,7 +292,7 @@ TEST_CASE("real data: the CIFAR-10 sample and Fashion-MNIST") {
     CHECK(ds.count == 10000);
     CHECK(ds.shape == Shape{1, 28, 28});
     int64_t per[10] = {};
-    for (uint8_t l : ds.labels) per[l]++;
+    for (int32_t l : ds.labels) per[l]++;
     for (int64_t c : per) CHECK(c == 1000);  // the test split is balanced
   }
 }

@@ -601,7 +601,7 @@ void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, int64
     s->col.alloc(col);
     s->cudnn_ws.alloc(cudnn_ws);
     s->pred_host.alloc(static_cast<size_t>(block) * sizeof(int32_t));
-    s->labels.alloc(static_cast<size_t>(block));
+    s->labels.alloc(static_cast<size_t>(block) * sizeof(int32_t));
     slots_.push_back(std::move(s));
   }
   slot_streams_ = streams;
@@ -805,7 +805,7 @@ void GpuExecutor::enqueue_compute(Slot& s, int64_t n, const BlockOut& o) {
   const size_t L = steps_.size();
   run_layers(s, n, true, 3);
   launch_argmax(s.bufs[static_cast<size_t>(o.out_buf)].as<float>(), n, static_cast<int>(o.out_size),
-                s.pred.as<int32_t>(), s.labels.as<uint8_t>(), 0, n, o.correct, s.stream);
+                s.pred.as<int32_t>(), s.labels.as<int32_t>(), 0, n, o.correct, s.stream);
   record(s.ev[L + 3], s.stream);
   CUDA_CHECK(cudaMemcpyAsync(s.pred_host.as<int32_t>(), s.pred.as<int32_t>(),
                              static_cast<size_t>(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, s.stream));
@@ -950,6 +950,9 @@ std::string GpuExecutor::step_algo(const Step& st) const {
 
 RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   check_ready(net_, data);
+  if (data.preprocessed())
+    throw Error("the GPU engine reads uint8 images; this data set holds preprocessed float32 values (" +
+                data.description + "): run it with --engine cpu");
   const int64_t batch = images_to_run(data, opt);
   if (opt.streams < 0) throw Error("streams must be positive, found " + std::to_string(opt.streams));
   if (opt.block < 0) throw Error("block must be positive, found " + std::to_string(opt.block));
@@ -1039,7 +1042,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     s.first = -1;
   }
 
-  DevBuf labels = upload(data.labels.data(), static_cast<size_t>(data.count));
+  // Unlabelled images count as labelled -1, which no prediction equals.
+  const std::vector<int32_t> no_labels(data.labelled() ? 0 : static_cast<size_t>(data.count), -1);
+  DevBuf labels = upload((data.labelled() ? data.labels : no_labels).data(), static_cast<size_t>(data.count));
   DevBuf correct(sizeof(unsigned long long));
   CUDA_CHECK(cudaMemset(correct.get(), 0, sizeof(unsigned long long)));
 
@@ -1136,8 +1141,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     copy_in(s, data, first, n, staged, resident.as<uint8_t>());
     for (int64_t d = 0; d < n;) {  // the block's labels (the data set's, cycled)
       const int64_t idx = (first + d) % data.count, m = std::min(n - d, data.count - idx);
-      CUDA_CHECK(cudaMemcpyAsync(s.labels.as<uint8_t>() + d, labels.as<uint8_t>() + idx,
-                                 static_cast<size_t>(m), cudaMemcpyDeviceToDevice, s.stream));
+      CUDA_CHECK(cudaMemcpyAsync(s.labels.as<int32_t>() + d, labels.as<int32_t>() + idx,
+                                 static_cast<size_t>(m) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                                 s.stream));
       d += m;
     }
     CUDA_CHECK(cudaEventRecord(s.ev[1], s.stream));
@@ -1209,6 +1215,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
 
 std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t first, int64_t n) {
   check_ready(net_, data);
+  if (data.preprocessed())
+    throw Error("the GPU engine reads uint8 images; this data set holds preprocessed float32 values (" +
+                data.description + "): run it with --engine cpu");
   check_range(data, first, n);
   upload_weights();
   std::vector<Tensor> outs(steps_.size());

@@ -134,7 +134,7 @@ __global__ void softmax_kernel(const float* __restrict__ in, float* __restrict__
 }
 
 __global__ void argmax_kernel(const float* __restrict__ in, int64_t n, int size, int32_t* __restrict__ pred,
-                              const uint8_t* __restrict__ labels, int64_t first, int64_t label_count,
+                              const int32_t* __restrict__ labels, int64_t first, int64_t label_count,
                               unsigned long long* correct) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -214,7 +214,7 @@ void launch_softmax(const float* in, float* out, int64_t n, int channels, int64_
   CUDA_CHECK_LAUNCH("softmax_kernel");
 }
 
-void launch_argmax(const float* in, int64_t n, int size, int32_t* pred, const uint8_t* labels, int64_t first,
+void launch_argmax(const float* in, int64_t n, int size, int32_t* pred, const int32_t* labels, int64_t first,
                    int64_t label_count, unsigned long long* correct, cudaStream_t s) {
   argmax_kernel<<<grid_for(n), kThreads, 0, s>>>(in, n, size, pred, labels, first, label_count, correct);
   CUDA_CHECK_LAUNCH("argmax_kernel");

@@ -2,6 +2,10 @@
 // typed) and checks that the images fit the network before anything runs.
 #include "engine/io/dataset.h"
 
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
 #include "engine/io/assets.h"
 #include "engine/network.h"
 
@@ -33,23 +37,73 @@ std::string labels_for(const std::string& images) {
   return images.substr(0, p) + to + images.substr(p + from.size());
 }
 
-std::string guess_format(const std::string& override_path) {
-  if (override_path.find(',') != std::string::npos && override_path.find("idx") != std::string::npos)
+// What --data holds, from its bytes (magic numbers, record sizes) or, for a directory, the names
+// in it; "" when nothing tells. `why` says what gave it away, for the report.
+std::string detect_format(const std::string& data, std::string* why) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> parts = split_commas(data);
+  const std::string& first = parts[0];
+  std::error_code ec;
+  if (fs::is_directory(first, ec)) {
+    if (fs::exists(fs::path(first) / "data_batch_1.bin", ec) ||
+        fs::exists(fs::path(first) / "test_batch.bin", ec)) {
+      *why = "a directory with CIFAR-10 batch files";
+      return "cifar10";
+    }
+    return "";
+  }
+  std::ifstream f(first, std::ios::binary);
+  if (!f) return "";
+  unsigned char m[6] = {0, 0, 0, 0, 0, 0};
+  f.read(reinterpret_cast<char*>(m), sizeof m);
+  const std::streamsize got = f.gcount();
+  if (got >= 6 && std::memcmp(m, "\x93NUMPY", 6) == 0) {
+    *why = "the .npy magic bytes";
+    return "npy";
+  }
+  if (got >= 4 && m[0] == 0 && m[1] == 0 && m[2] == 8 && m[3] >= 1 && m[3] <= 4) {
+    *why = "the IDX magic bytes";
     return "idx";
-  if (override_path.find("idx3") != std::string::npos || override_path.find("idx1") != std::string::npos)
+  }
+  if (got >= 2 && m[0] == 0x1f && m[1] == 0x8b && first.find("idx") != std::string::npos) {
+    *why = "gzip data named like IDX";
     return "idx";
-  return "cifar10";
+  }
+  const auto size = fs::file_size(first, ec);
+  if (!ec && size > 0 && size % 3073 == 0) {
+    *why = "a whole number of 3073-byte CIFAR-10 records";
+    return "cifar10";
+  }
+  return "";
 }
 
 }  // namespace
 
-Dataset load_dataset(const Network& net, const AssetResolver& assets, const std::string& override_path) {
+const std::vector<std::string>& data_formats() {
+  static const std::vector<std::string> f = {"cifar10", "idx", "npy"};
+  return f;
+}
+
+Dataset load_dataset(const Network& net, const AssetResolver& assets, const std::string& override_path,
+                     const std::string& format_override) {
   const DataSpec& spec = net.data;
   const bool user = !override_path.empty();
-  std::string format = spec.format;
+  std::string format = user ? format_override : spec.format, detected;
+  if (!format_override.empty() && !user) throw Error("--data-format needs --data");
   if (format.empty()) {
     if (!user) throw Error(net.source + ": the netdef has no 'data' section; add one or give --data PATH");
-    format = guess_format(override_path);
+    std::string why;
+    format = detect_format(override_path, &why);
+    if (!format.empty()) {
+      detected = " (--data detected as " + format + " from " + why + ")";
+    } else if (!spec.format.empty()) {
+      format = spec.format;
+      detected = " (--data read as the netdef's format, " + format + ")";
+    } else {
+      // Nothing in the file says; the loader's own errors then tell what it is not.
+      format = override_path.find("idx") != std::string::npos ? "idx" : "cifar10";
+      detected = " (--data read as " + format + ": the file did not tell its format; --data-format says it)";
+    }
   }
   const int classes = net.num_classes();
   Dataset ds;
@@ -77,8 +131,23 @@ Dataset load_dataset(const Network& net, const AssetResolver& assets, const std:
       labels = assets.resolve(spec.labels, spec.loc, "data labels file");
     }
     ds = load_idx(images, labels, classes);
+  } else if (format == "npy") {
+    std::string images, labels;
+    if (user) {
+      std::vector<std::string> parts = split_commas(override_path);
+      if (parts.size() > 2 || parts[0].empty() || (parts.size() == 2 && parts[1].empty()))
+        throw Error("--data '" + override_path +
+                    "': expected IMAGES.npy,LABELS.npy or the images file alone");
+      images = parts[0];
+      if (parts.size() == 2) labels = parts[1];
+    } else {
+      images = assets.resolve(spec.images, spec.loc, "data images file");
+      if (!spec.labels.empty()) labels = assets.resolve(spec.labels, spec.loc, "data labels file");
+    }
+    ds = load_npy(images, labels, net.input, classes);
   } else {
-    throw Error(net.source + ": unknown data format '" + format + "'");
+    throw Error((user ? "--data-format" : net.source) + std::string(": unknown data format '") + format +
+                "'");
   }
   if (ds.shape != net.input) {
     std::string what = "the data set (" + ds.description + ") has images of " + ds.shape.str() +
@@ -86,7 +155,7 @@ Dataset load_dataset(const Network& net, const AssetResolver& assets, const std:
     if (user) throw Error("--data " + override_path + ": " + what);
     fail_at(spec.loc, "", "", "", what);
   }
-  if (user) ds.description += " (--data)";
+  if (user) ds.description += detected.empty() ? " (--data)" : detected;
   return ds;
 }
 

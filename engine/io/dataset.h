@@ -1,5 +1,7 @@
-// Labelled image sets. Images stay uint8 (N x C x H x W, CHW per image) until an executor
-// preprocesses them, so 50000 CIFAR-10 images take 150 MB, not 600.
+// Image sets, labelled or not. Images stay uint8 (N x C x H x W, CHW per image) until an executor
+// preprocesses them, so 50000 CIFAR-10 images take 150 MB, not 600; a float32 .npy is the one
+// source of images that are already preprocessed (`values`). A Dataset is what an executor runs
+// at once: the whole of a file format, or one block of a streamed source (engine/io/source.h).
 #pragma once
 
 #include <cstdint>
@@ -12,12 +14,17 @@ namespace cnnrun {
 
 struct Dataset {
   int64_t count = 0;
-  Shape shape;                  // per image
-  std::vector<uint8_t> pixels;  // count * shape.size()
-  std::vector<uint8_t> labels;  // count
-  std::string description;      // "cifar10: 2 files, 2000 images"
+  Shape shape;                     // per image
+  std::vector<uint8_t> pixels;     // count * shape.size() raw bytes, or empty when `values` is not
+  std::vector<float> values;       // count * shape.size() network inputs, preprocessed by the user
+  std::vector<int32_t> labels;     // count, or empty: unlabelled (no accuracy)
+  std::vector<std::string> paths;  // per image where the images are files, else empty
+  std::string description;         // "cifar10: 2 files, 2000 images"
 
+  bool labelled() const { return !labels.empty(); }
+  bool preprocessed() const { return !values.empty(); }
   const uint8_t* image(int64_t i) const { return pixels.data() + i * shape.size(); }
+  const float* image_values(int64_t i) const { return values.data() + i * shape.size(); }
 };
 
 // CIFAR-10 binary records (1 label byte + 3072 pixel bytes). `paths` are files, or a single
@@ -30,11 +37,23 @@ Dataset load_cifar10(const std::vector<std::string>& paths, const std::string& s
 // by content). Counts must agree; truncation, wrong magic and labels >= num_classes are errors.
 Dataset load_idx(const std::string& images, const std::string& labels, int num_classes);
 
+// NumPy .npy images: uint8 N x C x H x W or N x H x W x C (channels last, transposed here),
+// N x H x W for one channel, or float32 N x C x H x W taken as already preprocessed; the layout
+// is the one that fits `input`. `labels` (may be empty: unlabelled) is a 1-D integer .npy of N
+// labels below num_classes. Wrong dtype, byte order, shape or size is an error naming the file.
+Dataset load_npy(const std::string& images, const std::string& labels, const Shape& input, int num_classes);
+
 // Loads what the network's DataSpec names (paths resolved through `assets`), or `override_path`
-// when the user gave --data (a file/dir for cifar10; for idx "IMAGES,LABELS" or the images file
-// with the labels file found by the usual name swap). Checks the image shape against net.input.
+// when the user gave --data (a file/dir for cifar10; for idx and npy "IMAGES,LABELS", or the idx
+// images file with the labels file found by the usual name swap, or the npy images alone).
+// `format` (--data-format) says what --data is; empty: the netdef's format when it has one,
+// else detected from the file, and the description says it was detected. Checks the image shape
+// against net.input.
 struct Network;
 class AssetResolver;
-Dataset load_dataset(const Network& net, const AssetResolver& assets, const std::string& override_path);
+// The formats load_dataset reads (the values --data-format takes).
+const std::vector<std::string>& data_formats();
+Dataset load_dataset(const Network& net, const AssetResolver& assets, const std::string& override_path,
+                     const std::string& format = "");
 
 }  // namespace cnnrun

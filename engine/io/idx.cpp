@@ -189,7 +189,7 @@ Dataset load_idx(const std::string& images, const std::string& labels, int num_c
   ds.count = idims[0];
   ds.shape = {1, idims[1], idims[2]};
   ds.pixels = std::move(pixels);
-  ds.labels = std::move(lab);
+  ds.labels.assign(lab.begin(), lab.end());
   ds.description = "idx: " + images + ", " + std::to_string(ds.count) + " images " + ds.shape.str();
   return ds;
 }
