@@ -796,7 +796,7 @@ def main():
         netdef = find_netdef(a.netdefs, nd_key)
         if netdef is None:
             rows.append({"title": title, "input": "-", "unavailable":
-                         f"not expressible yet: no netdef ({os.path.basename(a.netdefs)}/{nd_key}.yaml or "
+                         f"not expressible yet: no netdef ({os.path.basename(a.netdefs)}/{key}.yaml or "
                          "the same name spelt with _ or -) in this checkout"})
             continue
         if a.over_budget():
