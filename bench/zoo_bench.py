@@ -398,16 +398,28 @@ class MemorySampler:
     def ok(self):
         return self.proc is not None
 
+    def _after(self, t):
+        """Waits (at most 2 s) for a sample taken after time t."""
+        deadline = time.time() + 2
+        while time.time() < deadline:
+            with self.lock:
+                if self.samples and self.samples[-1][0] > t:
+                    return True
+            time.sleep(0.01)
+        return False
+
     def now(self):
-        """The latest sample after a short wait, so that it is taken after what came before."""
-        time.sleep(0.06)
+        """The first sample taken after this call, so that it sees what came before."""
+        t = time.time()
+        self._after(t)
         with self.lock:
             return self.samples[-1][1] if self.samples else None
 
     def peak(self, t0, t1):
-        time.sleep(0.06)
+        """The largest sample from t0 to the first one after t1."""
+        self._after(t1)
         with self.lock:
-            vs = [v for t, v in self.samples if t0 <= t <= t1 + 0.1]
+            vs = [v for t, v in self.samples if t >= t0]
         return max(vs) if vs else None
 
     def close(self):
@@ -580,12 +592,15 @@ def torch_rows(a, model, x32, precisions, softmax, mem, torch_ctx_mib):
                     if cuda:
                         torch.cuda.reset_peak_memory_stats()
                     m = copy.deepcopy(model).to(device=dev, dtype=dtype).to(memory_format=mf).eval()
+                    m.requires_grad_(False)
                     chunks = [x[i:i + chunk] for i in range(0, n, chunk)]
                     out = {}
 
                     def fwd():
                         preds = []
-                        with torch.autocast(dev.type, dtype=cast, enabled=cast is not None):
+                        # autocast's cast-weight cache must be off inside a CUDA graph capture
+                        with torch.autocast(dev.type, dtype=cast, enabled=cast is not None,
+                                            cache_enabled=kind != "graph"):
                             for c in chunks:
                                 y = m(c)
                                 if softmax:
