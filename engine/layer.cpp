@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include "engine/layers/merge.h"
 #include "engine/layers/pool.h"
 #include "engine/layers/simple.h"
+#include "engine/layers/upsample.h"
 #include "engine/yaml_util.h"
 
 namespace cnnrun {
@@ -25,6 +27,12 @@ const std::map<std::string, LayerFactory>& layer_registry() {
       {"relu", [] { return std::make_unique<ActivationLayer>(ActKind::kRelu); }},
       {"tanh", [] { return std::make_unique<ActivationLayer>(ActKind::kTanh); }},
       {"sigmoid", [] { return std::make_unique<ActivationLayer>(ActKind::kSigmoid); }},
+      {"relu6", [] { return std::make_unique<ActivationLayer>(ActKind::kRelu6); }},
+      {"leaky_relu", [] { return std::make_unique<ActivationLayer>(ActKind::kLeakyRelu); }},
+      {"hardswish", [] { return std::make_unique<ActivationLayer>(ActKind::kHardswish); }},
+      {"hardsigmoid", [] { return std::make_unique<ActivationLayer>(ActKind::kHardsigmoid); }},
+      {"silu", [] { return std::make_unique<ActivationLayer>(ActKind::kSilu); }},
+      {"gelu", [] { return std::make_unique<ActivationLayer>(ActKind::kGelu); }},
       {"maxpool", [] { return std::make_unique<PoolLayer>(PoolMode::kMax); }},
       {"avgpool", [] { return std::make_unique<PoolLayer>(PoolMode::kAvg); }},
       {"fc", [] { return std::make_unique<FcLayer>(); }},
@@ -34,8 +42,125 @@ const std::map<std::string, LayerFactory>& layer_registry() {
       {"batchnorm", [] { return std::make_unique<BatchnormLayer>(); }},
       {"add", [] { return std::make_unique<AddLayer>(); }},
       {"concat", [] { return std::make_unique<ConcatLayer>(); }},
+      {"mul", [] { return std::make_unique<MulLayer>(); }},
+      {"upsample", [] { return std::make_unique<UpsampleLayer>(); }},
   };
   return reg;
+}
+
+// Names other frameworks (mostly PyTorch) give layer types cnnrun has, with identical math.
+static const std::map<std::string, std::string>& type_aliases() {
+  static const std::map<std::string, std::string> m = {
+      {"conv2d", "conv"},
+      {"convolution", "conv"},
+      {"linear", "fc"},
+      {"dense", "fc"},
+      {"fully_connected", "fc"},
+      {"innerproduct", "fc"},
+      {"maxpool2d", "maxpool"},
+      {"max_pool", "maxpool"},
+      {"avgpool2d", "avgpool"},
+      {"avg_pool", "avgpool"},
+      {"batchnorm2d", "batchnorm"},
+      {"batch_norm", "batchnorm"},
+      {"bn", "batchnorm"},
+      {"cat", "concat"},
+      {"concatenate", "concat"},
+      {"sum", "add"},
+      {"multiply", "mul"},
+      {"swish", "silu"},
+      {"hswish", "hardswish"},
+      {"hard_swish", "hardswish"},
+      {"hsigmoid", "hardsigmoid"},
+      {"hard_sigmoid", "hardsigmoid"},
+      {"leakyrelu", "leaky_relu"},
+      {"lrelu", "leaky_relu"},
+      {"interpolate", "upsample"},
+      {"adaptiveavgpool2d", "avgpool (with output: [h, w])"},
+      {"adaptivemaxpool2d", "maxpool (with output: [h, w])"},
+      {"adaptive_avgpool", "avgpool (with output: [h, w])"},
+      {"adaptive_maxpool", "maxpool (with output: [h, w])"},
+      {"identity", "dropout (identity at inference)"},
+  };
+  return m;
+}
+
+// Real layer types cnnrun does not have; their names must not be "corrected" into a type that
+// computes something else (relu6 -> relu would silently change the network).
+static const std::map<std::string, std::string>& unsupported_types() {
+  static const std::map<std::string, std::string> m = {
+      {"elu", "the ELU activation"},
+      {"selu", "the SELU activation"},
+      {"celu", "the CELU activation"},
+      {"prelu", "the PReLU activation (learned slopes)"},
+      {"rrelu", "the randomized leaky ReLU"},
+      {"mish", "the Mish activation"},
+      {"softplus", "the softplus activation"},
+      {"softsign", "the softsign activation"},
+      {"hardtanh", "the hardtanh activation"},
+      {"logsoftmax", "log-softmax"},
+      {"log_softmax", "log-softmax"},
+      {"layernorm", "layer normalization"},
+      {"groupnorm", "group normalization"},
+      {"instancenorm", "instance normalization"},
+      {"lrn", "local response normalization"},
+      {"deconv", "transposed convolution"},
+      {"conv_transpose", "transposed convolution"},
+      {"convtranspose2d", "transposed convolution"},
+      {"conv1d", "1-D convolution"},
+      {"conv3d", "3-D convolution"},
+      {"lppool", "power-average pooling"},
+      {"pixel_shuffle", "pixel shuffle"},
+      {"channel_shuffle", "channel shuffle"},
+      {"lstm", "recurrent layers"},
+      {"gru", "recurrent layers"},
+      {"rnn", "recurrent layers"},
+      {"attention", "attention"},
+      {"multiheadattention", "attention"},
+      {"embedding", "embeddings"},
+      {"sub", "elementwise subtraction"},
+      {"div", "elementwise division"},
+      {"pad", "a separate padding layer (conv and pool take 'pad')"},
+      {"reshape", "reshaping other than flatten"},
+      {"transpose", "transposes"},
+      {"glu", "the gated linear unit"},
+      {"softmin", "softmin"},
+      {"minpool", "min pooling"},
+      {"max", "an elementwise maximum"},
+      {"min", "an elementwise minimum"},
+      {"tanhshrink", "tanhshrink"},
+      {"hardshrink", "hardshrink"},
+      {"softshrink", "softshrink"},
+      {"logsigmoid", "log-sigmoid"},
+      {"threshold", "a thresholding activation"},
+  };
+  return m;
+}
+
+std::string unknown_type_message(const std::string& type) {
+  std::string lower;
+  for (char c : type) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::string list;
+  for (const auto& kv : layer_registry()) list += (list.empty() ? "" : ", ") + kv.first;
+  auto a = type_aliases().find(lower);
+  if (a != type_aliases().end())
+    return "unknown layer type '" + type + "'; the same layer is called " + a->second + " in a netdef";
+  auto u = unsupported_types().find(lower);
+  if (u != unsupported_types().end())
+    return "layer type '" + type + "': " + u->second +
+           " is not supported by cnnrun; the layer types are: " + list;
+  if (lower != type && layer_registry().count(lower))
+    return "unknown layer type '" + type + "'; layer types are lower case: '" + lower + "'";
+  // A nearest-name hint only for what looks like a typo: at most two letters apart and no digit
+  // involved, so "relu6" or "conv3d" is never "corrected" into another computation.
+  const bool has_digit = std::any_of(lower.begin(), lower.end(), [](char c) { return std::isdigit(c) != 0; });
+  if (!has_digit && lower.size() >= 4) {
+    std::vector<std::string> names;
+    for (const auto& kv : layer_registry()) names.push_back(kv.first);
+    const std::string hint = suggest(lower, names);
+    if (hint.rfind("; did you mean", 0) == 0) return "unknown layer type '" + type + "'" + hint;
+  }
+  return "unknown layer type '" + type + "'; expected one of: " + list;
 }
 
 int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad, const char* dim) {
@@ -57,7 +182,8 @@ struct ParamReader::Impl {
   YAML::Node map;
   std::string file, layer, type;
   std::set<std::string> used;
-  std::string pending;  // first getter error, thrown by finish() after the unknown-key check
+  std::set<std::string> known;  // keys the type takes but this parse did not read
+  std::string pending;          // first getter error, thrown by finish() after the unknown-key check
 };
 
 ParamReader::ParamReader(const YAML::Node& map, const std::string& file, const std::string& layer,
@@ -83,6 +209,16 @@ void ParamReader::fail(const std::string& key, const std::string& what) const {
 }
 
 void ParamReader::mark_used(const std::string& key) { impl_->used.insert(key); }
+
+void ParamReader::also_known(std::initializer_list<const char*> keys) {
+  for (const char* k : keys) impl_->known.insert(k);
+}
+
+void ParamReader::unsupported(const std::string& key, const std::string& why) {
+  if (!has(key)) return;
+  impl_->used.insert(key);
+  defer(key, why);
+}
 
 // Getters record their first error and return a harmless value, so that parsing goes on and
 // marks every key: finish() can then report a misspelt key ("did you mean 'filters'?") before
@@ -209,13 +345,30 @@ void ParamReader::finish() const {
   if (!impl_->pending.empty()) throw Error(impl_->pending);
 }
 
+// PyTorch's argument names for keys cnnrun spells its own way: the hint names the cnnrun key,
+// which means the same thing.
+static const std::map<std::string, std::string>& pytorch_key_names() {
+  static const std::map<std::string, std::string> m = {
+      {"out_channels", "filters"}, {"kernel_size", "kernel"},          {"padding", "pad"},
+      {"negative_slope", "slope"}, {"count_include_pad", "count_pad"}, {"scale_factor", "scale"},
+      {"out_features", "outputs"}, {"output_size", "output"},          {"p", "rate"},
+  };
+  return m;
+}
+
 void ParamReader::check_unknown() const {
-  std::vector<std::string> known(impl_->used.begin(), impl_->used.end());
+  std::set<std::string> all(impl_->used);
+  all.insert(impl_->known.begin(), impl_->known.end());
+  std::vector<std::string> known(all.begin(), all.end());
   for (auto it = impl_->map.begin(); it != impl_->map.end(); ++it) {
     std::string k = it->first.Scalar();
-    if (!impl_->used.count(k))
+    if (impl_->used.count(k)) continue;
+    auto alias = pytorch_key_names().find(k);
+    if (alias != pytorch_key_names().end() && all.count(alias->second))
       fail_at(yaml_loc(impl_->file, it->first), impl_->layer, impl_->type, k,
-              "unknown key" + suggest(k, known));
+              "unknown key; PyTorch's '" + k + "' is '" + alias->second + "' in a netdef");
+    fail_at(yaml_loc(impl_->file, it->first), impl_->layer, impl_->type, k,
+            "unknown key" + suggest(k, known));
   }
 }
 

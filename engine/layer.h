@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,6 +43,11 @@ class ParamReader {
   std::string get_string(const std::string& key, const std::string& def);
   // Marks keys the caller handles itself (name, type, inputs, algo).
   void mark_used(const std::string& key);
+  // Keys the type takes that this parse may not read (a global pool's size): they complete the
+  // list an unknown key's message offers, without being accepted here.
+  void also_known(std::initializer_list<const char*> keys);
+  // A key that names a real concept the type does not support: present -> an error saying why.
+  void unsupported(const std::string& key, const std::string& why);
   // Throws for the first key that no get_* read, else for the first getter error.
   void finish() const;
 
@@ -108,6 +114,11 @@ using LayerFactory = std::function<std::unique_ptr<Layer>()>;
 
 // type name -> factory; one line per layer type in layer_registry.cpp.
 const std::map<std::string, LayerFactory>& layer_registry();
+
+// The message for a layer type the registry lacks: the cnnrun name when the type is another
+// framework's name for the same math, "X is not supported" for a real concept cnnrun lacks, or
+// the list of types. Never a nearest-name guess, which could change what the network computes.
+std::string unknown_type_message(const std::string& type);
 
 // Output size of a sliding window: floor((in + 2*pad - k) / stride) + 1; throws if < 1.
 int64_t window_out(int64_t in, int64_t k, int64_t stride, int64_t pad, const char* dim);

@@ -335,10 +335,7 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
     std::string type = tn.Scalar();
     auto f = reg.find(type);
     if (f == reg.end()) {
-      std::vector<std::string> types;
-      for (const auto& kv : reg) types.push_back(kv.first);
-      fail_at(yaml_loc(file, tn), lname, "", "type",
-              "unknown layer type '" + type + "'" + suggest(type, types));
+      fail_at(yaml_loc(file, tn), lname, "", "type", unknown_type_message(type));
     }
     if (lname.empty()) {
       if (ln["name"]) fail_at(yaml_loc(file, ln["name"]), "", type, "name", "expected a string");

@@ -25,6 +25,12 @@ const std::map<std::string, ForwardFn>& cpu_forward_registry() {
       {"relu", forward_activation},
       {"tanh", forward_activation},
       {"sigmoid", forward_activation},
+      {"relu6", forward_activation},
+      {"leaky_relu", forward_activation},
+      {"hardswish", forward_activation},
+      {"hardsigmoid", forward_activation},
+      {"silu", forward_activation},
+      {"gelu", forward_activation},
       {"maxpool", forward_pool},
       {"avgpool", forward_pool},
       {"fc", forward_fc},
@@ -34,6 +40,8 @@ const std::map<std::string, ForwardFn>& cpu_forward_registry() {
       {"batchnorm", forward_batchnorm},
       {"add", forward_add},
       {"concat", forward_concat},
+      {"mul", forward_mul},
+      {"upsample", forward_upsample},
   };
   return reg;
 }

@@ -60,6 +60,9 @@ void forward_batchnorm(const Layer& l, const std::vector<const float*>& in, int6
 void forward_add(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace& ws);
 void forward_concat(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out,
                     Workspace& ws);
+void forward_mul(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace& ws);
+void forward_upsample(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out,
+                      Workspace& ws);
 
 // type name -> forward function, every type of layer_registry().
 const std::map<std::string, ForwardFn>& cpu_forward_registry();

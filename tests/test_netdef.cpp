@@ -119,11 +119,27 @@ TEST_CASE("netdef errors name file, line, column, layer and key") {
               .find("key 'netdef.layerz': unknown key; did you mean 'layers'?") != std::string::npos);
   }
   SUBCASE("unknown layer type") {
-    CHECK(layers_error("  - {name: x, type: convolution, filters: 4}\n") ==
-          "t.yaml:4:21: layer 'x': key 'type': unknown layer type 'convolution'; expected one of: add, "
-          "avgpool, "
-          "batchnorm, concat, conv, dropout, fc, flatten, maxpool, relu, sigmoid, softmax, tanh");
+    CHECK(layers_error("  - {name: x, type: fancy, filters: 4}\n") ==
+          "t.yaml:4:21: layer 'x': key 'type': unknown layer type 'fancy'; expected one of: add, avgpool, "
+          "batchnorm, concat, conv, dropout, fc, flatten, gelu, hardsigmoid, hardswish, leaky_relu, maxpool, "
+          "mul, "
+          "relu, relu6, sigmoid, silu, softmax, tanh, upsample");
     CHECK(layers_error("  - {name: x, type: rellu}\n").find("did you mean 'relu'?") != std::string::npos);
+    // Another framework's name for the same math gets the cnnrun name.
+    CHECK(layers_error("  - {name: x, type: convolution, filters: 4}\n") ==
+          "t.yaml:4:21: layer 'x': key 'type': unknown layer type 'convolution'; the same layer is called "
+          "conv in "
+          "a netdef");
+    CHECK(layers_error("  - {name: x, type: swish}\n").find("is called silu") != std::string::npos);
+    // A real concept cnnrun lacks says so and is never "corrected" into different math.
+    const std::string elu = layers_error("  - {name: x, type: elu}\n");
+    CHECK(elu.find("layer type 'elu': the ELU activation is not supported by cnnrun") != std::string::npos);
+    CHECK(elu.find("did you mean") == std::string::npos);
+    for (const char* t : {"relu7", "conv3d", "softmin", "glu", "prelu", "selu"}) {
+      CAPTURE(t);
+      CHECK(layers_error(std::string("  - {name: x, type: ") + t + "}\n").find("did you mean") ==
+            std::string::npos);
+    }
   }
   SUBCASE("missing type") {
     CHECK(layers_error("  - {name: x}\n") ==

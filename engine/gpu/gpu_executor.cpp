@@ -44,6 +44,23 @@ namespace gpu {
 
 namespace {
 
+// Parameters the layer language has and these kernels do not implement yet (issue 15: the
+// kernels for them land separately). Refusing them here keeps a network from running with
+// silently different math; "" when the layer is fully supported.
+std::string gpu_lacks(const Layer& l) {
+  if (auto* c = dynamic_cast<const ConvLayer*>(&l)) {
+    if (c->p.groups != 1) return "grouped convolution";
+    if (c->p.dilated()) return "dilated convolution";
+  } else if (auto* pl = dynamic_cast<const PoolLayer*>(&l)) {
+    if (pl->p.ceil_mode) return "ceil_mode pooling";
+    if (pl->p.adaptive) return "adaptive pooling";
+  } else if (auto* a = dynamic_cast<const ActivationLayer*>(&l)) {
+    if (a->p.kind != ActKind::kRelu && a->p.kind != ActKind::kTanh && a->p.kind != ActKind::kSigmoid)
+      return std::string("the ") + act_name(a->p.kind) + " activation";
+  }
+  return "";
+}
+
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -368,6 +385,9 @@ void GpuExecutor::plan() {
       st.out = st.ins[0];
       continue;
     }
+    if (std::string why = gpu_lacks(l); !why.empty())
+      throw Error(l.loc.str() + ": layer '" + l.name + "' (" + l.type + "): " + why +
+                  " has no GPU implementation yet; run this network with --engine cpu");
     if (auto* c = dynamic_cast<const ConvLayer*>(&l)) {
       st.op = Op::kConv;
       st.conv = std::make_unique<ConvState>();

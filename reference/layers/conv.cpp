@@ -1,10 +1,11 @@
-// Convolution as im2col + one GEMM per image: the columns matrix [C*KH*KW, OH*OW] holds, for
-// every output position, the input window it sees (zeros where the window hangs over the
-// padding; the image is first copied inside its zero border so that gathering the windows needs
-// no bounds tests), so the convolution is weight [F, C*KH*KW] x columns, plus the bias. This is the
-// definition every GPU algorithm is judged by, so it is written to be read; one image at a time
-// keeps the columns (at most a few hundred KB for the networks here) in the L2 cache, and the
-// GEMM's output [F, OH*OW] is already that image's CHW output.
+// Convolution as im2col + one GEMM per image and group: the columns matrix [Cg*KH*KW, OH*OW]
+// holds, for every output position, the input window it sees in the group's Cg = C/groups
+// channels (taps `dilation` apart; zeros where the window hangs over the padding; the image is
+// first copied inside its zero border so that gathering the windows needs no bounds tests), so
+// the group's Fg = F/groups filters are weight rows [Fg, Cg*KH*KW] x columns, plus the bias.
+// This is the definition every GPU algorithm is judged by, so it is written to be read; one
+// image at a time keeps the columns in the L2 cache, and the GEMM's output [Fg, OH*OW] is
+// already that group's CHW output. A depthwise convolution is the case Cg = Fg = 1.
 #include "engine/layers/conv.h"
 
 #include <algorithm>
@@ -29,17 +30,18 @@ void pad_image(const ConvParams& p, const float* img, float* padded) {
     }
 }
 
-// One image's columns from its padded planes: row (c, ky, kx), column (oy, ox), holding
-// padded[c][oy*stride_h + ky][ox*stride_w + kx]. With the border in place no window needs a
-// bounds test, so the copy is one branch-free loop per output row.
-void im2col(const ConvParams& p, const float* padded, float* cols) {
+// One group's columns from the image's padded planes: row (c, ky, kx) for the group's channels
+// c0 .. c0+Cg-1, column (oy, ox), holding padded[c][oy*stride_h + ky*dilation_h][ox*stride_w +
+// kx*dilation_w]. With the border in place no window needs a bounds test, so the copy is one
+// branch-free loop per output row.
+void im2col(const ConvParams& p, const float* padded, int64_t c0, float* cols) {
   const int64_t hp = p.in_h + 2 * p.pad_h, wp = p.in_w + 2 * p.pad_w;
   float* dst = cols;
-  for (int64_t c = 0; c < p.in_c; ++c)
+  for (int64_t c = c0; c < c0 + p.group_channels(); ++c)
     for (int64_t ky = 0; ky < p.kernel_h; ++ky)
       for (int64_t kx = 0; kx < p.kernel_w; ++kx)
         for (int64_t oy = 0; oy < p.out_h; ++oy) {
-          const float* src = padded + (c * hp + oy * p.stride_h + ky) * wp + kx;
+          const float* src = padded + (c * hp + oy * p.stride_h + ky * p.dilation_h) * wp + kx * p.dilation_w;
           if (p.stride_w == 1)  // a separate loop, so the common case vectorises
             for (int64_t ox = 0; ox < p.out_w; ++ox) dst[ox] = src[ox];
           else
@@ -52,12 +54,14 @@ void im2col(const ConvParams& p, const float* padded, float* cols) {
 
 void forward_conv(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace& ws) {
   const ConvParams& p = layer_as<ConvLayer>(l).p;
-  const int64_t k = p.in_c * p.kernel_h * p.kernel_w;
+  const int64_t cg = p.group_channels(), fg = p.group_filters();
+  const int64_t k = cg * p.kernel_h * p.kernel_w;
   const int64_t positions = p.out_h * p.out_w;
   const int64_t in_size = p.in_c * p.in_h * p.in_w;
   Eigen::Map<const RowMatrix> weight(l.weight("weight").ptr(), p.filters, k);
   const float* bias = p.bias ? l.weight("bias").ptr() : nullptr;
-  // A 1x1 kernel with stride 1 and no padding sees the input itself: its columns are the image.
+  // A 1x1 kernel with stride 1 and no padding sees the input itself: a group's columns are its
+  // channels' planes.
   const bool pointwise = p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 &&
                          p.pad_h == 0 && p.pad_w == 0;
   const bool padded = p.pad_h > 0 || p.pad_w > 0;
@@ -68,14 +72,14 @@ void forward_conv(const Layer& l, const std::vector<const float*>& in, int64_t n
 
   for (int64_t i = 0; i < n; ++i) {
     const float* img = in[0] + i * in_size;
-    if (!pointwise) {
-      if (padded) pad_image(p, img, pad_buf);
-      im2col(p, padded ? pad_buf : img, cols);
+    if (!pointwise && padded) pad_image(p, img, pad_buf);
+    for (int64_t g = 0; g < p.groups; ++g) {
+      if (!pointwise) im2col(p, padded ? pad_buf : img, g * cg, cols);
+      Eigen::Map<const RowMatrix> columns(pointwise ? img + g * cg * p.in_h * p.in_w : cols, k, positions);
+      Eigen::Map<RowMatrix> y(out + (i * p.filters + g * fg) * positions, fg, positions);
+      y.noalias() = weight.middleRows(g * fg, fg) * columns;
+      if (bias) y.colwise() += Eigen::Map<const Eigen::VectorXf>(bias + g * fg, fg);
     }
-    Eigen::Map<const RowMatrix> columns(pointwise ? img : cols, k, positions);
-    Eigen::Map<RowMatrix> y(out + i * p.filters * positions, p.filters, positions);
-    y.noalias() = weight * columns;
-    if (bias) y.colwise() += Eigen::Map<const Eigen::VectorXf>(bias, p.filters);
   }
 }
 
