@@ -60,6 +60,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 
 import numpy as np
 import torch
@@ -734,6 +735,8 @@ def table(a, rows, header):
         mem = f"{cm:.0f} / {tm:.0f}" if cm is not None and tm is not None else (
             f"{cm:.0f} / -" if cm is not None else "-")
         xc = "-" if r.get("xcheck") is None else f"{r['xcheck']:.1e}"
+        if r.get("xcheck") is not None and not r["xcheck"] <= 1e-4:  # NaN: output shapes differ
+            xc += " MISMATCH"
         out.append(f"| {r['title']} | {r['input']} | {r['images']} | {r['precision']} | {cn} | {tv} | {ratio} | "
                    f"{rate} | {val} | {mem} | {xc} | {c.get('algos', '-') or '-'} |")
     out += ["", a.notes_text, ""]
@@ -805,23 +808,22 @@ def main():
 
     rows, results = [], []
     cache_images = {}
-    for key, title, nd_key, tv in NETS:
-        if key not in chosen:
-            continue
+    def bench_net(key, title, nd_key, tv):
+        """The rows of one network (appended to rows and results)."""
         netdef = find_netdef(a.netdefs, nd_key)
         if netdef is None:
             rows.append({"title": title, "input": "-", "unavailable":
                          f"not expressible yet: no netdef ({os.path.basename(a.netdefs)}/{key}.yaml or "
                          "the same name spelt with _ or -) in this checkout"})
-            continue
+            return
         if a.over_budget():
             rows.append({"title": title, "input": "-", "unavailable": "skipped: over the time budget"})
-            continue
+            return
         try:
             info = parse_netdef(netdef)
         except Exception as e:  # noqa: BLE001
             rows.append({"title": title, "input": "-", "unavailable": f"cannot read {netdef}: {e}"})
-            continue
+            return
         model, wsrc = build_model(key, info["classes"], a.shared)
         weights = os.path.join(a.work, f"{key}.safetensors")
         write_state(weights, model.state_dict())
@@ -890,6 +892,19 @@ def main():
                             "xcheck_max_rel": xcheck, "cnnrun": cn, "torch": tr})
         del model
         gc.collect()
+
+    for key, title, nd_key, tv in NETS:
+        if key not in chosen:
+            continue
+        try:
+            bench_net(key, title, nd_key, tv)
+        except Exception as e:  # noqa: BLE001 (one network's surprise must not cost the table)
+            rows.append({"title": title, "input": "-", "unavailable": f"bench error: {type(e).__name__}: {str(e)[:200]}"})
+            results.append({"net": key, "bench_error": traceback.format_exc()})
+            print(traceback.format_exc(), file=sys.stderr)
+            gc.collect()
+            if cuda:
+                torch.cuda.empty_cache()
     mem.close()
 
     # Header and notes.
