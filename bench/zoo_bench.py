@@ -905,6 +905,7 @@ def main():
             gc.collect()
             if cuda:
                 torch.cuda.empty_cache()
+    sampled = mem.ok()
     mem.close()
 
     # Header and notes.
@@ -930,7 +931,9 @@ def main():
              f"fastest{' and torch.compile' if a.compile else ''}; fp32 with TF32 off."]
     if cudnn_note:
         notes.append(f"cnnrun's {cudnn_note}")
-    if cuda:
+    if cuda and not sampled:
+        notes.append("Peak GPU memory: not measured (nvidia-smi could not be started or printed nothing).")
+    if sampled:
         notes.append("Peak GPU memory: nvidia-smi memory.used sampled every 50 ms, minus the value before the run; "
                      f"PyTorch's plus its CUDA context and libraries ({ctx:.0f} MiB), so both are whole-process; "
                      "PyTorch's input tensor is not counted, cnnrun's resident uint8 images are.")
