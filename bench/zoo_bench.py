@@ -475,7 +475,7 @@ def cnnrun_row(a, netdef, extra, weights, data, n, validate, precision, tag, mem
         os.remove(j_path)
     args = [netdef, "--batch", str(n), "--cycle", "--repeat", str(a.repeats), "--precision", precision,
             "--validate", "--validate-images", str(validate), "--weights", weights, "--data", data,
-            "--json", j_path, "--quiet"] + extra
+            "--json", j_path, "--quiet"] + extra + shlex.split(a.cnnrun_args)
     args += ["--engine", "cpu"] if a.dry else ["--engine", "gpu", "--resident"]
     base = mem.now() if mem.ok() else None
     rc, out, err, t0, t1 = run_cnnrun(a, args, os.path.join(a.logs, f"cnnrun_{tag}_{precision}.log"),
@@ -763,6 +763,7 @@ def main():
     ap.add_argument("--compile", action="store_true", help="also torch.compile (may take minutes)")
     ap.add_argument("--dry", action="store_true", help="on the CPU, tiny image counts")
     ap.add_argument("--commit", default="")
+    ap.add_argument("--cnnrun-args", default="", help="more cnnrun options for the timed rows, e.g. '--streams 2'")
     a = ap.parse_args()
     start = time.time()
     if a.repeats < 5:
@@ -929,6 +930,8 @@ def main():
              "choice; ratio = PyTorch / cnnrun (above 1: cnnrun faster). PyTorch's fastest way at each "
              "precision of eager NCHW / channels_last, `.half()`/`.bfloat16()` / autocast, and a CUDA graph of the "
              f"fastest{' and torch.compile' if a.compile else ''}; fp32 with TF32 off."]
+    if a.cnnrun_args:
+        notes.append(f"cnnrun's timed rows also had `{a.cnnrun_args}`.")
     if cudnn_note:
         notes.append(f"cnnrun's {cudnn_note}")
     if cuda and not sampled:

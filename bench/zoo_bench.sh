@@ -19,6 +19,7 @@
 #               native = the thesis, Fashion-MNIST and LeNet-5 networks at their own input)
 #   REPEATS     timed runs per row, the median reported (default 5, at least 5)
 #   BUDGET      seconds; rows that would start later are listed as skipped (default 480)
+#   CNNRUN_ARGS more cnnrun options for the timed rows (e.g. "--conv-algo cudnn"), named in the notes
 #   COMPILE=1   also time torch.compile of PyTorch's fastest way (may take minutes per network)
 #   DRY=1       the CPU dry run: cnnrun --engine cpu, PyTorch on the CPU, tiny image counts
 #   CNNRUN      the cnnrun binary (default: the first of $CARRY/bin/cnnrun, $CARRY/cnnrun,
@@ -84,7 +85,8 @@ echo "zoo_bench: cnnrun $BIN ($("$BIN" --version 2>/dev/null | head -1)), python
 
 args=(--cnnrun "$BIN" --work "$W" --commit "${commit:-}" --shared "${S:-}" --repeats "${REPEATS:-5}"
   --budget "${BUDGET:-480}" --sizes "${SIZES:-32 224}" --precisions "${PRECISIONS:-fp32 tf32 fp16 bf16}"
-  --nets "${NETS:-}" --images "${IMAGES:-}" --netdefs "${NETDEFS:-netdefs}")
+  --nets "${NETS:-}" --images "${IMAGES:-}" --netdefs "${NETDEFS:-netdefs}"
+  "--cnnrun-args=${CNNRUN_ARGS:-}")
 [ -n "${DRY:-}" ] && args+=(--dry)
 [ -n "${COMPILE:-}" ] && args+=(--compile)
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && args+=(--out "$OUT")
