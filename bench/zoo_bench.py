@@ -726,7 +726,7 @@ def table(a, rows, header):
         ratio = f"{best['median_ms'] / c['median_ms']:.2f}x" if ok else "-"
         rate = fmt_rate(r["images"], c.get("median_ms"))
         if c.get("validate_max_rel") is not None:
-            val = (f"{c['validate_max_rel']:.1e} ({c['validate_tolerance']:.0e}, "
+            val = (f"{c['validate_max_rel']:.1e} ({c['validate_tolerance']:.1e}, "
                    f"{'pass' if c['validate_pass'] else 'FAIL'}, {c['validate_images']} img)")
         else:
             val = "-"
