@@ -13,6 +13,7 @@
 #include <iostream>
 #include <limits>
 
+#include "engine/core/clock.h"
 #include "engine/executor.h"
 #include "engine/gpu_api.h"
 #include "engine/io/assets.h"
@@ -27,11 +28,7 @@
 namespace {
 
 using namespace cnnrun;
-using Clock = std::chrono::steady_clock;
-
 constexpr const char* kVersion = "0.1.0";
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 struct Options {
   std::string netdef;
@@ -68,8 +65,9 @@ std::function<void(int64_t, int64_t)> progress_bar(bool quiet) {
   };
 }
 
+// --engine auto without a usable GPU runs the CPU engine and says why in `fallback`.
 std::unique_ptr<Executor> make_executor(const Network& net, const std::string& engine,
-                                        std::vector<std::string>& notes) {
+                                        std::string& fallback) {
   if (engine == "cpu") return make_cpu_executor(net);
   std::string why;
   bool gpu = gpu_available(&why);
@@ -78,7 +76,7 @@ std::unique_ptr<Executor> make_executor(const Network& net, const std::string& e
     return make_gpu_executor(net);
   }
   if (gpu) return make_gpu_executor(net);
-  notes.push_back("no GPU (" + why + "): running the CPU engine");
+  fallback = why;
   return make_cpu_executor(net);
 }
 
@@ -129,7 +127,7 @@ int run_network(const Options& o) {
   ro.progress = progress_bar(o.quiet);
   rep.distinct_images = std::min(ro.batch, data.count);
 
-  std::unique_ptr<Executor> ex = make_executor(net, o.engine, rep.notes);
+  std::unique_ptr<Executor> ex = make_executor(net, o.engine, rep.cpu_fallback);
   rep.run = ex->run(data, ro);
   if (o.repeat > 1) {
     // The first run did the executor's one-time work (weights, algorithm search); each run also
@@ -139,11 +137,7 @@ int run_network(const Options& o) {
     ro.progress = {};
     for (int i = 1; i < o.repeat; ++i) runs.push_back(ex->run(data, ro));
     std::vector<double> t;
-    std::string all;
-    for (const RunResult& r : runs) {
-      t.push_back(r.forward_seconds);
-      all += (all.empty() ? "" : " ") + std::to_string(r.forward_seconds * 1e3);
-    }
+    for (const RunResult& r : runs) t.push_back(r.forward_seconds);
     std::vector<double> sorted = t;
     std::sort(sorted.begin(), sorted.end());
     const size_t mid = sorted.size() / 2;
@@ -152,17 +146,14 @@ int run_network(const Options& o) {
     for (size_t i = 1; i < t.size(); ++i)
       if (std::abs(t[i] - median) < std::abs(t[pick] - median)) pick = i;
     rep.run = std::move(runs[pick]);
-    rep.run.notes.push_back("--repeat " + std::to_string(o.repeat) + ": forward times (ms) " + all +
-                            "; the report shows the run nearest the median, with forward time = median " +
-                            std::to_string(median * 1e3) + " ms");
+    rep.repeat_seconds = t;
     rep.run.forward_seconds = median;
   }
 
   int status = 0;
   if (o.validate) {
     auto ref = make_cpu_executor(net);
-    if (ex->name() == ref->name())
-      rep.notes.push_back("--validate with the CPU engine compares the reference with itself");
+    if (ex->name() == ref->name()) rep.validated_by_itself = true;
     int64_t n = o.validate_images ? std::min(o.validate_images, rep.distinct_images) : rep.distinct_images;
     rep.validation = validate(*ex, *ref, net, data, n, validation_tolerance(ro.precision));
     rep.validated = true;

@@ -4,6 +4,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,52 @@ struct LayerTime {
   double seconds = 0;            // summed over all blocks
 };
 
+// Facts the executors hand the report about how a run went. Executors fill fields; only
+// engine/report.cpp turns them into sentences ("Note: ..." lines and the JSON's notes).
+
+struct CpuRunFacts {
+  int64_t block = 0;  // images per block
+  std::string simd;   // Eigen's SIMD instruction sets in use
+};
+
+// auto's search for one conv: each algorithm's best time or why it could not run.
+struct ConvTuning {
+  std::string layer;
+  int64_t images = 0;  // the block size it was timed on
+  struct Candidate {
+    std::string algo;
+    enum class Outcome { kTimed, kNotApplicable, kFailed } outcome = Outcome::kTimed;
+    double ms = 0;      // kTimed: the fastest of the repeats
+    std::string error;  // kFailed: what the library said
+  };
+  std::vector<Candidate> candidates;  // in the order tried
+  std::string chosen;
+  bool earlier = false;  // searched by an earlier run (same block size), reused by this one
+};
+
+struct GpuRunFacts {
+  bool resident = false;           // the pixels were on the GPU before the clock
+  int64_t resident_images = 0;     // ... the distinct images uploaded
+  int64_t resident_bytes = 0;      // ... and their bytes
+  int64_t probs_bytes = 0;         // per image, when the output values came back (want_probs)
+  int64_t block_cut_from = 0;      // > 0: the block asked for, cut to `block` to fit memory
+  int64_t cap_bytes = 0;           // > 0 with a cut: what --gpu-memory left for the slots
+  int64_t cap_total_bytes = 0;     // ... of this whole cap (more when resident images took some)
+  std::vector<ConvTuning> tuning;  // auto's searches, in layer order
+  enum class Graphs { kOff, kCaptured, kCaptureFailed } graphs = Graphs::kOff;
+  std::string graph_error;  // kCaptureFailed: why
+  int64_t block = 0;        // images per full block
+  int64_t blocks = 0;
+  int streams = 0;
+  std::string cudnn_version;
+  enum class Pixels { kResident, kRegistered, kStaged, kPinned } pixels = Pixels::kPinned;
+  double setup_seconds = 0;  // weights, workspaces, search, page-locking: not in the forward time
+  double preprocess_seconds = 0, argmax_seconds = 0, h2d_seconds = 0, d2h_seconds = 0;
+  double layer_sum_seconds = 0;  // the per-layer times summed
+  double busy_seconds = 0;       // the GPU busy with compute (union of the blocks' intervals)
+  double wall_seconds = 0;       // this run's forward time (the report's may be a median of runs)
+};
+
 struct RunResult {
   std::string engine;  // "cpu (eigen, 2 threads)", "gpu (NVIDIA H100 ...)"
   int64_t images = 0;
@@ -51,7 +98,9 @@ struct RunResult {
   double forward_seconds = 0;              // wall time of the forward pass over all images
   double transfer_seconds = 0;             // GPU: host<->device copies not hidden behind compute
   Precision precision = Precision::kFp32;  // what the run allowed (each layer's algo says what ran)
-  std::vector<std::string> notes;          // free-form lines for the report
+  // Which executor ran and how (at most one is set).
+  std::optional<CpuRunFacts> cpu;
+  std::optional<GpuRunFacts> gpu;
 };
 
 class Executor {

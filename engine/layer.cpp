@@ -9,44 +9,10 @@
 #include <cstdlib>
 #include <set>
 
-#include "engine/layers/activation.h"
-#include "engine/layers/batchnorm.h"
-#include "engine/layers/conv.h"
-#include "engine/layers/fc.h"
-#include "engine/layers/merge.h"
-#include "engine/layers/pool.h"
-#include "engine/layers/simple.h"
-#include "engine/layers/upsample.h"
+#include "engine/layer_types.h"
 #include "engine/yaml_util.h"
 
 namespace cnnrun {
-
-const std::map<std::string, LayerFactory>& layer_registry() {
-  static const std::map<std::string, LayerFactory> reg = {
-      {"conv", [] { return std::make_unique<ConvLayer>(); }},
-      {"relu", [] { return std::make_unique<ActivationLayer>(ActKind::kRelu); }},
-      {"tanh", [] { return std::make_unique<ActivationLayer>(ActKind::kTanh); }},
-      {"sigmoid", [] { return std::make_unique<ActivationLayer>(ActKind::kSigmoid); }},
-      {"relu6", [] { return std::make_unique<ActivationLayer>(ActKind::kRelu6); }},
-      {"leaky_relu", [] { return std::make_unique<ActivationLayer>(ActKind::kLeakyRelu); }},
-      {"hardswish", [] { return std::make_unique<ActivationLayer>(ActKind::kHardswish); }},
-      {"hardsigmoid", [] { return std::make_unique<ActivationLayer>(ActKind::kHardsigmoid); }},
-      {"silu", [] { return std::make_unique<ActivationLayer>(ActKind::kSilu); }},
-      {"gelu", [] { return std::make_unique<ActivationLayer>(ActKind::kGelu); }},
-      {"maxpool", [] { return std::make_unique<PoolLayer>(PoolMode::kMax); }},
-      {"avgpool", [] { return std::make_unique<PoolLayer>(PoolMode::kAvg); }},
-      {"fc", [] { return std::make_unique<FcLayer>(); }},
-      {"flatten", [] { return std::make_unique<FlattenLayer>(); }},
-      {"softmax", [] { return std::make_unique<SoftmaxLayer>(); }},
-      {"dropout", [] { return std::make_unique<DropoutLayer>(); }},
-      {"batchnorm", [] { return std::make_unique<BatchnormLayer>(); }},
-      {"add", [] { return std::make_unique<AddLayer>(); }},
-      {"concat", [] { return std::make_unique<ConcatLayer>(); }},
-      {"mul", [] { return std::make_unique<MulLayer>(); }},
-      {"upsample", [] { return std::make_unique<UpsampleLayer>(); }},
-  };
-  return reg;
-}
 
 // Names other frameworks (mostly PyTorch) give layer types cnnrun has, with identical math.
 static const std::map<std::string, std::string>& type_aliases() {
@@ -141,7 +107,10 @@ std::string unknown_type_message(const std::string& type) {
   std::string lower;
   for (char c : type) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   std::string list;
-  for (const auto& kv : layer_registry()) list += (list.empty() ? "" : ", ") + kv.first;
+  std::vector<std::string> names;
+  for (const LayerType& t : layer_types()) names.push_back(t.name);
+  std::sort(names.begin(), names.end());
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
   auto a = type_aliases().find(lower);
   if (a != type_aliases().end())
     return "unknown layer type '" + type + "'; the same layer is called " + a->second + " in a netdef";
@@ -149,14 +118,12 @@ std::string unknown_type_message(const std::string& type) {
   if (u != unsupported_types().end())
     return "layer type '" + type + "': " + u->second +
            " is not supported by cnnrun; the layer types are: " + list;
-  if (lower != type && layer_registry().count(lower))
+  if (lower != type && find_layer_type(lower))
     return "unknown layer type '" + type + "'; layer types are lower case: '" + lower + "'";
   // A nearest-name hint only for what looks like a typo: at most two letters apart and no digit
   // involved, so "relu6" or "conv3d" is never "corrected" into another computation.
   const bool has_digit = std::any_of(lower.begin(), lower.end(), [](char c) { return std::isdigit(c) != 0; });
   if (!has_digit && lower.size() >= 4) {
-    std::vector<std::string> names;
-    for (const auto& kv : layer_registry()) names.push_back(kv.first);
     const std::string hint = suggest(lower, names);
     if (hint.rfind("; did you mean", 0) == 0) return "unknown layer type '" + type + "'" + hint;
   }
@@ -183,7 +150,18 @@ struct ParamReader::Impl {
   std::string file, layer, type;
   std::set<std::string> used;
   std::set<std::string> known;  // keys the type takes but this parse did not read
-  std::string pending;          // first getter error, thrown by finish() after the unknown-key check
+  const std::map<std::string, YAML::Node>* params = nullptr;  // a block's "$name" values
+
+  // The key's value, a "$name" scalar replaced by the block instance's value for it.
+  YAML::Node value(const YAML::Node& n) const {
+    if (params && n && n.IsScalar() && !n.Scalar().empty() && n.Scalar()[0] == '$') {
+      auto it = params->find(n.Scalar().substr(1));
+      if (it != params->end()) return it->second;
+    }
+    return n;
+  }
+  YAML::Node get(const std::string& key) const { return value(map[key]); }
+  std::string pending;  // first getter error, thrown by finish() after the unknown-key check
 };
 
 ParamReader::ParamReader(const YAML::Node& map, const std::string& file, const std::string& layer,
@@ -200,7 +178,7 @@ ParamReader::~ParamReader() = default;
 bool ParamReader::has(const std::string& key) const { return static_cast<bool>(impl_->map[key]); }
 
 SourceLoc ParamReader::loc_of(const std::string& key) const {
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   return yaml_loc(impl_->file, n ? n : impl_->map);
 }
 
@@ -209,6 +187,8 @@ void ParamReader::fail(const std::string& key, const std::string& what) const {
 }
 
 void ParamReader::mark_used(const std::string& key) { impl_->used.insert(key); }
+
+void ParamReader::set_params(const std::map<std::string, YAML::Node>* params) { impl_->params = params; }
 
 void ParamReader::also_known(std::initializer_list<const char*> keys) {
   for (const char* k : keys) impl_->known.insert(k);
@@ -234,7 +214,7 @@ void ParamReader::defer(const std::string& key, const std::string& what) {
 
 int64_t ParamReader::get_int(const std::string& key, int64_t min_value) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   if (!n) {
     defer(key, "missing; expected an integer >= " + std::to_string(min_value));
     return std::max<int64_t>(min_value, 1);
@@ -262,7 +242,7 @@ int64_t ParamReader::get_int(const std::string& key, int64_t def, int64_t min_va
 
 std::pair<int64_t, int64_t> ParamReader::get_pair(const std::string& key, int64_t min_value) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   std::string want = "an integer >= " + std::to_string(min_value) + " or a list [height, width]";
   if (!n) {
     defer(key, "missing; expected " + want);
@@ -275,7 +255,7 @@ std::pair<int64_t, int64_t> ParamReader::get_pair(const std::string& key, int64_
       defer(key, "expected " + want + ", found a list of " + std::to_string(n.size()));
       return std::make_pair(std::max<int64_t>(min_value, 1), std::max<int64_t>(min_value, 1));
     }
-    if (!yaml_int(n[0], a, why) || !yaml_int(n[1], b, why)) {
+    if (!yaml_int(impl_->value(n[0]), a, why) || !yaml_int(impl_->value(n[1]), b, why)) {
       defer(key, why);
       return std::make_pair(std::max<int64_t>(min_value, 1), std::max<int64_t>(min_value, 1));
     }
@@ -305,7 +285,7 @@ std::pair<int64_t, int64_t> ParamReader::get_pair(const std::string& key, std::p
 
 double ParamReader::get_double(const std::string& key, double def) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   if (!n) return def;
   double v = 0;
   std::string why;
@@ -318,7 +298,7 @@ double ParamReader::get_double(const std::string& key, double def) {
 
 bool ParamReader::get_bool(const std::string& key, bool def) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   if (!n) return def;
   std::string why;
   bool v = false;
@@ -331,7 +311,7 @@ bool ParamReader::get_bool(const std::string& key, bool def) {
 
 std::string ParamReader::get_string(const std::string& key, const std::string& def) {
   impl_->used.insert(key);
-  YAML::Node n = impl_->map[key];
+  YAML::Node n = impl_->get(key);
   if (!n) return def;
   if (!n.IsScalar()) {
     defer(key, "expected a string");

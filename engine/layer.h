@@ -1,8 +1,9 @@
 // The layer interface. A layer type is one file pair under engine/layers/: a parameter struct
 // that every executor (CPU reference, GPU algorithms) reads, and a Layer subclass that parses
 // those parameters from the netdef, infers its output shape and names the weights it needs.
-// Executors keep their own registries from type name to forward function, so adding a layer
-// type never touches the parser or another layer (like ncnn's src/layer/).
+// The types are listed once, in layer_types.h; the parser and every executor index that list
+// by LayerKind, so adding a layer type never touches the parser or another layer (like ncnn's
+// src/layer/).
 #pragma once
 
 #include <functional>
@@ -14,6 +15,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
+#include "engine/layer_types.h"
 
 namespace YAML {
 class Node;
@@ -41,6 +43,9 @@ class ParamReader {
   double get_double(const std::string& key, double def);
   bool get_bool(const std::string& key, bool def);
   std::string get_string(const std::string& key, const std::string& def);
+  // A block instance's parameter values: a value written "$name" in the block's layers reads
+  // as params[name] (whose position the errors then name). Null outside blocks.
+  void set_params(const std::map<std::string, YAML::Node>* params);
   // Marks keys the caller handles itself (name, type, inputs, algo).
   void mark_used(const std::string& key);
   // Keys the type takes that this parse may not read (a global pool's size): they complete the
@@ -64,10 +69,9 @@ class ParamReader {
 // Capability flags, so executors ask what a layer can do instead of comparing type names.
 enum LayerCaps : unsigned {
   kCapWeights = 1u << 0,     // needs weights from the weights file
-  kCapActivation = 1u << 1,  // elementwise activation: can be fused into a producer's epilogue
-  kCapIdentity = 1u << 2,    // output == input at inference (dropout, flatten's data)
-  kCapFoldable = 1u << 3,    // an affine per-channel op that can be folded into conv/fc (batchnorm)
-  kCapFoldTarget = 1u << 4,  // conv/fc: can absorb a following kCapFoldable layer
+  kCapIdentity = 1u << 1,    // output == input at inference (dropout, flatten's data)
+  kCapFoldable = 1u << 2,    // an affine per-channel op that can be folded into conv/fc (batchnorm)
+  kCapFoldTarget = 1u << 3,  // conv/fc: can absorb a following kCapFoldable layer
 };
 
 struct WeightSpec {
@@ -93,9 +97,11 @@ class Layer {
   virtual int min_inputs() const { return 1; }
   virtual int max_inputs() const { return 1; }
 
+  // Set by the type's factory (layer_types()).
+  LayerKind kind = LayerKind::kConv;
+  std::string type;  // the netdef name of `kind`, for messages
   // Filled by the netdef loader.
   std::string name;
-  std::string type;
   SourceLoc loc;                         // the layer's map in the netdef
   std::vector<std::string> input_names;  // as written (or the previous layer)
   std::vector<SourceLoc> input_locs;
@@ -110,10 +116,18 @@ class Layer {
   const Tensor& weight(const std::string& n) const;  // throws if absent
 };
 
-using LayerFactory = std::function<std::unique_ptr<Layer>()>;
-
-// type name -> factory; one line per layer type in layer_registry.cpp.
-const std::map<std::string, LayerFactory>& layer_registry();
+// The layer's concrete class, for an executor that has dispatched on l.kind (the class of each
+// kind is in layer_types.h); a mismatch is a programming error, reported rather than undefined.
+template <class T>
+const T& layer_as(const Layer& l) {
+  const T* p = dynamic_cast<const T*>(&l);
+  if (!p) throw Error("layer '" + l.name + "' (" + l.type + "): unexpected layer class for its kind");
+  return *p;
+}
+template <class T>
+T& layer_as(Layer& l) {
+  return const_cast<T&>(layer_as<T>(static_cast<const Layer&>(l)));
+}
 
 // The message for a layer type the registry lacks: the cnnrun name when the type is another
 // framework's name for the same math, "X is not supported" for a real concept cnnrun lacks, or

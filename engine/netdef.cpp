@@ -4,6 +4,7 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -229,6 +230,86 @@ void parse_weights(Network& net, const std::string& file, const YAML::Node& n) {
   s.finish();
 }
 
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& x : v) out += (out.empty() ? "" : ", ") + x;
+  return out;
+}
+
+// A block: layers written once under the top-level key `blocks` and instantiated by name
+// (docs/netdef.md). Its layers' values may be "$param", filled in by each instance.
+struct Block {
+  std::string name;
+  std::vector<std::string> params;
+  YAML::Node layers;
+};
+
+// "$name" scalars in a layer's values (one level of lists, as [h, w] pairs), with their nodes.
+void param_refs(const YAML::Node& v, std::vector<YAML::Node>& out) {
+  if (v.IsScalar() && !v.Scalar().empty() && v.Scalar()[0] == '$') out.push_back(v);
+  if (v.IsSequence())
+    for (auto it = v.begin(); it != v.end(); ++it) param_refs(*it, out);
+}
+
+std::map<std::string, Block> parse_blocks(const std::string& file, const YAML::Node& n) {
+  std::map<std::string, Block> blocks;
+  if (!n) return blocks;
+  if (!n.IsMap()) fail_at(yaml_loc(file, n), "", "", "blocks", "expected a mapping of block name to block");
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    Block b;
+    b.name = it->first.Scalar();
+    const std::string key = "blocks." + b.name;
+    Section s(file, it->second, key);
+    if (YAML::Node ps = s.get("params", false)) {
+      if (!ps.IsSequence()) s.fail("params", ps, "expected a list of parameter names");
+      for (auto p = ps.begin(); p != ps.end(); ++p) {
+        const std::string pn = p->IsScalar() ? p->Scalar() : "";
+        if (pn.empty() || pn[0] == '$' || pn == "name" || pn == "block" || pn == "inputs" ||
+            std::find(b.params.begin(), b.params.end(), pn) != b.params.end())
+          fail_at(
+              yaml_loc(file, *p), "", "", key + ".params",
+              "expected distinct parameter names other than name, block and inputs (written without '$')");
+        b.params.push_back(pn);
+      }
+    }
+    b.layers = s.get("layers", true);
+    if (!b.layers.IsSequence() || b.layers.size() == 0)
+      s.fail("layers", b.layers, "expected a non-empty list of layers");
+    s.finish();
+    std::vector<bool> used(b.params.size(), false);
+    for (auto l = b.layers.begin(); l != b.layers.end(); ++l) {
+      if (!l->IsMap()) continue;  // reported with its position when an instance expands it
+      if ((*l)["block"])
+        fail_at(yaml_loc(file, (*l)["block"]), "", "", key + ".layers",
+                "a block's layers cannot instantiate another block");
+      for (auto kv = l->begin(); kv != l->end(); ++kv) {
+        std::vector<YAML::Node> refs;
+        param_refs(kv->second, refs);
+        const std::string k = kv->first.Scalar();
+        for (const YAML::Node& r : refs) {
+          if (k == "name" || k == "type" || k == "inputs")
+            fail_at(yaml_loc(file, r), "", "", key + ".layers",
+                    "a parameter can give a layer's values, not its " + k);
+          auto p = std::find(b.params.begin(), b.params.end(), r.Scalar().substr(1));
+          if (p == b.params.end())
+            fail_at(yaml_loc(file, r), "", "", key + ".layers",
+                    "'" + r.Scalar() + "' names no parameter of block '" + b.name + "'" +
+                        (b.params.empty() ? std::string(" (it declares none under 'params')")
+                                          : suggest(r.Scalar().substr(1), b.params)));
+          used[static_cast<size_t>(p - b.params.begin())] = true;
+        }
+      }
+    }
+    for (size_t k = 0; k < used.size(); ++k)
+      if (!used[k])
+        fail_at(yaml_loc(file, it->second["params"]), "", "", key + ".params",
+                "parameter '" + b.params[k] + "' is used by none of the block's layers (write it as '$" +
+                    b.params[k] + "')");
+    blocks[b.name] = b;
+  }
+  return blocks;
+}
+
 // Kahn's algorithm, always taking the earliest ready layer in file order, so a netdef written
 // in order runs in order.
 std::vector<size_t> topo_order(const std::string& file, const std::vector<std::unique_ptr<Layer>>& L,
@@ -316,47 +397,56 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
   if (!layers.IsSequence() || layers.size() == 0)
     top.fail("layers", layers, "expected a non-empty list of layers");
   YAML::Node output = top.get("output", false);
+  const std::map<std::string, Block> blocks = parse_blocks(file, top.get("blocks", false));
   top.finish();
 
-  // Pass 1: create layers and read their parameters.
-  const auto& reg = layer_registry();
+  // Pass 1: create layers and read their parameters, block instances expanded in place.
   std::vector<std::unique_ptr<Layer>> L;
   std::map<std::string, size_t> by_name;
-  for (size_t i = 0; i < layers.size(); ++i) {
-    YAML::Node ln = layers[i];
+  std::map<std::string, std::string> instance_output;  // block instance name -> its last layer
+  std::map<std::string, SourceLoc> instance_loc;
+
+  // One layer map: `prefix` and `params` are a block instance's ("" and null outside blocks);
+  // inside a block, input names are the block's own layers or `input`, the block's input.
+  auto add_layer = [&](const YAML::Node& ln, const std::string& where, const std::string& prefix,
+                       const std::map<std::string, YAML::Node>* params, const std::string& block_input,
+                       bool first_in_block) {
     SourceLoc loc = yaml_loc(file, ln);
-    if (!ln.IsMap())
-      fail_at(loc, "", "", "", "layer " + std::to_string(i + 1) + ": expected a mapping with a 'type'");
+    if (!ln.IsMap()) fail_at(loc, "", "", "", where + ": expected a mapping with a 'type'");
     YAML::Node tn = ln["type"];
-    std::string lname = ln["name"] && ln["name"].IsScalar() ? ln["name"].Scalar() : "";
+    std::string local = ln["name"] && ln["name"].IsScalar() ? ln["name"].Scalar() : "";
     if (!tn || !tn.IsScalar())
-      fail_at(tn ? yaml_loc(file, tn) : loc, lname.empty() ? "#" + std::to_string(i + 1) : lname, "", "type",
+      fail_at(tn ? yaml_loc(file, tn) : loc, local.empty() ? where : prefix + local, "", "type",
               "missing; expected one of the layer types");
     std::string type = tn.Scalar();
-    auto f = reg.find(type);
-    if (f == reg.end()) {
-      fail_at(yaml_loc(file, tn), lname, "", "type", unknown_type_message(type));
-    }
-    if (lname.empty()) {
+    const LayerType* lt = find_layer_type(type);
+    if (!lt) fail_at(yaml_loc(file, tn), prefix + local, "", "type", unknown_type_message(type));
+    if (local.empty()) {
       if (ln["name"]) fail_at(yaml_loc(file, ln["name"]), "", type, "name", "expected a string");
-      lname = type + std::to_string(i + 1);
+      local = type + where.substr(where.find_last_of(' ') + 1);
     }
-    auto layer = f->second();
+    if (local == kInputName)
+      fail_at(yaml_loc(file, ln["name"]), local, type, "name",
+              prefix.empty() ? "'input' is reserved for the network input"
+                             : "'input' is reserved for the block's input");
+    const std::string lname = prefix + local;
+    std::unique_ptr<Layer> layer = lt->make();
     layer->name = lname;
-    layer->type = type;
     layer->loc = loc;
-    if (lname == kInputName)
-      fail_at(yaml_loc(file, ln["name"]), lname, type, "name", "'input' is reserved for the network input");
-    if (!by_name.emplace(lname, i).second)
+    if (instance_output.count(lname))
+      fail_at(ln["name"] ? yaml_loc(file, ln["name"]) : loc, lname, type, "name",
+              "duplicate layer name; a block instance of that name is at " + instance_loc[lname].str());
+    if (!by_name.emplace(lname, L.size()).second)
       fail_at(ln["name"] ? yaml_loc(file, ln["name"]) : loc, lname, type, "name",
               "duplicate layer name; first defined at " + L[by_name[lname]]->loc.str());
 
     ParamReader r(ln, file, lname, type);
+    r.set_params(params);
     r.mark_used("name");
     r.mark_used("type");
     r.mark_used("inputs");
     if (YAML::Node a = ln["algo"]) {
-      if (!(layer->caps() & kCapFoldTarget) || type != "conv") r.fail("algo", "only conv layers take 'algo'");
+      if (layer->kind != LayerKind::kConv) r.fail("algo", "only conv layers take 'algo'");
       r.mark_used("algo");
       std::string v = a.IsScalar() ? a.Scalar() : "";
       if (v != "auto" && v != "im2col" && v != "implicit" && v != "cudnn")
@@ -366,14 +456,17 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
     layer->parse(r);
     r.finish();
 
+    const bool in_block = params != nullptr;
     if (YAML::Node inp = ln["inputs"]) {
       std::vector<std::string> names = string_list(file, inp, "inputs");
       for (size_t k = 0; k < names.size(); ++k) {
-        layer->input_names.push_back(names[k]);
+        layer->input_names.push_back(!in_block                ? names[k]
+                                     : names[k] == kInputName ? block_input
+                                                              : prefix + names[k]);
         layer->input_locs.push_back(yaml_loc(file, inp.IsSequence() ? inp[k] : inp));
       }
     } else {
-      layer->input_names.push_back(i == 0 ? kInputName : L.back()->name);
+      layer->input_names.push_back(first_in_block ? block_input : L.empty() ? kInputName : L.back()->name);
       layer->input_locs.push_back(loc);
     }
     int n_in = static_cast<int>(layer->input_names.size());
@@ -385,13 +478,75 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
                   : "expected at least " + std::to_string(layer->min_inputs()) + " inputs, found " +
                         std::to_string(n_in));
     L.push_back(std::move(layer));
+  };
+
+  for (size_t i = 0; i < layers.size(); ++i) {
+    YAML::Node ln = layers[i];
+    const std::string where = "layer " + std::to_string(i + 1);
+    if (!ln.IsMap() || !ln["block"]) {
+      add_layer(ln, where, "", nullptr, "", false);
+      continue;
+    }
+    // A block instance: {name, block, inputs (one), and a value for each of the block's params}.
+    YAML::Node bn = ln["block"];
+    const SourceLoc loc = yaml_loc(file, ln);
+    YAML::Node nn = ln["name"];
+    if (!nn || !nn.IsScalar())
+      fail_at(nn ? yaml_loc(file, nn) : loc, "", "", "name",
+              "a block instance needs a name (its layers are called '<name>.<layer>')");
+    const std::string iname = nn.Scalar();
+    if (!bn.IsScalar() || !blocks.count(bn.Scalar())) {
+      std::vector<std::string> names;
+      for (const auto& kv : blocks) names.push_back(kv.first);
+      fail_at(yaml_loc(file, bn), iname, "", "block",
+              "no block named '" + (bn.IsScalar() ? bn.Scalar() : std::string("?")) + "' is defined" +
+                  (names.empty() ? std::string(" (define blocks under the top-level key 'blocks')")
+                                 : suggest(bn.IsScalar() ? bn.Scalar() : "", names)));
+    }
+    const Block& b = blocks.at(bn.Scalar());
+    const std::string itype = "block " + b.name;
+    if (ln["type"])
+      fail_at(yaml_loc(file, ln["type"]), iname, itype, "type", "a block instance takes no type");
+    if (iname == kInputName || by_name.count(iname) || instance_output.count(iname))
+      fail_at(yaml_loc(file, nn), iname, itype, "name",
+              iname == kInputName
+                  ? "'input' is reserved for the network input"
+                  : "duplicate name; first defined at " +
+                        (by_name.count(iname) ? L[by_name[iname]]->loc.str() : instance_loc[iname].str()));
+    std::string block_input = L.empty() ? kInputName : L.back()->name;
+    if (YAML::Node inp = ln["inputs"]) {
+      std::vector<std::string> names = string_list(file, inp, "inputs");
+      if (names.size() != 1)
+        fail_at(yaml_loc(file, inp), iname, itype, "inputs",
+                "a block takes exactly 1 input, found " + std::to_string(names.size()));
+      block_input = names[0];
+    }
+    std::map<std::string, YAML::Node> values;
+    std::vector<std::string> keys{"name", "block", "inputs"};
+    keys.insert(keys.end(), b.params.begin(), b.params.end());
+    for (auto it = ln.begin(); it != ln.end(); ++it) {
+      const std::string k = it->first.Scalar();
+      if (std::find(keys.begin(), keys.end(), k) == keys.end())
+        fail_at(yaml_loc(file, it->first), iname, itype, k,
+                "unknown key for an instance of block '" + b.name + "'" + suggest(k, keys));
+      if (k != "name" && k != "block" && k != "inputs") values[k] = it->second;
+    }
+    for (const std::string& pn : b.params)
+      if (!values.count(pn))
+        fail_at(loc, iname, itype, pn,
+                "missing; block '" + b.name + "' needs a value for each of " + join(b.params));
+    instance_loc[iname] = loc;
+    for (size_t k = 0; k < b.layers.size(); ++k)
+      add_layer(b.layers[k], "layer " + std::to_string(k + 1), iname + ".", &values, block_input, k == 0);
+    instance_output[iname] = L.back()->name;
   }
 
   // Pass 2: resolve input names.
   std::vector<std::vector<int>> in_idx(L.size());
   for (size_t i = 0; i < L.size(); ++i)
     for (size_t k = 0; k < L[i]->input_names.size(); ++k) {
-      const std::string& nm = L[i]->input_names[k];
+      std::string nm = L[i]->input_names[k];
+      if (auto a = instance_output.find(nm); a != instance_output.end()) nm = a->second;
       if (nm == kInputName) {
         in_idx[i].push_back(-1);
         continue;
@@ -400,6 +555,7 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
       if (it == by_name.end()) {
         std::vector<std::string> names{kInputName};
         for (const auto& kv : by_name) names.push_back(kv.first);
+        for (const auto& kv : instance_output) names.push_back(kv.first);
         fail_at(L[i]->input_locs[k], L[i]->name, L[i]->type, "inputs",
                 "no layer named '" + nm + "' produces this input" + suggest(nm, names));
       }
@@ -412,9 +568,10 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
   std::vector<size_t> order = topo_order(file, L, in_idx);
   size_t out_file_idx = L.size() - 1;
   if (output) {
-    if (!output.IsScalar() || !by_name.count(output.Scalar()))
-      top.fail("output", output, "expected the name of a layer");
-    out_file_idx = by_name[output.Scalar()];
+    std::string oname = output.IsScalar() ? output.Scalar() : "";
+    if (auto a = instance_output.find(oname); a != instance_output.end()) oname = a->second;
+    if (!by_name.count(oname)) top.fail("output", output, "expected the name of a layer");
+    out_file_idx = by_name[oname];
   }
   std::vector<bool> needed(L.size(), false);
   needed[out_file_idx] = true;

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 
 namespace cnnrun {
@@ -36,7 +37,126 @@ double accuracy(const RunResult& r) {
   return r.images ? 100.0 * static_cast<double>(r.correct) / static_cast<double>(r.images) : 0.0;
 }
 
+std::string fmt_ms(double s) {
+  std::ostringstream o;
+  o.precision(3);
+  o << std::fixed << s * 1e3 << " ms";
+  return o.str();
+}
+
 }  // namespace
+
+std::string tuning_note(const ConvTuning& t) {
+  std::string line = "gpu: auto " + t.layer + " (" + std::to_string(t.images) + " images):";
+  for (const auto& c : t.candidates) {
+    switch (c.outcome) {
+      case ConvTuning::Candidate::Outcome::kNotApplicable:
+        line += " " + c.algo + " n/a;";
+        break;
+      case ConvTuning::Candidate::Outcome::kFailed:
+        line += " " + c.algo + " failed (" + c.error + ");";
+        break;
+      case ConvTuning::Candidate::Outcome::kTimed: {
+        std::ostringstream o;
+        o.precision(3);
+        o << std::fixed << " " << c.algo << " " << c.ms << " ms;";
+        line += o.str();
+        break;
+      }
+    }
+  }
+  if (t.chosen.empty()) return line;
+  return line + " -> " + t.chosen + (t.earlier ? " (tuned earlier)" : "");
+}
+
+namespace {
+
+void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
+  // What the forward time covers, first.
+  const std::string back =
+      "the predictions (4 bytes per image)" +
+      (g.probs_bytes > 0 ? " and the output values (" + std::to_string(g.probs_bytes) + " bytes per image)"
+                         : std::string()) +
+      " copied to host memory";
+  out.push_back(g.resident
+                    ? "gpu: timed: forward, input resident on GPU: the " + std::to_string(g.resident_images) +
+                          " distinct images' uint8 pixels (" + std::to_string(g.resident_bytes) +
+                          " bytes) were uploaded before the clock; each block's device-to-device copy "
+                          "of its pixels, preprocess, every layer, argmax and " +
+                          back + " are timed"
+                    : "gpu: timed: end to end, from the uint8 pixels in host memory to " + back);
+  if (g.block_cut_from > 0)
+    out.push_back(
+        "gpu: block of " + std::to_string(g.block_cut_from) + " images cut to " + std::to_string(g.block) +
+        (g.cap_bytes > 0
+             ? " to fit --gpu-memory (" + std::to_string(g.cap_bytes) + " bytes" +
+                   (g.cap_total_bytes != g.cap_bytes
+                        ? " left of its " + std::to_string(g.cap_total_bytes) + " beside the resident images)"
+                        : std::string(")"))
+             : std::string(" to fit free GPU memory")));
+  for (bool earlier : {false, true})
+    for (const ConvTuning& t : g.tuning)
+      if (t.earlier == earlier) out.push_back(tuning_note(t));
+  switch (g.graphs) {
+    case GpuRunFacts::Graphs::kOff:
+      out.push_back("gpu: CUDA graphs off (CNNRUN_GPU_OFF=graph)");
+      break;
+    case GpuRunFacts::Graphs::kCaptured:
+      out.push_back("gpu: each full block (" + std::to_string(g.block) +
+                    " images) after its H2D copy is one CUDA graph launch (captured per stream)");
+      break;
+    case GpuRunFacts::Graphs::kCaptureFailed:
+      out.push_back("gpu: CUDA graph capture failed, launching directly: " + g.graph_error);
+      break;
+  }
+  const char* pixels = "already page-locked memory";
+  switch (g.pixels) {
+    case GpuRunFacts::Pixels::kResident:
+      pixels = "device memory (--resident)";
+      break;
+    case GpuRunFacts::Pixels::kRegistered:
+      pixels = "the data set's buffer, page-locked in place (cudaHostRegister)";
+      break;
+    case GpuRunFacts::Pixels::kStaged:
+      pixels = "a pinned staging buffer (cudaHostRegister failed)";
+      break;
+    case GpuRunFacts::Pixels::kPinned:
+      break;
+  }
+  out.push_back("gpu: " + std::to_string(g.blocks) + " blocks on " + std::to_string(g.streams) +
+                " streams; " + g.cudnn_version + "; pixels from " + pixels);
+  out.push_back(std::string("gpu: setup (weights, workspaces, algorithm search, ") +
+                (g.resident ? "upload of the resident pixels" : "page-locking") + ") " +
+                fmt_ms(g.setup_seconds) + ", not in the forward time");
+  out.push_back("gpu: preprocess " + fmt_ms(g.preprocess_seconds) + ", argmax+accuracy " +
+                fmt_ms(g.argmax_seconds) + (g.resident ? ", D2D pixels " : ", H2D ") + fmt_ms(g.h2d_seconds) +
+                ", D2H " + fmt_ms(g.d2h_seconds) + " (event intervals summed over blocks)");
+  out.push_back("gpu: per-layer times sum to " + fmt_ms(g.layer_sum_seconds) + "; GPU busy with compute " +
+                fmt_ms(g.busy_seconds) + " of the " + fmt_ms(g.wall_seconds) +
+                " wall (with several streams, layers of different blocks overlap, so the sum can exceed "
+                "the busy time)");
+}
+
+}  // namespace
+
+std::vector<std::string> report_notes(const Report& r) {
+  std::vector<std::string> out;
+  if (!r.cpu_fallback.empty()) out.push_back("no GPU (" + r.cpu_fallback + "): running the CPU engine");
+  if (r.validated_by_itself)
+    out.push_back("--validate with the CPU engine compares the reference with itself");
+  if (r.run.cpu)
+    out.push_back("cpu: " + std::to_string(r.run.cpu->block) +
+                  " images per block, Eigen SIMD: " + r.run.cpu->simd);
+  if (r.run.gpu) gpu_notes(*r.run.gpu, out);
+  if (!r.repeat_seconds.empty()) {
+    std::string all;
+    for (double t : r.repeat_seconds) all += (all.empty() ? "" : " ") + std::to_string(t * 1e3);
+    out.push_back("--repeat " + std::to_string(r.repeat_seconds.size()) + ": forward times (ms) " + all +
+                  "; the report shows the run nearest the median, with forward time = median " +
+                  std::to_string(r.run.forward_seconds * 1e3) + " ms");
+  }
+  return out;
+}
 
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
@@ -57,8 +177,7 @@ std::string report_text(const Report& r) {
     s += std::string("Precision: ") + precision_name(r.run.precision) +
          " (conv and fc operands may be rounded to it, FP32 accumulation; each layer's algorithm says what "
          "ran)\n";
-  for (const auto& n : r.notes) s += "Note: " + n + "\n";
-  for (const auto& n : r.run.notes) s += "Note: " + n + "\n";
+  for (const auto& n : report_notes(r)) s += "Note: " + n + "\n";
   s += "Data: " + r.data_description + "\n";
   s += "Weights: " + r.weights_description + "\n";
   s += "Images: " + std::to_string(r.run.images);
@@ -133,8 +252,7 @@ std::string report_json(const Report& r) {
                       {"hardware_threads", std::thread::hardware_concurrency()},
                       {"engine", r.run.engine}};
   j["precision"] = precision_name(r.run.precision);
-  j["notes"] = r.notes;
-  for (const auto& n : r.run.notes) j["notes"].push_back(n);
+  j["notes"] = report_notes(r);
   j["data"] = r.data_description;
   j["weights"] = r.weights_description;
   j["images"] = r.run.images;

@@ -15,7 +15,9 @@ struct Report {
   std::string version;
   std::string netdef, net_name;
   std::string data_description, weights_description;
-  std::vector<std::string> notes;  // engine fallbacks and the like
+  std::string cpu_fallback;            // why --engine auto ran the CPU ("" = it did not fall back)
+  bool validated_by_itself = false;    // --validate with the CPU engine
+  std::vector<double> repeat_seconds;  // --repeat: every run's forward time (run.forward_seconds: the median)
   double load_data_s = 0, build_net_s = 0, load_weights_s = 0, total_s = 0;
   int64_t distinct_images = 0;  // < images when cycling
   bool labelled = true;         // false: the data set has no labels, so no accuracy
@@ -25,6 +27,12 @@ struct Report {
 };
 
 std::string report_text(const Report& r);
+// The report's notes, one sentence each, in the order the text prints them ("Note: ...") and the
+// JSON lists them: the CLI's, then the executor's facts (RunResult::cpu / gpu) worded.
+std::vector<std::string> report_notes(const Report& r);
+// One conv's search as the report words it ("gpu: auto conv1 (4096 images): implicit 1.234 ms;
+// ... -> implicit"); without a choice it ends after the candidates.
+std::string tuning_note(const ConvTuning& t);
 std::string report_json(const Report& r);  // pretty-printed JSON document
 
 // Environment facts for the JSON report: host name, CPU model, cores.

@@ -28,12 +28,8 @@ struct Validation {
   int64_t prediction_mismatches = 0;  // argmax of the output differs
 };
 
-// The tolerance fitting FP32 arithmetic: relative to the layer's largest magnitude, summing a
-// few thousand products in a different order moves results by ~1e-6; 1e-4 leaves room and
-// still catches any indexing error (those are O(1)).
-constexpr double kFp32Tolerance = 1e-4;
-
-// Compares every layer's output of `test` and `ref` on images [0, n) of data (n <= count).
+// Compares every layer's output of `test` and `ref` on images [0, n) of data (n <= count);
+// the tolerance is validation_tolerance (engine/core/precision.h) of the run's format.
 Validation validate(Executor& test, Executor& ref, const Network& net, const Dataset& data, int64_t n,
                     double tolerance = kFp32Tolerance, int64_t chunk = 256);
 

@@ -8,53 +8,28 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
 #include <exception>
 #include <mutex>
 #include <thread>
 
+#include "engine/core/clock.h"
+#include "engine/passes.h"
 #include "reference/cpu_layers.h"
 
 namespace cnnrun {
 
 namespace ref {
 
-const std::map<std::string, ForwardFn>& cpu_forward_registry() {
-  static const std::map<std::string, ForwardFn> reg = {
-      {"conv", forward_conv},
-      {"relu", forward_activation},
-      {"tanh", forward_activation},
-      {"sigmoid", forward_activation},
-      {"relu6", forward_activation},
-      {"leaky_relu", forward_activation},
-      {"hardswish", forward_activation},
-      {"hardsigmoid", forward_activation},
-      {"silu", forward_activation},
-      {"gelu", forward_activation},
-      {"maxpool", forward_pool},
-      {"avgpool", forward_pool},
-      {"fc", forward_fc},
-      {"flatten", forward_copy},
-      {"softmax", forward_softmax},
-      {"dropout", forward_copy},
-      {"batchnorm", forward_batchnorm},
-      {"add", forward_add},
-      {"concat", forward_concat},
-      {"mul", forward_mul},
-      {"upsample", forward_upsample},
-  };
-  return reg;
+ForwardFn forward_fn(const Layer& l) {
+#define CNNRUN_CPU_FORWARD(kind, name, Class, args, cpu, gpu) &cpu,
+  static constexpr ForwardFn kTable[kLayerKinds] = {CNNRUN_LAYER_TYPES(CNNRUN_CPU_FORWARD)};
+#undef CNNRUN_CPU_FORWARD
+  return kTable[index_of(l.kind)];
 }
 
 }  // namespace ref
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // Images per block: large enough that the fc GEMM and the per-block bookkeeping amortise, small
 // enough that a thread's activations for one block stay in a few MB.
@@ -77,7 +52,7 @@ struct BlockRunner {
     outs.resize(net.layers.size());
     seconds.assign(net.layers.size(), 0.0);
     for (size_t i = 0; i < net.layers.size(); ++i)
-      if (!ref::runs_as_identity(*net.layers[i]))
+      if (!runs_as_identity(*net.layers[i]))
         bufs[i].resize(static_cast<size_t>(block * net.layers[i]->out_shape.size()));
   }
 
@@ -91,7 +66,7 @@ struct BlockRunner {
       const Layer& l = *net.layers[li];
       ins.clear();
       for (int j : l.inputs) ins.push_back(j < 0 ? input.data() : outs[static_cast<size_t>(j)]);
-      if (ref::runs_as_identity(l)) {
+      if (runs_as_identity(l)) {
         outs[li] = ins[0];
         continue;
       }
@@ -106,14 +81,7 @@ struct BlockRunner {
 class CpuExecutor : public Executor {
  public:
   explicit CpuExecutor(const Network& net) : net_(net) {
-    const auto& reg = ref::cpu_forward_registry();
-    for (const auto& l : net_.layers) {
-      auto it = reg.find(l->type);
-      if (it == reg.end())
-        throw Error(l->loc.str() + ": layer '" + l->name + "': type '" + l->type +
-                    "' has no CPU reference implementation");
-      fns_.push_back(it->second);
-    }
+    for (const auto& l : net_.layers) fns_.push_back(ref::forward_fn(*l));
   }
 
   std::string name() const override { return "cpu"; }
@@ -158,18 +126,17 @@ class CpuExecutor : public Executor {
     r.engine = std::string("cpu (eigen ") + std::to_string(EIGEN_WORLD_VERSION) + "." +
                std::to_string(EIGEN_MAJOR_VERSION) + ", " + std::to_string(threads) +
                (threads == 1 ? " thread)" : " threads)");
-    r.notes.push_back("cpu: " + std::to_string(block) +
-                      " images per block, Eigen SIMD: " + Eigen::SimdInstructionSetsInUse());
+    r.cpu = CpuRunFacts{block, Eigen::SimdInstructionSetsInUse()};
     for (size_t i = 0; i < net_.layers.size(); ++i) {
       const Layer& l = *net_.layers[i];
       LayerTime t;
       t.name = l.name;
       t.type = l.type;
-      if (ref::runs_as_identity(l))
+      if (runs_as_identity(l))
         t.algo = "identity";
-      else if (l.type == "conv")
+      else if (l.kind == LayerKind::kConv)
         t.algo = "im2col+gemm";
-      else if (l.type == "fc")
+      else if (l.kind == LayerKind::kFc)
         t.algo = "gemm";
       t.seconds = seconds[i];
       r.layers.push_back(t);

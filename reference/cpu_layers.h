@@ -1,8 +1,9 @@
 // The CPU reference's per-layer forward functions, one file per layer type under
-// reference/layers/, and the registry from type name to function (one line per type, in
-// cpu_executor.cpp). Every function runs a block of n images in NCHW:
-// in[k] points at input k's n x in_shapes[k] floats, out at n x out_shape floats. The functions
-// are the definition the GPU executor is checked against, so they are written to be read.
+// reference/layers/, and forward_fn, the table from LayerKind to function that
+// cpu_executor.cpp builds from CNNRUN_LAYER_TYPES (engine/layer_types.h). Every function runs
+// a block of n images in NCHW: in[k] points at input k's n x in_shapes[k] floats, out at
+// n x out_shape floats. The functions are the definition the GPU executor is checked against,
+// so they are written to be read.
 #pragma once
 
 // GCC 12 reports false -W(maybe-)uninitialized inside its own AVX-512 intrinsics when Eigen's
@@ -38,15 +39,6 @@ struct Workspace {
 using ForwardFn = void (*)(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out,
                            Workspace& ws);
 
-// The layer's concrete class; a mismatch means the registries disagree, a programming error.
-template <class T>
-const T& layer_as(const Layer& l) {
-  const T* p = dynamic_cast<const T*>(&l);
-  if (!p)
-    throw Error("layer '" + l.name + "' (" + l.type + "): unexpected layer class for the CPU reference");
-  return *p;
-}
-
 void forward_conv(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace& ws);
 void forward_pool(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace& ws);
 void forward_activation(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out,
@@ -64,13 +56,7 @@ void forward_mul(const Layer& l, const std::vector<const float*>& in, int64_t n,
 void forward_upsample(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out,
                       Workspace& ws);
 
-// type name -> forward function, every type of layer_registry().
-const std::map<std::string, ForwardFn>& cpu_forward_registry();
-
-// True when the layer's output is its input unchanged (dropout, flatten, a folded batchnorm):
-// the executor then aliases the input instead of calling the function.
-inline bool runs_as_identity(const Layer& l) {
-  return l.has(kCapIdentity) || (l.has(kCapFoldable) && l.folded);
-}
+// The forward function of a layer: the table built from CNNRUN_LAYER_TYPES, indexed by l.kind.
+ForwardFn forward_fn(const Layer& l);
 
 }  // namespace cnnrun::ref

@@ -13,6 +13,7 @@
 #include "engine/gpu_api.h"
 #include "engine/io/dataset.h"
 #include "engine/network.h"
+#include "engine/report.h"
 #include "reference/cpu_executor.h"
 #include "tests/test_util.h"
 
@@ -139,7 +140,7 @@ void conv_algo_against_reference(const std::string& algo) {
   for (const ConvCase& k : kConvCases) {
     Network net = parse_netdef_string(conv_netdef(k), "convtest");
     for (auto& l : net.layers)
-      if (l->type == "conv") l->algo = algo;
+      if (l->kind == LayerKind::kConv) l->algo = algo;
     random_weights(net, seed);
     Dataset data = gpu_random_data(net.input, k.n + 3, 10, seed++);
     auto gpu = make_gpu_executor(net);
@@ -216,7 +217,7 @@ layers:
   for (const char* algo : {"implicit", "im2col", "cudnn"}) {
     Network net = parse_netdef_string(text, "layers");
     for (auto& l : net.layers)
-      if (l->type == "conv") l->algo = algo;
+      if (l->kind == LayerKind::kConv) l->algo = algo;
     random_weights(net, 7);
     Dataset data = gpu_random_data(net.input, 9, 7, 3);
     auto gpu = make_gpu_executor(net);
@@ -342,13 +343,9 @@ TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" *
     CHECK(r.transfer_seconds <= r.forward_seconds);
     CHECK(r.engine.find("gpu (") == 0);
     // Full blocks run as captured CUDA graphs (a capture failure falls back to direct launches
-    // and says so in a note: it must not happen for these layers and algorithms).
-    bool graphs = false;
-    for (const std::string& note : r.notes) {
-      CHECK(note.find("capture failed") == std::string::npos);
-      graphs = graphs || note.find("one CUDA graph launch") != std::string::npos;
-    }
-    CHECK(graphs);
+    // and says so: it must not happen for these layers and algorithms).
+    REQUIRE(r.gpu);
+    CHECK_MESSAGE(r.gpu->graphs == GpuRunFacts::Graphs::kCaptured, r.gpu->graph_error);
   }
 
   RunOptions bad;
@@ -491,10 +488,9 @@ TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too 
   random_weights(net, 13);
   Dataset data = gpu_random_data(net.input, 37, 10, 3);
   auto gpu = make_gpu_executor(net);
-  auto cut_note = [](const RunResult& r) {
-    for (const auto& n : r.notes)
-      if (n.find("cut to") != std::string::npos) return n;
-    return std::string();
+  auto cut_from = [](const RunResult& r) {
+    REQUIRE(r.gpu);
+    return r.gpu->block_cut_from;
   };
   RunOptions free_run;
   free_run.batch = 2000;
@@ -502,14 +498,16 @@ TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too 
   free_run.block = 2000;
   free_run.conv_algo = "implicit";
   RunResult a = gpu->run(data, free_run);
-  CHECK(cut_note(a).empty());
+  CHECK(cut_from(a) == 0);
   // About 17 KB per image: 40 MiB less the 32 MiB cuBLASLt workspace holds a few hundred images.
   RunOptions capped = free_run;
   capped.gpu_memory = int64_t{40} << 20;
   RunResult b = gpu->run(data, capped);
-  const std::string note = cut_note(b);
-  CHECK_MESSAGE(note.find("--gpu-memory (41943040 bytes)") != std::string::npos, "notes: " << note);
-  MESSAGE(note);
+  CHECK(cut_from(b) == 2000);
+  CHECK(b.gpu->block < 2000);
+  CHECK(b.gpu->cap_bytes == 41943040);
+  CHECK(b.gpu->cap_total_bytes == 41943040);
+  MESSAGE("block cut to " << b.gpu->block);
   REQUIRE(b.predictions.size() == 2000);
   CHECK(a.predictions == b.predictions);
   CHECK(a.correct == b.correct);
@@ -524,7 +522,7 @@ TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too 
   CHECK(what.find("GPU memory: one image needs") != std::string::npos);
   CHECK_MESSAGE(what.find("but --gpu-memory allows only 1048576 bytes") != std::string::npos, what);
   RunResult c = gpu->run(data, free_run);  // the slots are made again without the cap
-  CHECK(cut_note(c).empty());
+  CHECK(cut_from(c) == 0);
   CHECK(a.predictions == c.predictions);
   // --resident: the 37 images count against the cap, and the blocks get what they leave.
   const int64_t resident_bytes = 37 * data.shape.size();
@@ -532,10 +530,9 @@ TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too 
   res.resident = true;
   res.gpu_memory = (int64_t{40} << 20) + resident_bytes;
   RunResult d = gpu->run(data, res);
-  const std::string note_d = cut_note(d);
-  CHECK_MESSAGE(note_d.find("--gpu-memory (41943040 bytes left of its " + std::to_string(res.gpu_memory) +
-                            " beside the resident images)") != std::string::npos,
-                "notes: " << note_d);
+  CHECK(cut_from(d) == 2000);
+  CHECK(d.gpu->cap_bytes == 41943040);
+  CHECK(d.gpu->cap_total_bytes == res.gpu_memory);
   CHECK(d.predictions == a.predictions);
   res.gpu_memory = resident_bytes;  // nothing left for a block
   CHECK_THROWS_WITH_AS(
@@ -574,11 +571,11 @@ TEST_CASE("gpu: a block larger than GPU memory is cut to fit, with the same pred
   big.block = 1000;
   if (shrink) big.gpu_memory = int64_t{512} << 20;
   RunResult a = gpu->run(data, big);
-  bool cut = false;
-  for (const auto& n : a.notes)
-    cut = cut ||
-          (n.find("cut to") != std::string::npos && (!shrink || n.find("--gpu-memory") != std::string::npos));
-  CHECK_MESSAGE(cut, "no note says the block was cut");
+  REQUIRE(a.gpu);
+  // The block asked for is first held to the batch (300), then cut to what fits.
+  CHECK_MESSAGE(a.gpu->block_cut_from == 300, "the block was not cut");
+  CHECK(a.gpu->block < 300);
+  if (shrink) CHECK(a.gpu->cap_bytes > 0);
   RunOptions small = big;
   small.block = 8;
   small.gpu_memory = 0;
@@ -635,7 +632,9 @@ TEST_CASE("gpu: the CIFAR-10 network on the sample, every algorithm, 50000 image
        << 100.0 * static_cast<double>(r.correct) / static_cast<double>(images) << " %; layers:";
     for (const LayerTime& t : r.layers)
       o2 << " " << t.name << "=" << t.seconds * 1e3 << "ms[" << t.algo << "]";
-    for (const std::string& n : r.notes) o2 << "\n    " << n;
+    Report rep;
+    rep.run = r;
+    for (const std::string& n : report_notes(rep)) o2 << "\n    " << n;
     MESSAGE(o2.str());
   }
 }
@@ -660,15 +659,14 @@ void check_resident_same(Executor& gpu, const Dataset& data, RunOptions o) {
   }
   CHECK(dev.engine.find(", input resident on GPU)") != std::string::npos);
   CHECK(host.engine.find("resident") == std::string::npos);
-  auto has = [](const RunResult& r, const char* text) {
-    for (const std::string& n : r.notes)
-      if (n.find(text) != std::string::npos) return true;
-    return false;
-  };
-  CHECK(has(dev, "gpu: timed: forward, input resident on GPU"));
-  CHECK(has(dev, "pixels from device memory (--resident)"));
-  CHECK(has(host, "gpu: timed: end to end"));
-  CHECK(!has(dev, "capture failed"));
+  REQUIRE(dev.gpu);
+  REQUIRE(host.gpu);
+  CHECK(dev.gpu->resident);
+  CHECK(dev.gpu->resident_images == std::min(o.batch, data.count));
+  CHECK(dev.gpu->pixels == GpuRunFacts::Pixels::kResident);
+  CHECK_FALSE(host.gpu->resident);
+  CHECK(host.gpu->pixels != GpuRunFacts::Pixels::kResident);
+  CHECK(dev.gpu->graphs != GpuRunFacts::Graphs::kCaptureFailed);
   CHECK(dev.forward_seconds > 0.0);
 }
 

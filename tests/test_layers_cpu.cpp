@@ -11,6 +11,7 @@
 
 #include "engine/layers/batchnorm.h"
 #include "engine/network.h"
+#include "engine/passes.h"
 #include "reference/cpu_executor.h"
 #include "reference/cpu_layers.h"
 #include "tests/test_util.h"
@@ -47,7 +48,7 @@ std::vector<float> run_layer(const Layer& l, const std::vector<const float*>& in
   std::vector<float> out(static_cast<size_t>(n * l.out_shape.size()),
                          std::numeric_limits<float>::quiet_NaN());
   ref::Workspace ws;
-  ref::cpu_forward_registry().at(l.type)(l, in, n, out.data(), ws);
+  ref::forward_fn(l)(l, in, n, out.data(), ws);
   return out;
 }
 
@@ -304,10 +305,10 @@ TEST_CASE("cpu batchnorm applies the inference formula; folded runs as identity"
                          l.weight("bias").data[ci]);
         }
     check_close(run_layer(l, {x.data()}, n), want);
-    CHECK_FALSE(ref::runs_as_identity(l));
+    CHECK_FALSE(runs_as_identity(l));
 
     l.folded = true;
-    CHECK(ref::runs_as_identity(l));
+    CHECK(runs_as_identity(l));
     CHECK(run_layer(l, {x.data()}, n) == x);
   }
 }
@@ -318,7 +319,7 @@ TEST_CASE("cpu dropout and flatten copy their input") {
   for (const char* type : {"dropout", "flatten"}) {
     CAPTURE(type);
     Network net = net_with(std::string("type: ") + type, in);
-    CHECK(ref::runs_as_identity(*net.layers[0]));
+    CHECK(runs_as_identity(*net.layers[0]));
     CHECK(run_layer(*net.layers[0], {x.data()}, 2) == x);
   }
 }

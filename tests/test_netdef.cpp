@@ -11,12 +11,9 @@ using namespace cnnrun;
 
 namespace {
 
-const char* kHead = R"(input: {channels: 3, height: 8, width: 8}
-classes: [a, b, c, d]
-layers:
-)";
+const char* const kHead = test::kSmallHead;
 
-Network parse(const std::string& layers) { return parse_netdef_string(kHead + layers, "t.yaml"); }
+Network parse(const std::string& layers) { return test::parse_layers(layers); }
 
 std::string error_of(const std::string& text) {
   try {
@@ -251,4 +248,155 @@ TEST_CASE("netdef errors name file, line, column, layer and key") {
           std::string::npos);
     CHECK(error_of(base + "preprocess: {scale: nan}\n").find("not finite") != std::string::npos);
   }
+}
+
+namespace {
+
+// A residual block written once and used three times, and the same network written out flat.
+const char* kBlocks = R"(input: {channels: 3, height: 8, width: 8}
+classes: [a, b, c, d]
+blocks:
+  basic:
+    params: [filters, stride, kernel]
+    layers:
+      - {name: conv1, type: conv, filters: $filters, kernel: [$kernel, 3], stride: $stride, pad: 1}
+      - {name: relu1, type: relu}
+      - {name: conv2, type: conv, filters: $filters, kernel: 3, pad: 1}
+      - {name: short, type: conv, filters: $filters, kernel: 1, stride: $stride, inputs: input}
+      - {name: add, type: add, inputs: [conv2, short]}
+      - {type: relu}
+layers:
+  - {name: stem, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: l1.0, block: basic, filters: 4, stride: 1, kernel: 3}
+  - {name: l2.0, block: basic, filters: 6, stride: 2, kernel: 3}
+  - {name: side, type: relu, inputs: l1.0}
+  - {name: l2.1, block: basic, filters: 6, stride: 1, kernel: 3, inputs: l2.0}
+  - {name: gp, type: avgpool, global: true}
+  - {name: fc, type: fc, outputs: 4}
+  - {name: cat, type: concat, inputs: [side, side]}
+output: fc
+)";
+
+std::string flat_block(const std::string& p, int filters, int stride, const std::string& in) {
+  const std::string f = std::to_string(filters), s = std::to_string(stride);
+  return "  - {name: " + p + ".conv1, type: conv, filters: " + f + ", kernel: 3, stride: " + s +
+         ", pad: 1, inputs: " + in + "}\n  - {name: " + p + ".relu1, type: relu}\n  - {name: " + p +
+         ".conv2, type: conv, filters: " + f + ", kernel: 3, pad: 1}\n  - {name: " + p +
+         ".short, type: conv, filters: " + f + ", kernel: 1, stride: " + s + ", inputs: " + in +
+         "}\n  - {name: " + p + ".add, type: add, inputs: [" + p + ".conv2, " + p +
+         ".short]}\n  - {name: " + p + ".relu6, type: relu}\n";
+}
+
+std::string block_error(const std::string& blocks, const std::string& layers) {
+  return error_of("input: {channels: 3, height: 8, width: 8}\nclasses: [a, b, c, d]\nblocks:\n" + blocks +
+                  "layers:\n" + layers);
+}
+
+}  // namespace
+
+TEST_CASE("netdef blocks: a block written once expands to the layers written out, names prefixed") {
+  // Not a valid network as a whole (the concat's output reaches no output), so a copy without it.
+  std::string text = kBlocks;
+  text.replace(text.find("  - {name: cat"),
+               std::string("  - {name: cat, type: concat, inputs: [side, side]}\n").size(), "");
+  text.replace(text.find("  - {name: side"),
+               std::string("  - {name: side, type: relu, inputs: l1.0}\n").size(), "");
+  Network b = parse_netdef_string(text, "b.yaml");
+  const std::string flat =
+      std::string(kHead) + "  - {name: stem, type: conv, filters: 4, kernel: 3, pad: 1}\n" +
+      flat_block("l1.0", 4, 1, "stem") + flat_block("l2.0", 6, 2, "l1.0.relu6") +
+      flat_block("l2.1", 6, 1, "l2.0.relu6") +
+      "  - {name: gp, type: avgpool, global: true}\n  - {name: fc, type: fc, outputs: 4}\n";
+  Network f = parse_netdef_string(flat, "f.yaml");
+  REQUIRE(b.layers.size() == f.layers.size());
+  REQUIRE(b.layers.size() == 1 + 3 * 6 + 2);
+  for (size_t i = 0; i < b.layers.size(); ++i) {
+    const Layer& x = *b.layers[i];
+    const Layer& y = *f.layers[i];
+    CAPTURE(y.name);
+    CHECK(x.name == y.name);
+    CHECK(x.type == y.type);
+    CHECK(x.inputs == y.inputs);
+    CHECK(x.out_shape == y.out_shape);
+    if (auto* c = dynamic_cast<const ConvLayer*>(&x)) {
+      const ConvParams& q = dynamic_cast<const ConvLayer&>(y).p;
+      CHECK(c->p.filters == q.filters);
+      CHECK(c->p.stride_h == q.stride_h);
+      CHECK(c->p.kernel_h == q.kernel_h);
+      CHECK(c->p.kernel_w == q.kernel_w);
+    }
+  }
+  CHECK(b.layers[static_cast<size_t>(b.find("l2.0.add"))]->out_shape == Shape{6, 4, 4});
+  CHECK(b.find("l2.1.relu6") >= 0);
+}
+
+TEST_CASE("netdef blocks: errors name the block, the instance and the parameter") {
+  const std::string basic =
+      "  b:\n    params: [n]\n    layers:\n      - {name: c, type: conv, filters: $n, kernel: 1}\n";
+  // A bad value is reported where the instance gives it, with the expanded layer's name.
+  CHECK(block_error(basic, "  - {name: x, block: b, n: many}\n  - {type: flatten}\n") ==
+        "t.yaml:9:28: layer 'x.c' (conv): key 'filters': expected an integer, found 'many'");
+  CHECK(block_error(basic, "  - {name: x, block: b}\n") ==
+        "t.yaml:9:5: layer 'x' (block b): key 'n': missing; block 'b' needs a value for each of n");
+  CHECK(block_error(basic, "  - {name: x, block: b, n: 4, m: 2}\n") ==
+        "t.yaml:9:31: layer 'x' (block b): key 'm': unknown key for an instance of block 'b'; did you mean "
+        "'n'?");
+  CHECK(block_error(basic, "  - {name: x, block: bb, n: 4}\n") ==
+        "t.yaml:9:22: layer 'x': key 'block': no block named 'bb' is defined; did you mean 'b'?");
+  CHECK(block_error(basic, "  - {block: b, n: 4}\n").find("key 'name': a block instance needs a name") !=
+        std::string::npos);
+  CHECK(block_error(basic, "  - {name: x, block: b, n: 4, inputs: [input, input]}\n")
+            .find("key 'inputs': a block takes exactly 1 input, found 2") != std::string::npos);
+  CHECK(block_error(basic, "  - {name: x, type: relu}\n  - {name: x, block: b, n: 4}\n")
+            .find("layer 'x' (block b): key 'name': duplicate name; first defined at t.yaml:9:5") !=
+        std::string::npos);
+  CHECK(block_error(
+            "  b:\n    params: [n, k]\n    layers:\n      - {name: c, type: conv, filters: $n, kernel: 1}\n",
+            "  - {name: x, block: b, n: 4, k: 1}\n")
+            .find("key 'blocks.b.params': parameter 'k' is used by none of the block's layers (write it as "
+                  "'$k')") != std::string::npos);
+  CHECK(block_error(
+            "  b:\n    params: [n]\n    layers:\n      - {name: c, type: conv, filters: $m, kernel: 1}\n",
+            "  - {name: x, block: b, n: 4}\n") ==
+        "t.yaml:7:40: key 'blocks.b.layers': '$m' names no parameter of block 'b'; did you mean 'n'?");
+  CHECK(block_error("  b:\n    params: [n]\n    layers:\n      - {name: $n, type: relu}\n",
+                    "  - {name: x, block: b, n: 4}\n")
+            .find("a parameter can give a layer's values, not its name") != std::string::npos);
+  CHECK(block_error("  b:\n    layers:\n      - {name: c, block: b}\n", "  - {name: x, block: b}\n")
+            .find("a block's layers cannot instantiate another block") != std::string::npos);
+  CHECK(block_error("  b:\n    layers:\n      - {name: input, type: relu}\n", "  - {name: x, block: b}\n")
+            .find("'input' is reserved for the block's input") != std::string::npos);
+  CHECK(block_error("  b:\n    layers:\n      - {name: c, type: relu, inputs: stem}\n",
+                    "  - {name: stem, type: relu}\n  - {name: x, block: b}\n")
+            .find("layer 'x.c' (relu): key 'inputs': no layer named 'x.stem' produces this input") !=
+        std::string::npos);
+  CHECK(block_error("  b:\n    layers: []\n", "  - {name: x, block: b}\n")
+            .find("key 'blocks.b.layers': expected a non-empty list of layers") != std::string::npos);
+  CHECK(block_error("  b:\n    layers:\n      - {type: relu}\n    extra: 1\n", "  - {name: x, block: b}\n")
+            .find("key 'blocks.b.extra': unknown key") != std::string::npos);
+}
+
+TEST_CASE("netdef blocks: an instance's name stands for its last layer, also as 'output'") {
+  std::string text = kBlocks;
+  text = text.substr(0, text.find("layers:\n  - {name: stem"));
+  text.replace(text.find("height: 8, width: 8"), 19, "height: 2, width: 2");
+  text.replace(text.find("classes: [a, b, c, d]"), 21, "classes: [a, b, c, d, e, f, g, h, i, j, k, l]");
+  text +=
+      "layers:\n"
+      "  - {name: l1.0, block: basic, filters: 3, stride: 1, kernel: 3}\n"
+      "  - {name: side, type: relu, inputs: input}\n"
+      "  - {name: sum, type: add, inputs: [l1.0, side]}\n"
+      "  - {name: l2.0, block: basic, filters: 3, stride: 1, kernel: 3, inputs: sum}\n"
+      "output: l2.0\n";
+  CAPTURE(text);
+  Network net = parse_netdef_string(text, "t.yaml");
+  auto at = [&](const char* n) { return net.find(n); };
+  const Layer& sum = *net.layers[static_cast<size_t>(at("sum"))];
+  CHECK(sum.inputs == std::vector<int>{at("l1.0.relu6"), at("side")});
+  CHECK(net.layers[static_cast<size_t>(at("l1.0.conv1"))]->inputs == std::vector<int>{-1});
+  CHECK(net.layers[static_cast<size_t>(at("l1.0.short"))]->inputs == std::vector<int>{-1});
+  CHECK(net.layers[static_cast<size_t>(at("l2.0.conv1"))]->inputs == std::vector<int>{at("sum")});
+  CHECK(net.layers[static_cast<size_t>(at("l2.0.short"))]->inputs == std::vector<int>{at("sum")});
+  CHECK(net.output == at("l2.0.relu6"));
+  CHECK(at("l1.0") == -1);  // an instance is a name for its last layer, not a layer
 }

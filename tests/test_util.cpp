@@ -14,6 +14,13 @@
 
 namespace cnnrun::test {
 
+const char* const kSmallHead = R"(input: {channels: 3, height: 8, width: 8}
+classes: [a, b, c, d]
+layers:
+)";
+
+Network parse_layers(const std::string& layers) { return parse_netdef_string(kSmallHead + layers, "t.yaml"); }
+
 bool gpu_present() {
   static const bool present = [] {
     std::string why;

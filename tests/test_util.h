@@ -79,6 +79,11 @@ struct CifarBatch {
 };
 CifarBatch cifar_batch(const Dataset& sample);
 
+// A netdef head for small graphs: input 3x8x8, classes [a, b, c, d], then "layers:\n".
+extern const char* const kSmallHead;
+// kSmallHead + `layers` parsed as "t.yaml".
+Network parse_layers(const std::string& layers);
+
 // Runs a shell command, returns its exit status; stdout+stderr go to *out.
 int run_command(const std::string& cmd, std::string* out);
 

@@ -35,6 +35,8 @@ double unit_roundoff(Precision p) {
   return 1.0 / 16777216;
 }
 
-double validation_tolerance(Precision p) { return p == Precision::kFp32 ? 1e-4 : 16 * unit_roundoff(p); }
+double validation_tolerance(Precision p) {
+  return p == Precision::kFp32 ? kFp32Tolerance : 16 * unit_roundoff(p);
+}
 
 }  // namespace cnnrun

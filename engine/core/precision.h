@@ -18,8 +18,12 @@ const char* precision_name(Precision p);
 std::optional<Precision> parse_precision(const std::string& s);
 // Unit roundoff of the operands' format: 2^-24 for FP32, 2^-11 for TF32 and FP16, 2^-8 for BF16.
 double unit_roundoff(Precision p);
+// The tolerance fitting FP32 arithmetic: relative to the layer's largest magnitude, summing a
+// few thousand products in a different order moves results by ~1e-6; 1e-4 leaves room and
+// still catches any indexing error (those are O(1)).
+constexpr double kFp32Tolerance = 1e-4;
 // The layer-by-layer validation tolerance (error relative to the layer's largest magnitude) that
-// fits the format: 1e-4 for FP32 (see kFp32Tolerance), 16 unit roundoffs otherwise.
+// fits the format: kFp32Tolerance for FP32, 16 unit roundoffs otherwise.
 double validation_tolerance(Precision p);
 
 }  // namespace cnnrun

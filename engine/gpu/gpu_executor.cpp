@@ -16,13 +16,12 @@
 // layer's time is the sum of its intervals over all blocks; the copy time not hidden behind
 // compute is the part of the copy intervals' union that no compute interval covers.
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
-#include <sstream>
 
+#include "engine/core/clock.h"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
 #include "engine/gpu/conv2d_im2col.h"
@@ -37,6 +36,8 @@
 #include "engine/layers/merge.h"
 #include "engine/layers/pool.h"
 #include "engine/layers/simple.h"
+#include "engine/passes.h"
+#include "engine/report.h"
 
 namespace cnnrun {
 
@@ -57,13 +58,10 @@ std::string gpu_lacks(const Layer& l) {
   } else if (auto* a = dynamic_cast<const ActivationLayer*>(&l)) {
     if (a->p.kind != ActKind::kRelu && a->p.kind != ActKind::kTanh && a->p.kind != ActKind::kSigmoid)
       return std::string("the ") + act_name(a->p.kind) + " activation";
+  } else if (l.kind == LayerKind::kMul || l.kind == LayerKind::kUpsample) {
+    return "the " + l.type + " layer";
   }
   return "";
-}
-
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 constexpr int kDefaultStreams = 3;
@@ -73,7 +71,20 @@ constexpr size_t kColBudget = 256u << 20;       // im2col column buffer per stre
 constexpr size_t kCudnnWorkspace = 256u << 20;  // cuDNN workspace per stream (at most)
 constexpr int kTuneRepeats = 3;
 
-enum class Op { kConv, kFc, kAct, kPool, kIdentity, kAffine, kAdd, kConcat, kSoftmax, kFused };
+enum class Op {
+  kConv,
+  kFc,
+  kAct,
+  kPool,
+  kIdentity,
+  kAffine,
+  kAdd,
+  kConcat,
+  kSoftmax,
+  kMul,
+  kUpsample,
+  kFused
+};
 
 const char* const kAlgos[] = {"implicit", "im2col", "cudnn"};
 
@@ -82,7 +93,7 @@ struct ConvState {
   std::string chosen;   // for this run: implicit | im2col | cudnn
   std::string tuned;    // auto's pick, kept across runs with the same block size
   int64_t tuned_n = 0;  // the block size it was timed on
-  std::string tune_note;
+  ConvTuning tuning;    // auto's search that picked `tuned` (layer empty: none yet)
   DevBuf w, wt, bias;
   DevBuf wt_tc[4];  // for the tensor-core kernel per Precision, when the conv can fuse its pool
   bool tc_ok = false, tc_ok_u8 = false;  // the tensor-core kernel can run it (reading floats / bytes)
@@ -186,13 +197,6 @@ void record(cudaEvent_t e, cudaStream_t s) {
     CUDA_CHECK(cudaEventRecordWithFlags(e, s, cudaEventRecordExternal));
   else
     CUDA_CHECK(cudaEventRecord(e, s));
-}
-
-std::string fmt_ms(double s) {
-  std::ostringstream o;
-  o.precision(3);
-  o << std::fixed << s * 1e3 << " ms";
-  return o.str();
 }
 
 class GpuExecutor : public Executor {
@@ -322,7 +326,7 @@ class GpuExecutor : public Executor {
   void upload_weights();
   void resolve_algos(const std::string& forced, int64_t block, bool any_tuning);
   void ensure_slots(int streams, int64_t block, int64_t images, int64_t cap, int64_t reserved,
-                    std::vector<std::string>* notes);
+                    GpuRunFacts* facts);
   bool may_use(const char* algo) const;
 
   DevBuf upload_resident(const Dataset& data, int64_t count);
@@ -341,8 +345,8 @@ class GpuExecutor : public Executor {
   void run_conv(Step& st, Slot& s, int64_t n, const std::string& algo);
   void time_conv(Step& st, Slot& s, int64_t n, const std::string& algo);
   float time_ms(Step& st, Slot& s, int64_t n, const std::string& algo, cudaEvent_t e0, cudaEvent_t e1);
-  void tune(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes);
-  void warm(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes);
+  void tune(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* tuning);
+  void warm(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* tuning);
   std::string step_algo(const Step& st) const;
 };
 
@@ -351,10 +355,10 @@ class GpuExecutor : public Executor {
 
 void GpuExecutor::plan() {
   const size_t L = net_.layers.size();
-  std::vector<std::vector<int>> consumers(L);
-  for (size_t i = 0; i < L; ++i)
-    for (int j : net_.layers[i]->inputs)
-      if (j >= 0) consumers[static_cast<size_t>(j)].push_back(static_cast<int>(i));
+  const Fusions fusions = find_fusions(net_);
+#define CNNRUN_GPU_OP(kind, name, Class, args, cpu, gpu) Op::gpu,
+  static constexpr Op kOpOf[kLayerKinds] = {CNNRUN_LAYER_TYPES(CNNRUN_GPU_OP)};
+#undef CNNRUN_GPU_OP
 
   buf_floats_.assign(1, net_.input.size());
   std::vector<int> out_buf(L, 0);
@@ -378,9 +382,8 @@ void GpuExecutor::plan() {
       st.out = st.ins[0];
       continue;
     }
-    bool identity = l.has(kCapIdentity) || (l.has(kCapFoldable) && l.folded);
-    if (identity) {
-      st.op = Op::kIdentity;
+    st.op = runs_as_identity(l) ? Op::kIdentity : kOpOf[index_of(l.kind)];
+    if (st.op == Op::kIdentity) {
       out_buf[i] = st.ins[0];
       st.out = st.ins[0];
       continue;
@@ -388,69 +391,39 @@ void GpuExecutor::plan() {
     if (std::string why = gpu_lacks(l); !why.empty())
       throw Error(l.loc.str() + ": layer '" + l.name + "' (" + l.type + "): " + why +
                   " has no GPU implementation yet; run this network with --engine cpu");
-    if (auto* c = dynamic_cast<const ConvLayer*>(&l)) {
-      st.op = Op::kConv;
+    if (st.op == Op::kConv) {
       st.conv = std::make_unique<ConvState>();
-      st.conv->p = c->p;
-    } else if (dynamic_cast<const FcLayer*>(&l)) {
-      st.op = Op::kFc;
-    } else if (auto* a = dynamic_cast<const ActivationLayer*>(&l)) {
-      st.op = Op::kAct;
-      st.act = a->p.kind;
-    } else if (dynamic_cast<const PoolLayer*>(&l)) {
-      st.op = Op::kPool;
-    } else if (dynamic_cast<const BatchnormLayer*>(&l)) {
-      st.op = Op::kAffine;
-    } else if (dynamic_cast<const AddLayer*>(&l)) {
-      st.op = Op::kAdd;
-    } else if (dynamic_cast<const ConcatLayer*>(&l)) {
-      st.op = Op::kConcat;
-    } else if (dynamic_cast<const SoftmaxLayer*>(&l)) {
-      st.op = Op::kSoftmax;
-    } else {
-      throw Error(l.loc.str() + ": layer '" + l.name + "': type '" + l.type + "' has no GPU implementation");
+      st.conv->p = layer_as<ConvLayer>(l).p;
+    } else if (st.op == Op::kAct) {
+      st.act = layer_as<ActivationLayer>(l).p.kind;
     }
     // A ReLU that is the only reader of a conv/fc output runs in that layer's epilogue: all three
     // convolution algorithms and the fc GEMM can apply it, so which layers are materialised
     // never depends on the algorithm chosen. (tanh/sigmoid run as their own pass.)
-    if ((st.op == Op::kConv || st.op == Op::kFc) && consumers[i].size() == 1 &&
-        static_cast<int>(i) != net_.output) {
-      int j = consumers[i][0];
-      auto* a = dynamic_cast<const ActivationLayer*>(net_.layers[static_cast<size_t>(j)].get());
-      if (a && a->p.kind == ActKind::kRelu) {
-        st.act = ActKind::kRelu;
-        st.fused_consumer = j;
-        steps_[static_cast<size_t>(j)].op = Op::kFused;
-        steps_[static_cast<size_t>(j)].fused_producer = static_cast<int>(i);
-        // ... and a 2x2 stride-2 max-pool that is that ReLU's only reader can follow it into the
-        // implicit kernel (stride-1 convs; the kernel floors odd sizes as the pool does).
-        const auto& rc = consumers[static_cast<size_t>(j)];
-        auto* pl = rc.size() == 1 && j != net_.output
-                       ? dynamic_cast<const PoolLayer*>(net_.layers[static_cast<size_t>(rc[0])].get())
-                       : nullptr;
-        if (st.op == Op::kConv && pl && pl->p.mode == PoolMode::kMax && !pl->p.global && pl->p.size_h == 2 &&
-            pl->p.size_w == 2 && pl->p.stride_h == 2 && pl->p.stride_w == 2 && pl->p.pad_h == 0 &&
-            pl->p.pad_w == 0) {
-          ImplicitFusion f;
-          f.relu_pool = true;
-          if (implicit_config(st.conv->p, 1, f).ok) {
-            st.pool_layer = rc[0];
-            steps_[static_cast<size_t>(rc[0])].pool_conv = static_cast<int>(i);
-          }
+    if (const int j = fusions.relu[i]; j >= 0) {
+      st.act = ActKind::kRelu;
+      st.fused_consumer = j;
+      steps_[static_cast<size_t>(j)].op = Op::kFused;
+      steps_[static_cast<size_t>(j)].fused_producer = static_cast<int>(i);
+      // ... and the 2x2 stride-2 max-pool that is that ReLU's only reader can follow it into the
+      // implicit kernel (stride-1 convs; the kernel floors odd sizes as the pool does).
+      if (const int k = fusions.pool[i]; k >= 0) {
+        ImplicitFusion f;
+        f.relu_pool = true;
+        if (implicit_config(st.conv->p, 1, f).ok) {
+          st.pool_layer = k;
+          steps_[static_cast<size_t>(k)].pool_conv = static_cast<int>(i);
         }
       }
     }
     // The first conv can read the uint8 pixels and normalise them while staging, when nothing
     // else reads the network input (so the float input never has to exist).
-    if (st.op == Op::kConv && l.inputs.size() == 1 && l.inputs[0] < 0) {
-      int readers = 0;
-      for (const auto& other : net_.layers)
-        for (int in : other->inputs) readers += in < 0;
+    if (static_cast<int>(i) == fusions.input_conv) {
       ImplicitFusion f;
       f.u8_input = true;
-      st.u8_input = readers == 1 && implicit_config(st.conv->p, 1, f).ok;
+      st.u8_input = implicit_config(st.conv->p, 1, f).ok;
       f.relu_pool = true;
-      st.u8_input_pool = readers == 1 && st.pool_layer >= 0 && implicit_config(st.conv->p, 1, f).ok;
+      st.u8_input_pool = st.pool_layer >= 0 && implicit_config(st.conv->p, 1, f).ok;
     }
     st.out = new_buf(l.out_shape);
     out_buf[i] = st.out;
@@ -502,7 +475,7 @@ void GpuExecutor::upload_weights() {
       c.im2col->set_precision(prec_);
       c.cudnn->set_precision(prec_);
     } else if (st.op == Op::kFc) {
-      const auto& fp = dynamic_cast<const FcLayer&>(l).p;
+      const auto& fp = layer_as<FcLayer>(l).p;
       const Tensor& w = l.weight("weight");
       st.w = upload(w.ptr(), w.data.size());
       std::vector<float> bias(static_cast<size_t>(fp.outputs), 0.f);
@@ -510,7 +483,7 @@ void GpuExecutor::upload_weights() {
       st.b = upload(bias.data(), bias.size());
     } else if (st.op == Op::kAffine) {
       std::vector<float> scale, shift;
-      dynamic_cast<const BatchnormLayer&>(l).affine(scale, shift);
+      layer_as<BatchnormLayer>(l).affine(scale, shift);
       st.scale = upload(scale.data(), scale.size());
       st.shift = upload(shift.data(), shift.size());
     }
@@ -553,7 +526,7 @@ bool GpuExecutor::may_use(const char* algo) const {
 // Streams and blocks that fit the GPU's free memory, and the cap (bytes, 0 = none) if one is set,
 // less the `reserved` bytes of it that are already taken (the --resident images).
 void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, int64_t total_cap,
-                               int64_t reserved, std::vector<std::string>* notes) {
+                               int64_t reserved, GpuRunFacts* facts) {
   const int64_t cap = total_cap > 0 ? total_cap - reserved : 0;
   const int64_t want_blocks = (images + block - 1) / block;
   streams = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(streams, want_blocks)));
@@ -598,13 +571,11 @@ void GpuExecutor::ensure_slots(int streams, int64_t block, int64_t images, int64
                         : "only " + std::to_string(free_b) + " bytes of the " + prop_.name + "'s " +
                               std::to_string(total_b) + " are free"));
   if (block > fit) {
-    if (notes)
-      notes->push_back("gpu: block of " + std::to_string(block) + " images cut to " + std::to_string(fit) +
-                       (capped ? " to fit --gpu-memory (" + std::to_string(cap) + " bytes" +
-                                     (reserved ? " left of its " + std::to_string(total_cap) +
-                                                     " beside the resident images)"
-                                               : std::string(")"))
-                               : std::string(" to fit free GPU memory")));
+    if (facts) {
+      facts->block_cut_from = block;
+      facts->cap_bytes = capped ? cap : 0;
+      facts->cap_total_bytes = capped ? total_cap : 0;
+    }
     block = fit;
   }
 
@@ -686,7 +657,7 @@ void GpuExecutor::time_conv(Step& st, Slot& s, int64_t n, const std::string& alg
                static_cast<int>(ps.out_shape.h), static_cast<int>(ps.out_shape.w)};
     launch_pool(s.bufs[static_cast<size_t>(st.out)].as<float>(),
                 s.bufs[static_cast<size_t>(ps.out)].as<float>(), n, g,
-                dynamic_cast<const PoolLayer&>(*net_.layers[static_cast<size_t>(ps.layer)]).p, s.stream);
+                layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p, s.stream);
   }
 }
 
@@ -700,7 +671,7 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
     case Op::kConv:
       return run_conv(st, s, n, st.conv->chosen);
     case Op::kFc: {
-      const auto& p = dynamic_cast<const FcLayer&>(l).p;
+      const auto& p = layer_as<FcLayer>(l).p;
       auto& plan = st.fc_plans[n];
       if (!plan) {
         plan = std::make_unique<LtGemm>();
@@ -726,7 +697,7 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
       const Shape& i = st.in_shape;
       PoolGeom g{static_cast<int>(i.c), static_cast<int>(i.h), static_cast<int>(i.w),
                  static_cast<int>(st.out_shape.h), static_cast<int>(st.out_shape.w)};
-      return launch_pool(buf(st.ins[0]), buf(st.out), n, g, dynamic_cast<const PoolLayer&>(l).p, s.stream);
+      return launch_pool(buf(st.ins[0]), buf(st.out), n, g, layer_as<PoolLayer>(l).p, s.stream);
     }
     case Op::kAffine:
       return launch_channel_affine(buf(st.ins[0]), buf(st.out), n, static_cast<int>(st.out_shape.c),
@@ -752,6 +723,9 @@ void GpuExecutor::run_step(Step& st, Slot& s, int64_t n) {
     case Op::kSoftmax:
       return launch_softmax(buf(st.ins[0]), buf(st.out), n, static_cast<int>(st.out_shape.c),
                             st.out_shape.h * st.out_shape.w, s.stream);
+    case Op::kMul:
+    case Op::kUpsample:  // refused by plan() (gpu_lacks) until their kernels land
+      throw Error("layer '" + l.name + "' (" + l.type + "): no GPU implementation");
   }
 }
 
@@ -879,7 +853,7 @@ float GpuExecutor::time_ms(Step& st, Slot& s, int64_t n, const std::string& algo
   return ms_min;
 }
 
-void GpuExecutor::tune(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes) {
+void GpuExecutor::tune(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* tuning) {
   copy_in(s, data, 0, n, false);
   launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
                     net_.input.h * net_.input.w, pre_scale_.as<float>(), pre_shift_.as<float>(), s.stream);
@@ -890,32 +864,36 @@ void GpuExecutor::tune(Slot& s, const Dataset& data, int64_t n, std::vector<std:
     for (Step& st : steps_) {
       if (st.op == Op::kConv && st.conv->chosen.empty()) {
         ConvState& c = *st.conv;
-        const std::string& lname = net_.layers[static_cast<size_t>(st.layer)]->name;
-        std::string best, line = "gpu: auto " + lname + " (" + std::to_string(n) + " images):";
+        ConvTuning t;
+        t.layer = net_.layers[static_cast<size_t>(st.layer)]->name;
+        t.images = n;
+        using Outcome = ConvTuning::Candidate::Outcome;
         float best_ms = 0;
         for (const char* a : kAlgos) {
+          ConvTuning::Candidate cand;
+          cand.algo = a;
           if (std::string(a) == "implicit" && !implicit_config(c.p, n).ok) {
-            line += std::string(" ") + a + " n/a;";
-            continue;
+            cand.outcome = Outcome::kNotApplicable;
+          } else {
+            try {
+              const float ms_min = time_ms(st, s, n, a, e0, e1);
+              cand.ms = ms_min;
+              if (t.chosen.empty() || ms_min < best_ms) t.chosen = a, best_ms = ms_min;
+            } catch (const Error& e) {
+              // An algorithm the libraries refuse for this shape is not a candidate; real CUDA
+              // failures surface again when the chosen algorithm runs.
+              cand.outcome = Outcome::kFailed;
+              cand.error = e.what();
+            }
           }
-          try {
-            const float ms_min = time_ms(st, s, n, a, e0, e1);
-            std::ostringstream o;
-            o.precision(3);
-            o << std::fixed << " " << a << " " << ms_min << " ms;";
-            line += o.str();
-            if (best.empty() || ms_min < best_ms) best = a, best_ms = ms_min;
-          } catch (const Error& e) {
-            // An algorithm the libraries refuse for this shape is not a candidate; real CUDA
-            // failures surface again when the chosen algorithm runs.
-            line += std::string(" ") + a + " failed (" + e.what() + ");";
-          }
+          t.candidates.push_back(cand);
         }
-        if (best.empty()) throw Error("layer '" + lname + "': no convolution algorithm can run it:" + line);
-        c.tuned = c.chosen = best;
+        if (t.chosen.empty())
+          throw Error("layer '" + t.layer + "': no convolution algorithm can run it:" + tuning_note(t));
+        c.tuned = c.chosen = t.chosen;
         c.tuned_n = n;
-        c.tune_note = line + " -> " + best;
-        if (notes) notes->push_back(c.tune_note);
+        c.tuning = t;
+        if (tuning) tuning->push_back(t);
       }
       run_step(st, s, n);
     }
@@ -930,8 +908,8 @@ void GpuExecutor::tune(Slot& s, const Dataset& data, int64_t n, std::vector<std:
   any_auto_ = false;
 }
 
-void GpuExecutor::warm(Slot& s, const Dataset& data, int64_t n, std::vector<std::string>* notes) {
-  if (any_auto_) return tune(s, data, n, notes);
+void GpuExecutor::warm(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* tuning) {
+  if (any_auto_) return tune(s, data, n, tuning);
   copy_in(s, data, 0, n, false);
   run_layers(s, n, false, 0);
   CUDA_CHECK(cudaStreamSynchronize(s.stream));
@@ -980,6 +958,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     throw Error("gpu_memory must not be negative, found " + std::to_string(opt.gpu_memory));
 
   RunResult r;
+  GpuRunFacts& facts = r.gpu.emplace();
   auto setup_t0 = Clock::now();
   upload_weights();
   set_precision(opt.precision);
@@ -1006,7 +985,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   if (opt.resident) resident = upload_resident(data, resident_count);
   try {
     ensure_slots(opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, gpu_memory_, reserved,
-                 &r.notes);
+                 &facts);
   } catch (const Error& e) {
     if (!opt.resident) throw;
     throw Error("--resident (the " + std::to_string(resident_count) + " distinct images take " +
@@ -1070,17 +1049,23 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
 
   // The first block once through every layer before the clock starts: auto's search when a conv
   // needs it, otherwise a warm-up (CUDA loads kernels lazily, cuBLASLt/cuDNN plan on first use).
-  warm(*slots_[0], data, block, &r.notes);
+  warm(*slots_[0], data, block, &facts.tuning);
   if (may_use("cudnn"))
     for (auto& sp : slots_)
       if (!sp->cudnn) sp->cudnn = std::make_unique<CudnnHandle>();
-  for (const Step& st : steps_)
-    if (st.op == Op::kConv && !st.conv->tune_note.empty() && st.conv->chosen == st.conv->tuned &&
-        std::find(r.notes.begin(), r.notes.end(), st.conv->tune_note) == r.notes.end())
-      r.notes.push_back(st.conv->tune_note + " (tuned earlier)");
+  const size_t tuned_now = facts.tuning.size();
+  for (const Step& st : steps_) {
+    if (st.op != Op::kConv || st.conv->tuning.layer.empty() || st.conv->chosen != st.conv->tuned) continue;
+    const auto now_end = facts.tuning.begin() + static_cast<std::ptrdiff_t>(tuned_now);
+    if (std::find_if(facts.tuning.begin(), now_end,
+                     [&](const ConvTuning& t) { return t.layer == st.conv->tuning.layer; }) != now_end)
+      continue;
+    facts.tuning.push_back(st.conv->tuning);
+    facts.tuning.back().earlier = true;
+  }
   CUDA_CHECK(cudaDeviceSynchronize());
   const BlockOut bo{out_buf, out_size, opt.want_probs, correct.as<unsigned long long>()};
-  std::string graph_note = "gpu: CUDA graphs off (CNNRUN_GPU_OFF=graph)";
+  facts.graphs = GpuRunFacts::Graphs::kOff;
   for (auto& sp : slots_) sp->drop_graph();
   if (graphs_) {
     try {
@@ -1094,14 +1079,13 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
         CUDA_CHECK(cudaEventElapsedTime(&ms, sp->ev[2], sp->ev[steps_.size() + 4]));
       }
       CUDA_CHECK(cudaMemset(correct.get(), 0, sizeof(unsigned long long)));
-      graph_note = "gpu: each full block (" + std::to_string(block) +
-                   " images) after its H2D copy is one CUDA graph launch (captured per stream)";
+      facts.graphs = GpuRunFacts::Graphs::kCaptured;
     } catch (const Error& e) {
       for (auto& sp : slots_) sp->drop_graph();
-      graph_note = std::string("gpu: CUDA graph capture failed, launching directly: ") + e.what();
+      facts.graphs = GpuRunFacts::Graphs::kCaptureFailed;
+      facts.graph_error = e.what();
     }
   }
-  r.notes.push_back(graph_note);
   const double setup_s = seconds_since(setup_t0);
 
   r.images = batch;
@@ -1198,38 +1182,26 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     lt.seconds = layer_s[i];
     r.layers.push_back(lt);
   }
-  double sum_layers = 0;
-  for (double x : layer_s) sum_layers += x;
-  // What the forward time covers, first, in the report and the JSON.
-  const std::string back =
-      "the predictions (4 bytes per image)" +
-      (opt.want_probs ? " and the output values (" + std::to_string(out_size * 4) + " bytes per image)"
-                      : std::string()) +
-      " copied to host memory";
-  r.notes.insert(r.notes.begin(),
-                 opt.resident
-                     ? "gpu: timed: forward, input resident on GPU: the " + std::to_string(resident_count) +
-                           " distinct images' uint8 pixels (" + std::to_string(resident.bytes()) +
-                           " bytes) were uploaded before the clock; each block's device-to-device copy "
-                           "of its pixels, preprocess, every layer, argmax and " +
-                           back + " are timed"
-                     : "gpu: timed: end to end, from the uint8 pixels in host memory to " + back);
-  r.notes.push_back("gpu: " + std::to_string(nblocks) + " blocks on " + std::to_string(S) + " streams; " +
-                    cudnn_version_string() + "; pixels from " +
-                    (opt.resident ? "device memory (--resident)"
-                     : registered ? "the data set's buffer, page-locked in place (cudaHostRegister)"
-                     : staged     ? "a pinned staging buffer (cudaHostRegister failed)"
-                                  : "already page-locked memory"));
-  r.notes.push_back(std::string("gpu: setup (weights, workspaces, algorithm search, ") +
-                    (opt.resident ? "upload of the resident pixels" : "page-locking") + ") " +
-                    fmt_ms(setup_s) + ", not in the forward time");
-  r.notes.push_back("gpu: preprocess " + fmt_ms(pre_s) + ", argmax+accuracy " + fmt_ms(argmax_s) +
-                    (opt.resident ? ", D2D pixels " : ", H2D ") + fmt_ms(h2d_s) + ", D2H " + fmt_ms(d2h_s) +
-                    " (event intervals summed over blocks)");
-  r.notes.push_back("gpu: per-layer times sum to " + fmt_ms(sum_layers) + "; GPU busy with compute " +
-                    fmt_ms(length(cm)) + " of the " + fmt_ms(r.forward_seconds) +
-                    " wall (with several streams, layers of different blocks overlap, so the sum can exceed "
-                    "the busy time)");
+  facts.resident = opt.resident;
+  facts.resident_images = opt.resident ? resident_count : 0;
+  facts.resident_bytes = opt.resident ? static_cast<int64_t>(resident.bytes()) : 0;
+  facts.probs_bytes = opt.want_probs ? out_size * 4 : 0;
+  facts.block = block;
+  facts.blocks = nblocks;
+  facts.streams = S;
+  facts.cudnn_version = cudnn_version_string();
+  facts.pixels = opt.resident ? GpuRunFacts::Pixels::kResident
+                 : registered ? GpuRunFacts::Pixels::kRegistered
+                 : staged     ? GpuRunFacts::Pixels::kStaged
+                              : GpuRunFacts::Pixels::kPinned;
+  facts.setup_seconds = setup_s;
+  facts.preprocess_seconds = pre_s;
+  facts.argmax_seconds = argmax_s;
+  facts.h2d_seconds = h2d_s;
+  facts.d2h_seconds = d2h_s;
+  for (double x : layer_s) facts.layer_sum_seconds += x;
+  facts.busy_seconds = length(cm);
+  facts.wall_seconds = r.forward_seconds;
   return r;
 }
 

@@ -1,5 +1,5 @@
-// Fills every layer's weights from either format, checks each tensor against the layer's
-// WeightSpec, and folds batchnorm into conv/fc so executors run one fused layer instead of two.
+// Fills every layer's weights from either format and checks each tensor against the layer's
+// WeightSpec; then the batchnorm folding pass (engine/passes.h) runs unless the caller says not.
 // A tensor in the file that no layer uses is an error too: it usually means a layer was renamed
 // on one side, which silently ignoring it would hide.
 #include "engine/io/weights.h"
@@ -14,6 +14,7 @@
 #include "engine/layers/conv.h"
 #include "engine/layers/fc.h"
 #include "engine/network.h"
+#include "engine/passes.h"
 #include "engine/yaml_util.h"
 
 namespace cnnrun {
@@ -78,7 +79,7 @@ void load_convnetjs(Network& net, const std::string& dir) {
     const Layer& l = *net.layers[static_cast<size_t>(idx)];
     if (!l.has(kCapWeights))
       fail_at(loc_of(k), l.name, l.type, "weights.files", "this layer takes no weights");
-    if (l.type != "conv" && l.type != "fc")
+    if (l.kind != LayerKind::kConv && l.kind != LayerKind::kFc)
       fail_at(loc_of(k), l.name, l.type, "weights.files", "ConvNetJS files hold only conv and fc weights");
     entry_of[static_cast<size_t>(idx)] = static_cast<int>(k);
   }
@@ -93,7 +94,8 @@ void load_convnetjs(Network& net, const std::string& dir) {
     Layer& l = *net.layers[i];
     size_t k = static_cast<size_t>(entry_of[i]);
     std::string path = local.resolve(ws.files[k].second, loc_of(k), "ConvNetJS weights file");
-    auto t = l.type == "conv" ? read_convnetjs_conv(path) : read_convnetjs_fc(path, spatial_input(net, l));
+    auto t = l.kind == LayerKind::kConv ? read_convnetjs_conv(path)
+                                        : read_convnetjs_fc(path, spatial_input(net, l));
     assign(l, std::move(t), path);
   }
 }
@@ -105,18 +107,18 @@ void load_convnetjs_json(Network& net, const std::string& file) {
   std::vector<Shape> fc_inputs;
   for (auto& l : net.layers)
     if (l->has(kCapWeights)) {
-      if (l->type != "conv" && l->type != "fc")
+      if (l->kind != LayerKind::kConv && l->kind != LayerKind::kFc)
         throw Error(file + ": layer '" + l->name + "' (" + l->type +
                     ") cannot take weights from a ConvNetJS snapshot");
       targets.push_back(l.get());
-      if (l->type == "fc") fc_inputs.push_back(spatial_input(net, *l));
+      if (l->kind == LayerKind::kFc) fc_inputs.push_back(spatial_input(net, *l));
     }
   std::vector<ConvnetjsJsonLayer> layers = read_convnetjs_json(file, fc_inputs);
   if (layers.size() != targets.size())
     throw Error(file + ": the snapshot has " + std::to_string(layers.size()) +
                 " conv/fc layers, the netdef " + std::to_string(targets.size()));
   for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i].type != targets[i]->type)
+    if ((layers[i].type == "conv") != (targets[i]->kind == LayerKind::kConv))
       throw Error(file + ": conv/fc layer " + std::to_string(i + 1) + " of the snapshot is " +
                   layers[i].type + ", the netdef's '" + targets[i]->name + "' is " + targets[i]->type);
     assign(*targets[i], std::move(layers[i].tensors), file);
@@ -158,7 +160,7 @@ void load_safetensors(Network& net, const std::string& file) {
       all.erase(it);
     }
     assign(l, std::move(mine), file);
-    if (auto* bn = dynamic_cast<BatchnormLayer*>(&l)) check_batchnorm(*bn, file);
+    if (l.kind == LayerKind::kBatchnorm) check_batchnorm(layer_as<BatchnormLayer>(l), file);
   }
   std::vector<std::string> extra;
   for (const auto& kv : all)
@@ -170,53 +172,6 @@ void load_safetensors(Network& net, const std::string& file) {
     throw Error(file + ": " + std::to_string(extra.size()) +
                 " tensor(s) that no layer of the network uses: " + list +
                 " (a layer name in the netdef differs from the file's?)");
-  }
-}
-
-// Folds batchnorm b (y = x*scale + shift per channel) into its producer p: W' = W*scale per
-// output channel, bias' = bias*scale + shift. Valid only if nothing else reads p's output.
-void fold_batchnorm(Network& net, const std::string& source) {
-  std::vector<int> readers(net.layers.size(), 0);
-  for (const auto& l : net.layers)
-    for (int j : l->inputs)
-      if (j >= 0) readers[static_cast<size_t>(j)]++;
-  for (auto& lp : net.layers) {
-    auto* bn = dynamic_cast<BatchnormLayer*>(lp.get());
-    if (!bn || !bn->has(kCapFoldable) || bn->inputs.size() != 1 || bn->inputs[0] < 0) continue;
-    int j = bn->inputs[0];
-    Layer& p = *net.layers[static_cast<size_t>(j)];
-    if (!p.has(kCapFoldTarget) || readers[static_cast<size_t>(j)] != 1 || j == net.output) continue;
-    auto* conv = dynamic_cast<ConvLayer*>(&p);
-    auto* fc = dynamic_cast<FcLayer*>(&p);
-    if (!conv && !fc) continue;
-    std::vector<float> scale, shift;
-    bn->affine(scale, shift);
-    Tensor& w = p.weights.at("weight");
-    const int64_t outc = w.dims[0];
-    if (outc != static_cast<int64_t>(scale.size())) continue;
-    if (!p.weights.count("bias")) {
-      p.weights["bias"] = Tensor({outc});
-      if (conv) conv->p.bias = true;
-      if (fc) fc->p.bias = true;
-    }
-    Tensor& b = p.weights.at("bias");
-    const int64_t per = w.numel() / outc;
-    for (int64_t f = 0; f < outc; ++f) {
-      float s = scale[static_cast<size_t>(f)];
-      bool finite = true;
-      for (int64_t k = 0; k < per; ++k) {
-        float& x = w.data[static_cast<size_t>(f * per + k)];
-        x *= s;
-        finite = finite && std::isfinite(x);
-      }
-      float& bf = b.data[static_cast<size_t>(f)];
-      bf = bf * s + shift[static_cast<size_t>(f)];
-      if (!finite || !std::isfinite(bf))
-        throw Error(source + ": folding batchnorm '" + bn->name + "' into '" + p.name +
-                    "' overflows float32 for output channel " + std::to_string(f) + " (scale " +
-                    std::to_string(s) + "); the weights are too large");
-    }
-    bn->folded = true;
   }
 }
 
@@ -261,7 +216,7 @@ void load_weights(Network& net, const AssetResolver& assets, const std::string& 
       throw Error("--weights " + override_path + ": no such file or directory");
     }
   }
-  if (fold) fold_batchnorm(net, source);
+  if (fold) fold_batchnorms(net, source);
 }
 
 std::map<std::string, Tensor> collect_weights(const Network& net) {

@@ -69,7 +69,6 @@ class ActivationLayer : public Layer {
   // leaky_relu reads `slope`, gelu `approximate`; the others take no keys.
   void parse(ParamReader& r) override;
   Shape infer_shape(const std::vector<Shape>& in) const override { return in[0]; }
-  unsigned caps() const override { return kCapActivation; }
 };
 
 }  // namespace cnnrun

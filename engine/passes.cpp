@@ -1,0 +1,111 @@
+#include "engine/passes.h"
+
+#include <cmath>
+
+#include "engine/layers/activation.h"
+#include "engine/layers/batchnorm.h"
+#include "engine/layers/conv.h"
+#include "engine/layers/fc.h"
+#include "engine/layers/pool.h"
+
+namespace cnnrun {
+
+Readers readers(const Network& net) {
+  Readers r;
+  r.of.resize(net.layers.size());
+  for (size_t i = 0; i < net.layers.size(); ++i)
+    for (int j : net.layers[i]->inputs) {
+      if (j < 0)
+        ++r.input;
+      else
+        r.of[static_cast<size_t>(j)].push_back(static_cast<int>(i));
+    }
+  return r;
+}
+
+bool runs_as_identity(const Layer& l) { return l.has(kCapIdentity) || (l.has(kCapFoldable) && l.folded); }
+
+namespace {
+
+// The bias a folded layer gains when it had none: its parameter struct must say so too.
+void set_bias(Layer& p) {
+  if (p.kind == LayerKind::kConv) layer_as<ConvLayer>(p).p.bias = true;
+  if (p.kind == LayerKind::kFc) layer_as<FcLayer>(p).p.bias = true;
+}
+
+}  // namespace
+
+void fold_batchnorms(Network& net, const std::string& source) {
+  const Readers rd = readers(net);
+  for (auto& lp : net.layers) {
+    if (!lp->has(kCapFoldable) || lp->inputs.size() != 1 || lp->inputs[0] < 0) continue;
+    const BatchnormLayer& bn = layer_as<BatchnormLayer>(*lp);
+    const int j = bn.inputs[0];
+    Layer& p = *net.layers[static_cast<size_t>(j)];
+    if (!p.has(kCapFoldTarget) || rd.count(j) != 1 || j == net.output) continue;
+    std::vector<float> scale, shift;
+    bn.affine(scale, shift);
+    Tensor& w = p.weights.at("weight");
+    const int64_t outc = w.dims[0];
+    if (outc != static_cast<int64_t>(scale.size())) continue;
+    if (!p.weights.count("bias")) {
+      p.weights["bias"] = Tensor({outc});
+      set_bias(p);
+    }
+    Tensor& b = p.weights.at("bias");
+    const int64_t per = w.numel() / outc;
+    for (int64_t f = 0; f < outc; ++f) {
+      float s = scale[static_cast<size_t>(f)];
+      bool finite = true;
+      for (int64_t k = 0; k < per; ++k) {
+        float& x = w.data[static_cast<size_t>(f * per + k)];
+        x *= s;
+        finite = finite && std::isfinite(x);
+      }
+      float& bf = b.data[static_cast<size_t>(f)];
+      bf = bf * s + shift[static_cast<size_t>(f)];
+      if (!finite || !std::isfinite(bf))
+        throw Error(source + ": folding batchnorm '" + bn.name + "' into '" + p.name +
+                    "' overflows float32 for output channel " + std::to_string(f) + " (scale " +
+                    std::to_string(s) + "); the weights are too large");
+    }
+    lp->folded = true;
+  }
+}
+
+namespace {
+
+bool is_pool_2x2_s2(const Layer& l) {
+  if (l.kind != LayerKind::kMaxpool) return false;
+  const PoolParams& p = layer_as<PoolLayer>(l).p;
+  return !p.global && p.size_h == 2 && p.size_w == 2 && p.stride_h == 2 && p.stride_w == 2 && p.pad_h == 0 &&
+         p.pad_w == 0;
+}
+
+}  // namespace
+
+Fusions find_fusions(const Network& net) {
+  const size_t L = net.layers.size();
+  const Readers rd = readers(net);
+  Fusions f;
+  f.relu.assign(L, -1);
+  f.pool.assign(L, -1);
+  for (size_t i = 0; i < L; ++i) {
+    const Layer& l = *net.layers[i];
+    const int me = static_cast<int>(i);
+    if (runs_as_identity(l)) continue;
+    if (l.kind == LayerKind::kConv && l.inputs.size() == 1 && l.inputs[0] < 0 && rd.input == 1)
+      f.input_conv = me;
+    if ((l.kind != LayerKind::kConv && l.kind != LayerKind::kFc) || rd.count(me) != 1 || me == net.output)
+      continue;
+    const int j = rd.of[i][0];
+    if (net.layers[static_cast<size_t>(j)]->kind != LayerKind::kRelu) continue;
+    f.relu[i] = j;
+    if (l.kind != LayerKind::kConv || rd.count(j) != 1 || j == net.output) continue;
+    const int k = rd.of[static_cast<size_t>(j)][0];
+    if (is_pool_2x2_s2(*net.layers[static_cast<size_t>(k)])) f.pool[i] = k;
+  }
+  return f;
+}
+
+}  // namespace cnnrun

@@ -1,0 +1,51 @@
+// Graph passes: facts about a loaded Network that more than one room needs, computed in one
+// place. Each is a plain function of the graph; none allocates device memory or knows an
+// executor. A new graph pass goes here (declaration) and in passes.cpp, with a test in
+// tests/test_passes.cpp.
+//
+//   readers            who reads each layer's output and the network input
+//   runs_as_identity   the identity rule: which layers alias their input and compute nothing
+//   fold_batchnorms    batchnorm folded into the conv/fc before it (changes weights; at load)
+//   find_fusions       which layers could run in their producer's kernel (the GPU planner
+//                      then keeps those its kernels accept)
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/network.h"
+
+namespace cnnrun {
+
+// Readers of every output. A layer that names the same input twice reads it twice.
+struct Readers {
+  std::vector<std::vector<int>> of;  // of[i]: the layers reading layer i's output, in order
+  int input = 0;                     // reads of the network input
+  int count(int layer) const { return static_cast<int>(of[static_cast<size_t>(layer)].size()); }
+};
+Readers readers(const Network& net);
+
+// True when the layer's output is its input unchanged at inference (dropout, flatten, a folded
+// batchnorm): executors alias the input instead of computing anything.
+bool runs_as_identity(const Layer& l);
+
+// Folds every batchnorm whose input is a conv or fc that nothing else reads (and that is not the
+// network output) into that layer: W' = W * scale per output channel, bias' = bias * scale +
+// shift (a bias is added when the layer had none). The batchnorm is marked `folded` and from
+// then on runs as identity. `source` names the weights in an overflow error.
+void fold_batchnorms(Network& net, const std::string& source);
+
+// Layers that can be computed inside their producer's kernel, by the graph alone.
+struct Fusions {
+  // relu[i] >= 0: layer i is a conv or fc, not the output, whose only reader is this ReLU (it
+  // can run in i's epilogue).
+  std::vector<int> relu;
+  // pool[i] >= 0: layer i is a conv with relu[i] >= 0, that ReLU is not the output, and its only
+  // reader is this 2x2 stride-2 max-pool without padding.
+  std::vector<int> pool;
+  // The conv that is the only reader of the network input (it can read the raw pixels), or -1.
+  int input_conv = -1;
+};
+Fusions find_fusions(const Network& net);
+
+}  // namespace cnnrun

@@ -1,0 +1,157 @@
+// The layer-type list (engine/layer_types.h) and the graph passes (engine/passes.h): every
+// kind has a name, a factory that makes a layer of that kind and a CPU forward function; the
+// passes find readers, identities, fusions and batchnorm folds from the graph alone.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "engine/layers/conv.h"
+#include "engine/network.h"
+#include "engine/passes.h"
+#include "reference/cpu_layers.h"
+#include "tests/test_util.h"
+
+using namespace cnnrun;
+
+namespace {
+
+Network parse(const std::string& layers) { return test::parse_layers(layers); }
+
+int idx(const Network& net, const char* name) {
+  const int i = net.find(name);
+  REQUIRE(i >= 0);
+  return i;
+}
+
+}  // namespace
+
+TEST_CASE("layer types: one list, every kind named once, made with its kind, with a CPU forward") {
+  const auto& types = layer_types();
+  REQUIRE(static_cast<int>(types.size()) == kLayerKinds);
+  std::set<std::string> names;
+  for (int k = 0; k < kLayerKinds; ++k) {
+    const LayerType& t = types[static_cast<size_t>(k)];
+    CAPTURE(t.name);
+    CHECK(index_of(t.kind) == k);
+    CHECK(names.insert(t.name).second);
+    CHECK(find_layer_type(t.name) == &t);
+    CHECK(std::string(layer_type_name(t.kind)) == t.name);
+    std::unique_ptr<Layer> l = t.make();
+    REQUIRE(l);
+    CHECK(l->kind == t.kind);
+    CHECK(l->type == t.name);
+    CHECK(static_cast<bool>(ref::forward_fn(*l)));
+  }
+  CHECK(find_layer_type("winograd") == nullptr);
+  CHECK(find_layer_type("Conv") == nullptr);
+  // The forward table is indexed by kind, not by position in some other list.
+  CHECK((ref::forward_fn(*find_layer_type("relu")->make()) == &ref::forward_activation));
+  CHECK((ref::forward_fn(*find_layer_type("avgpool")->make()) == &ref::forward_pool));
+  CHECK((ref::forward_fn(*find_layer_type("concat")->make()) == &ref::forward_concat));
+  CHECK((ref::forward_fn(*find_layer_type("dropout")->make()) == &ref::forward_copy));
+}
+
+TEST_CASE("passes: readers count every reference, of layers and of the network input") {
+  Network net = parse(R"(  - {name: a, type: conv, filters: 2, kernel: 1}
+  - {name: b, type: conv, filters: 2, kernel: 1, inputs: input}
+  - {name: sum, type: add, inputs: [a, b, a]}
+  - {name: cat, type: concat, inputs: [sum, input]}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  const Readers r = readers(net);
+  CHECK(r.input == 3);
+  CHECK(r.of[static_cast<size_t>(idx(net, "a"))] == std::vector<int>{idx(net, "sum"), idx(net, "sum")});
+  CHECK(r.count(idx(net, "b")) == 1);
+  CHECK(r.count(idx(net, "sum")) == 1);
+  CHECK(r.count(idx(net, "fc")) == 0);
+}
+
+TEST_CASE("passes: the identity rule") {
+  Network net = parse(R"(  - {name: c, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: bn, type: batchnorm}
+  - {name: d, type: dropout}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  CHECK_FALSE(runs_as_identity(*net.layers[static_cast<size_t>(idx(net, "c"))]));
+  CHECK_FALSE(runs_as_identity(*net.layers[static_cast<size_t>(idx(net, "bn"))]));  // not folded
+  CHECK(runs_as_identity(*net.layers[static_cast<size_t>(idx(net, "d"))]));
+  CHECK(runs_as_identity(*net.layers[static_cast<size_t>(idx(net, "f"))]));
+  CHECK_FALSE(runs_as_identity(*net.layers[static_cast<size_t>(idx(net, "fc"))]));
+}
+
+TEST_CASE("passes: fold_batchnorms folds into a lone conv producer, not into a shared one") {
+  Network net = parse(R"(  - {name: c, type: conv, filters: 2, kernel: 1, bias: false}
+  - {name: bn, type: batchnorm, eps: 1.0e-30}
+  - {name: c2, type: conv, filters: 2, kernel: 1}
+  - {name: bn2, type: batchnorm}
+  - {name: sum, type: add, inputs: [bn2, c2]}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  Layer& c = *net.layers[static_cast<size_t>(idx(net, "c"))];
+  Layer& bn = *net.layers[static_cast<size_t>(idx(net, "bn"))];
+  Layer& c2 = *net.layers[static_cast<size_t>(idx(net, "c2"))];
+  Layer& bn2 = *net.layers[static_cast<size_t>(idx(net, "bn2"))];
+  c.weights["weight"] = Tensor({2, 3, 1, 1});
+  c.weights["weight"].data = {1, 2, 3, 4, 5, 6};
+  c2.weights["weight"] = Tensor({2, 2, 1, 1});
+  c2.weights["bias"] = Tensor({2});
+  for (Layer* b : {&bn, &bn2}) {
+    b->weights["weight"] = Tensor({2});
+    b->weights["weight"].data = {2, 3};
+    b->weights["bias"] = Tensor({2});
+    b->weights["bias"].data = {1, -1};
+    b->weights["running_mean"] = Tensor({2});
+    b->weights["running_mean"].data = {0.5, 0};
+    b->weights["running_var"] = Tensor({2});
+    b->weights["running_var"].data = {1, 4};
+  }
+  fold_batchnorms(net, "t");
+  CHECK(bn.folded);
+  CHECK(runs_as_identity(bn));
+  CHECK_FALSE(bn2.folded);  // c2's output is read by bn2 and sum
+  CHECK(layer_as<ConvLayer>(c).p.bias);
+  // scale = weight / sqrt(var) = {2, 1.5}; shift = bias - mean * scale = {0, -1}
+  CHECK(c.weight("weight").data == std::vector<float>{2, 4, 6, 6, 7.5f, 9});
+  CHECK(c.weight("bias").data == std::vector<float>{0, -1});
+}
+
+TEST_CASE("passes: find_fusions finds conv+relu(+2x2 max-pool), fc+relu, and the input's only conv") {
+  Network net = parse(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: r1, type: relu}
+  - {name: p1, type: maxpool, size: 2, stride: 2}
+  - {name: c2, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: r2, type: relu}
+  - {name: p2, type: maxpool, size: 2, stride: 1}
+  - {name: c3, type: conv, filters: 4, kernel: 1}
+  - {name: t3, type: tanh}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 8}
+  - {name: r4, type: relu}
+  - {name: out, type: fc, outputs: 4}
+)");
+  const Fusions f = find_fusions(net);
+  CHECK(f.input_conv == idx(net, "c1"));
+  CHECK(f.relu[static_cast<size_t>(idx(net, "c1"))] == idx(net, "r1"));
+  CHECK(f.pool[static_cast<size_t>(idx(net, "c1"))] == idx(net, "p1"));
+  CHECK(f.relu[static_cast<size_t>(idx(net, "c2"))] == idx(net, "r2"));
+  CHECK(f.pool[static_cast<size_t>(idx(net, "c2"))] == -1);  // stride 1: not the 2x2/2 pool
+  CHECK(f.relu[static_cast<size_t>(idx(net, "c3"))] == -1);  // tanh runs as its own pass
+  CHECK(f.relu[static_cast<size_t>(idx(net, "fc"))] == idx(net, "r4"));
+  CHECK(f.pool[static_cast<size_t>(idx(net, "fc"))] == -1);
+  CHECK(f.relu[static_cast<size_t>(idx(net, "out"))] == -1);
+
+  // A second reader of the input, or of a conv's output, stops the fusion.
+  Network two = parse(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: r1, type: relu}
+  - {name: c2, type: conv, filters: 4, kernel: 3, pad: 1, inputs: input}
+  - {name: sum, type: add, inputs: [r1, c2, c1]}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  const Fusions g = find_fusions(two);
+  CHECK(g.input_conv == -1);
+  CHECK(g.relu[static_cast<size_t>(idx(two, "c1"))] == -1);
+}
