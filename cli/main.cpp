@@ -19,9 +19,12 @@
 #include "engine/io/assets.h"
 #include "engine/io/dataset.h"
 #include "engine/io/npy.h"
+#include "engine/io/source.h"
 #include "engine/io/weights.h"
 #include "engine/network.h"
 #include "engine/report.h"
+#include "engine/scoring.h"
+#include "engine/stream.h"
 #include "engine/validate.h"
 #include "reference/cpu_executor.h"
 
@@ -36,6 +39,9 @@ struct Options {
   std::string engine = "auto";
   std::string data, data_format, weights, json, dump, conv_algo;
   std::string precision = "fp32";  // --precision
+  std::string predictions;         // --predictions FILE.csv
+  int top_k = 0;                   // --top-k; 0 = 5 with more than 10 classes, else 1
+  int decode_threads = 0;          // --decode-threads; 0 = all cores
   std::vector<std::string> assets;
   bool quiet = false, cycle = false, validate = false;
   bool resident = false;        // --resident: the GPU times the forward pass from device memory
@@ -103,16 +109,23 @@ int run_network(const Options& o) {
       o.weights.empty() ? net.weights.format + ": " + net.weights.path : "--weights " + o.weights;
 
   t = Clock::now();
-  Dataset data = load_dataset(net, assets, o.data, o.data_format);
+  std::unique_ptr<DataSource> src = open_data(net, assets, o.data, o.data_format, o.decode_threads);
   rep.load_data_s = seconds_since(t);
-  rep.data_description = data.description;
-  rep.labelled = data.labelled();
+  rep.data_description = src->description();
+  rep.labelled = src->labelled();
+  const int64_t count = src->count();
+  const Dataset* whole = src->whole();
+  if (!whole && (o.repeat > 1 || o.resident || o.cycle))
+    throw Error(std::string(o.repeat > 1 ? "--repeat"
+                            : o.resident ? "--resident"
+                                         : "--cycle") +
+                " needs a data set in memory; " + src->description() + " is streamed from its files");
 
   RunOptions ro;
-  ro.batch = o.batch ? o.batch : data.count;
-  if (ro.batch > data.count && !o.cycle)
-    throw Error("--batch " + std::to_string(ro.batch) + ": the data set has only " +
-                std::to_string(data.count) + " images; add --cycle to run them repeatedly");
+  ro.batch = o.batch ? o.batch : count;
+  if (ro.batch > count && !o.cycle)
+    throw Error("--batch " + std::to_string(ro.batch) + ": the data set has only " + std::to_string(count) +
+                " images; add --cycle to run them repeatedly");
   ro.cycle = o.cycle;
   ro.want_probs = !o.dump.empty();
   ro.block = o.block;
@@ -125,11 +138,35 @@ int run_network(const Options& o) {
   ro.precision = *parse_precision(o.precision);  // checked by the option's validator
   ro.resident = o.resident;
   ro.progress = progress_bar(o.quiet);
-  rep.distinct_images = std::min(ro.batch, data.count);
+  rep.distinct_images = std::min(ro.batch, count);
+
+  // Top-k by default with more than 10 classes; the output values are needed for it and for
+  // the predictions file.
+  const int classes = net.num_classes();
+  const int k = std::min(o.top_k > 0 ? o.top_k : classes > 10 ? 5 : 1, classes);
+  const bool need_values = (k > 1 && rep.labelled) || !o.predictions.empty();
+  std::vector<std::string> inputs{o.netdef, o.data, o.weights};
+  std::unique_ptr<PredictionsWriter> csv;
+  if (!o.predictions.empty())
+    csv = std::make_unique<PredictionsWriter>(o.predictions, net.classes, std::max(k, 1), inputs);
+  Scorer scorer(classes, k);
+  const int64_t per = net.layers[static_cast<size_t>(net.output)]->out_shape.size();
+  auto on_block = [&](const Dataset& block, int64_t first, const RunResult& r) {
+    const float* values = r.probs.empty() ? nullptr : r.probs.data();
+    if (block.labelled()) scorer.add(block.labels.data(), r.predictions.data(), values, r.images);
+    if (csv) {
+      std::vector<int32_t> labels = block.labels;
+      if (static_cast<int64_t>(labels.size()) > r.images) labels.resize(static_cast<size_t>(r.images));
+      csv->add(first, block.paths, labels, values, r.images, per);
+    }
+  };
 
   std::unique_ptr<Executor> ex = make_executor(net, o.engine, rep.cpu_fallback);
-  rep.run = ex->run(data, ro);
+  rep.run = run_source(*ex, *src, ro, need_values, stream_block_images(net.input), on_block, &rep.stream);
+  rep.scores = scorer.scores();
+  rep.class_names = net.classes;
   if (o.repeat > 1) {
+    const Dataset& data = *whole;
     // The first run did the executor's one-time work (weights, algorithm search); each run also
     // warms up on its first block off the clock. The report is the run with the median time.
     std::vector<RunResult> runs;
@@ -155,17 +192,22 @@ int run_network(const Options& o) {
     auto ref = make_cpu_executor(net);
     if (ex->name() == ref->name()) rep.validated_by_itself = true;
     int64_t n = o.validate_images ? std::min(o.validate_images, rep.distinct_images) : rep.distinct_images;
-    rep.validation = validate(*ex, *ref, net, data, n, validation_tolerance(ro.precision));
+    Dataset first_block;
+    if (!whole) {  // a streamed source: its first block, read again
+      n = std::min(n, stream_block_images(net.input));
+      src->read(0, n, first_block);
+      rep.validated_streamed_images = n;
+    }
+    rep.validation =
+        validate(*ex, *ref, net, whole ? *whole : first_block, n, validation_tolerance(ro.precision));
     rep.validated = true;
     if (!rep.validation.pass) status = 3;
   }
   rep.total_s = seconds_since(t_total);
 
-  std::vector<std::string> inputs{o.netdef, o.data, o.weights};
-  if (!o.dump.empty()) {
-    int64_t per = net.layers[static_cast<size_t>(net.output)]->out_shape.size();
+  if (csv) csv->finish();
+  if (!o.dump.empty())
     write_output_file(o.dump, npy_bytes({rep.run.images, per}, rep.run.probs.data()), inputs);
-  }
   if (!o.json.empty()) write_output_file(o.json, report_json(rep), inputs);
   if (o.quiet && !rep.labelled) {
     std::printf("images %lld (no labels: no accuracy)\n", static_cast<long long>(rep.run.images));
@@ -223,9 +265,9 @@ int main(int argc, char** argv) {
   app.add_option(
       "--data", o.data,
       "data set to use instead of the netdef's (file or directory; IMAGES,LABELS for idx and npy)");
-  app.add_option(
-         "--data-format", o.data_format,
-         "what --data is: cifar10, idx or npy (default: detected from the file, and the report says so)")
+  app.add_option("--data-format", o.data_format,
+                 "what --data is: cifar10, cifar100, idx, npy or images (a folder or a list file; default: "
+                 "detected from the file, and the report says so)")
       ->check(CLI::IsMember(data_formats()));
   app.add_option("--weights", o.weights,
                  "weights to use instead of the netdef's (.safetensors file or ConvNetJS directory)");
@@ -233,6 +275,13 @@ int main(int argc, char** argv) {
                  "directory where netdef paths may resolve (repeatable; also $CNNRUN_ASSETS)");
   app.add_option("--json", o.json, "also write the report as JSON to FILE");
   app.add_option("--dump", o.dump, "write the output layer's values for every image to FILE (.npy, float32)");
+  app.add_option(
+      "--predictions", o.predictions,
+      "write one CSV row per image to FILE: index, path, label, the top-k classes with names and values");
+  app.add_option("--top-k", o.top_k, "also count top-K accuracy (default 5 with more than 10 classes)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--decode-threads", o.decode_threads, "image folders: decoding threads (default: all cores)")
+      ->check(CLI::Range(1, 1024));
   app.add_flag("--quiet", o.quiet, "print only the accuracy line (the image count without labels)");
   app.add_flag("--validate", o.validate,
                "compare every layer with the CPU reference (exit 3 if any differs)");

@@ -115,7 +115,36 @@ void parse_preprocess(Network& net, const std::string& file, const YAML::Node& n
   Section s(file, n, "preprocess");
   YAML::Node scale = s.get("scale", false), shift = s.get("shift", false);
   YAML::Node mean = s.get("mean", false), stdv = s.get("std", false);
+  YAML::Node resize = s.get("resize", false), crop = s.get("crop", false);
   s.finish();
+  if (resize) {
+    int64_t v = 0;
+    std::string why;
+    if (!yaml_int(resize, v, why) || v < 1 || v > 65535)
+      s.fail("resize", resize, why.empty() ? "expected the shorter side's length, 1..65535" : why);
+    net.pre.resize = static_cast<int>(v);
+    net.pre.resize_loc = yaml_loc(file, resize);
+  }
+  if (crop) {
+    std::vector<int64_t> hw;
+    std::string why;
+    int64_t v = 0;
+    if (crop.IsSequence() && crop.size() == 2) {
+      for (size_t i = 0; i < 2; ++i)
+        if (yaml_int(crop[i], v, why)) hw.push_back(v);
+    } else if (yaml_int(crop, v, why)) {
+      hw = {v, v};
+    }
+    if (hw.size() != 2) s.fail("crop", crop, "expected a size n or [height, width]");
+    if (hw[0] != net.input.h || hw[1] != net.input.w)
+      s.fail("crop", crop,
+             "the crop " + std::to_string(hw[0]) + "x" + std::to_string(hw[1]) +
+                 " must be the input's height x width " + std::to_string(net.input.h) + "x" +
+                 std::to_string(net.input.w));
+    net.pre.crop_h = static_cast<int>(hw[0]);
+    net.pre.crop_w = static_cast<int>(hw[1]);
+    if (!resize) net.pre.resize_loc = yaml_loc(file, crop);
+  }
   if ((scale || shift) && (mean || stdv))
     s.fail(mean ? "mean" : "std", mean ? mean : stdv, "give either scale/shift or mean/std, not both");
   if (scale) net.pre.scale = read_floats(file, scale, "preprocess.scale", c);
@@ -160,9 +189,20 @@ void parse_data(Network& net, const std::string& file, const YAML::Node& n) {
   } else if (net.data.format == "npy") {
     net.data.images = s.get_string("images", true);
     net.data.labels = s.get_string("labels", false);  // unlabelled without
+  } else if (net.data.format == "cifar100") {
+    net.data.paths = string_list(file, s.get("path", true), "data.path");
+    net.data.split = s.get_string("split", false, "train");
+    if (net.data.split != "train" && net.data.split != "test")
+      s.fail("split", n["split"], "expected 'train' or 'test', found '" + net.data.split + "'");
+    net.data.labels = s.get_string("labels", false, "fine");
+    if (net.data.labels != "fine" && net.data.labels != "coarse")
+      s.fail("labels", n["labels"],
+             "expected 'fine' (100 classes) or 'coarse' (20), found '" + net.data.labels + "'");
+  } else if (net.data.format == "images") {
+    net.data.paths = {s.get_string("path", true)};
   } else {
     s.fail("format", n["format"],
-           "unknown data format '" + net.data.format + "'; expected cifar10, idx or npy");
+           "unknown data format '" + net.data.format + "'; expected cifar10, cifar100, idx, npy or images");
   }
   s.finish();
 }
@@ -287,9 +327,9 @@ std::map<std::string, Block> parse_blocks(const std::string& file, const YAML::N
         param_refs(kv->second, refs);
         const std::string k = kv->first.Scalar();
         for (const YAML::Node& r : refs) {
-          if (k == "name" || k == "type" || k == "inputs")
+          if (k == "name" || k == "inputs")
             fail_at(yaml_loc(file, r), "", "", key + ".layers",
-                    "a parameter can give a layer's values, not its " + k);
+                    "a parameter can give a layer's values and type, not its " + k);
           auto p = std::find(b.params.begin(), b.params.end(), r.Scalar().substr(1));
           if (p == b.params.end())
             fail_at(yaml_loc(file, r), "", "", key + ".layers",
@@ -413,7 +453,12 @@ Network parse_node(const YAML::Node& root, const std::string& file, const std::s
                        bool first_in_block) {
     SourceLoc loc = yaml_loc(file, ln);
     if (!ln.IsMap()) fail_at(loc, "", "", "", where + ": expected a mapping with a 'type'");
-    YAML::Node tn = ln["type"];
+    // A block's "$param" type (the parameter checked to exist) reads the instance's value. (A
+    // YAML::Node copy refers to the same node; assigning to it would rewrite the block itself.)
+    const YAML::Node written = ln["type"];
+    const bool param_type =
+        params && written && written.IsScalar() && written.Scalar().size() > 1 && written.Scalar()[0] == '$';
+    const YAML::Node tn = param_type ? params->at(written.Scalar().substr(1)) : written;
     std::string local = ln["name"] && ln["name"].IsScalar() ? ln["name"].Scalar() : "";
     if (!tn || !tn.IsScalar())
       fail_at(tn ? yaml_loc(file, tn) : loc, local.empty() ? where : prefix + local, "", "type",

@@ -11,15 +11,19 @@
 
 namespace cnnrun {
 
-// y = pixel * scale[c] + shift[c], pixel the raw byte 0..255.
+// y = pixel * scale[c] + shift[c], pixel the raw byte 0..255. Image files are first resized
+// (shorter side) and centre-cropped to the input size (engine/io/image.h).
 struct Preprocess {
   std::vector<float> scale, shift;  // one per input channel
+  int resize = 0;                   // image files: shorter side resized to this (0: not resized)
+  int crop_h = 0, crop_w = 0;       // image files: centre crop (0: none)
+  SourceLoc resize_loc;             // where resize/crop were written, for errors about them
 };
 
 struct DataSpec {
-  std::string format;              // "cifar10" | "idx"
-  std::vector<std::string> paths;  // cifar10: files or one directory; resolved at load
-  std::string images, labels;      // idx
+  std::string format;              // "cifar10" | "cifar100" | "idx" | "npy" | "images"
+  std::vector<std::string> paths;  // cifar10/100: files or one directory; images: a folder or a list file
+  std::string images, labels;      // idx, npy (labels optional for npy)
   std::string split = "train";     // cifar10 directory: "train" (data_batch_1..5) | "test"
   SourceLoc loc;
 };

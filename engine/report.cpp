@@ -44,6 +44,33 @@ std::string fmt_ms(double s) {
   return o.str();
 }
 
+// Per-class accuracy and the confusion matrix, for up to 10 classes (JSON has them for more).
+std::string confusion_text(const Report& r) {
+  const Scores& sc = r.scores;
+  const int C = sc.classes;
+  if (C > 10 || sc.images == 0 || sc.confusion.empty()) return "";
+  size_t w = 5;
+  for (int c = 0; c < C; ++c)
+    w = std::max(w, std::min<size_t>(r.class_names[static_cast<size_t>(c)].size(), 12));
+  std::string s = "Per class (rows: label, columns: predicted class):\n";
+  s += std::string(w + 4, ' ');
+  for (int c = 0; c < C; ++c) s += fmt("%6.0f", static_cast<double>(c));
+  s += "   accuracy\n";
+  for (int l = 0; l < C; ++l) {
+    std::string name = r.class_names[static_cast<size_t>(l)].substr(0, 12);
+    s += "  " + fmt("%2.0f", static_cast<double>(l)) + " " + name + std::string(w + 1 - name.size(), ' ');
+    for (int p = 0; p < C; ++p)
+      s += fmt("%6.0f", static_cast<double>(sc.confusion[static_cast<size_t>(l * C + p)]));
+    const int64_t n = sc.per_class_images[static_cast<size_t>(l)];
+    s += n ? "   " +
+                 fmt("%6.2f %%", 100.0 * static_cast<double>(sc.per_class_correct[static_cast<size_t>(l)]) /
+                                     static_cast<double>(n))
+           : std::string("   -");
+    s += "\n";
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string tuning_note(const ConvTuning& t) {
@@ -148,6 +175,12 @@ std::vector<std::string> report_notes(const Report& r) {
     out.push_back("cpu: " + std::to_string(r.run.cpu->block) +
                   " images per block, Eigen SIMD: " + r.run.cpu->simd);
   if (r.run.gpu) gpu_notes(*r.run.gpu, out);
+  if (r.stream.block_images > 0)
+    out.push_back("streamed in " + std::to_string(r.stream.blocks) + " blocks of up to " +
+                  std::to_string(r.stream.block_images) + " images, each decoded while the one before ran");
+  if (r.validated_streamed_images > 0)
+    out.push_back("--validate on a streamed data set checks its first " +
+                  std::to_string(r.validated_streamed_images) + " images");
   if (!r.repeat_seconds.empty()) {
     std::string all;
     for (double t : r.repeat_seconds) all += (all.empty() ? "" : " ") + std::to_string(t * 1e3);
@@ -207,6 +240,16 @@ std::string report_text(const Report& r) {
   for (const auto& [type, secs] : by_type(r.run))
     s += "  " + type + ":" + std::string(type.size() < 10 ? 10 - type.size() : 1, ' ') + fmt("%.6f s", secs) +
          "\n";
+  if (r.stream.decode_threads > 0) {
+    const double imgs = static_cast<double>(r.run.images);
+    s += "Decoding: " + fmt("%.3f", r.stream.decode_s) + " s on " + std::to_string(r.stream.decode_threads) +
+         " threads (" + fmt("%.0f", r.stream.decode_s > 0 ? imgs / r.stream.decode_s : 0.0) +
+         " images/s per thread); the executor waited " + fmt("%.3f", r.stream.wait_s) + " s for blocks\n";
+  }
+  if (r.stream.wall_s > 0)
+    s += "Pipeline: " + std::to_string(r.run.images) + " images in " + fmt("%.3f", r.stream.wall_s) + " s (" +
+         fmt("%.0f", static_cast<double>(r.run.images) / r.stream.wall_s) +
+         " images/s: reading, decoding, preprocessing and the network)\n";
   if (r.run.transfer_seconds > 0)
     s += "  (copies not hidden by compute: " + fmt("%.6f s", r.run.transfer_seconds) + ")\n";
   if (sum > r.run.forward_seconds * 1.05 && r.run.forward_seconds > 0)
@@ -230,11 +273,18 @@ std::string report_text(const Report& r) {
     s += v.pass ? "  Validation: PASS\n\n"
                 : "  Validation: FAIL (first failing layer: " + v.first_failure + ")\n\n";
   }
-  if (r.labelled)
+  if (r.labelled) {
     s += "Net accuracy: " + fmt("%.2f", accuracy(r.run)) + " % (" + std::to_string(r.run.correct) + "/" +
          std::to_string(r.run.images) + ")\n";
-  else
+    const Scores& sc = r.scores;
+    if (sc.k > 1 && sc.images > 0)
+      s += "Top-" + std::to_string(sc.k) + " accuracy: " +
+           fmt("%.2f", 100.0 * static_cast<double>(sc.topk) / static_cast<double>(sc.images)) + " % (" +
+           std::to_string(sc.topk) + "/" + std::to_string(sc.images) + ")\n";
+    s += confusion_text(r);
+  } else {
     s += "Net accuracy: none (the data set has no labels)\n";
+  }
   s += "Total time: " + fmt("%.6f", r.total_s) + " s\n";
   return s;
 }
@@ -276,7 +326,38 @@ std::string report_json(const Report& r) {
   if (r.labelled) {
     j["correct"] = r.run.correct;
     j["accuracy_percent"] = accuracy(r.run);
+    const Scores& sc = r.scores;
+    if (sc.k > 1 && sc.images > 0)
+      j["top_k"] = {
+          {"k", sc.k},
+          {"correct", sc.topk},
+          {"accuracy_percent", 100.0 * static_cast<double>(sc.topk) / static_cast<double>(sc.images)}};
+    json per = json::array();
+    for (int c = 0; c < sc.classes && sc.images > 0; ++c) {
+      const int64_t n = sc.per_class_images[static_cast<size_t>(c)],
+                    k = sc.per_class_correct[static_cast<size_t>(c)];
+      json e = {{"class", c}, {"name", r.class_names[static_cast<size_t>(c)]}, {"images", n}, {"correct", k}};
+      if (n) e["accuracy_percent"] = 100.0 * static_cast<double>(k) / static_cast<double>(n);
+      per.push_back(e);
+    }
+    if (sc.images > 0) j["per_class"] = per;
+    if (!sc.confusion.empty() && sc.images > 0) {
+      json m = json::array();
+      for (int l = 0; l < sc.classes; ++l)
+        m.push_back(
+            std::vector<int64_t>(sc.confusion.begin() + static_cast<std::ptrdiff_t>(l) * sc.classes,
+                                 sc.confusion.begin() + static_cast<std::ptrdiff_t>(l + 1) * sc.classes));
+      j["confusion_matrix"] = m;  // rows: label, columns: predicted class
+    }
   }
+  j["pipeline"] = {
+      {"wall_s", r.stream.wall_s},
+      {"images_per_s", r.stream.wall_s > 0 ? static_cast<double>(r.run.images) / r.stream.wall_s : 0.0},
+      {"blocks", r.stream.blocks},
+      {"block_images", r.stream.block_images},
+      {"decode_s", r.stream.decode_s},
+      {"decode_threads", r.stream.decode_threads},
+      {"wait_for_decode_s", r.stream.wait_s}};
   if (r.validated) {
     const Validation& v = r.validation;
     json checks = json::array();

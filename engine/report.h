@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "engine/executor.h"
+#include "engine/scoring.h"
+#include "engine/stream.h"
 #include "engine/validate.h"
 
 namespace cnnrun {
@@ -15,12 +17,16 @@ struct Report {
   std::string version;
   std::string netdef, net_name;
   std::string data_description, weights_description;
-  std::string cpu_fallback;            // why --engine auto ran the CPU ("" = it did not fall back)
-  bool validated_by_itself = false;    // --validate with the CPU engine
+  std::string cpu_fallback;               // why --engine auto ran the CPU ("" = it did not fall back)
+  bool validated_by_itself = false;       // --validate with the CPU engine
+  int64_t validated_streamed_images = 0;  // --validate on a streamed source: its first N images
   std::vector<double> repeat_seconds;  // --repeat: every run's forward time (run.forward_seconds: the median)
   double load_data_s = 0, build_net_s = 0, load_weights_s = 0, total_s = 0;
   int64_t distinct_images = 0;  // < images when cycling
   bool labelled = true;         // false: the data set has no labels, so no accuracy
+  Scores scores;                // top-k, per class, confusion (labelled runs)
+  std::vector<std::string> class_names;
+  StreamStats stream;  // the loop from the data source to the executor
   RunResult run;
   bool validated = false;
   Validation validation;

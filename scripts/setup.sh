@@ -7,9 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 pkgs=(cmake g++ make pkg-config libyaml-cpp-dev libeigen3-dev doctest-dev zlib1g-dev
-      nlohmann-json3-dev libcli11-dev)
+      nlohmann-json3-dev libcli11-dev libpng-dev libturbojpeg0-dev)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(python3 python3-numpy python3-torch dataset-fashion-mnist clang libclang-rt-14-dev)
+  pkgs+=(python3 python3-numpy python3-torch python3-torchvision python3-pil dataset-fashion-mnist clang
+         libclang-rt-14-dev)
 fi
 
 missing=()

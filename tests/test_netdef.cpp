@@ -2,6 +2,7 @@
 // layer and key.
 #include <doctest/doctest.h>
 
+#include "engine/layer_types.h"
 #include "engine/layers/conv.h"
 #include "engine/layers/pool.h"
 #include "engine/network.h"
@@ -330,6 +331,21 @@ TEST_CASE("netdef blocks: a block written once expands to the layers written out
   CHECK(b.find("l2.1.relu6") >= 0);
 }
 
+TEST_CASE("netdef blocks: a parameter may give a layer's type") {
+  Network net = parse_netdef_string(
+      "input: {channels: 3, height: 4, width: 4}\nclasses: [a, b]\nblocks:\n  act:\n    params: [kind, n]\n"
+      "    layers:\n      - {name: c, type: conv, filters: $n, kernel: 1}\n      - {name: a, type: $kind}\n"
+      "layers:\n  - {name: x, block: act, kind: relu6, n: 3}\n  - {name: y, block: act, kind: hardswish, n: "
+      "2}\n"
+      "  - {name: g, type: avgpool, global: true}\n",
+      "t.yaml");
+  CHECK(net.layers[static_cast<size_t>(net.find("x.a"))]->type == "relu6");
+  CHECK(net.layers[static_cast<size_t>(net.find("y.a"))]->kind == LayerKind::kHardswish);
+  CHECK(block_error("  b:\n    params: [t]\n    layers:\n      - {name: c, type: $t}\n",
+                    "  - {name: x, block: b, t: relu7}\n")
+            .find("layer 'x.c': key 'type': unknown layer type 'relu7'") != std::string::npos);
+}
+
 TEST_CASE("netdef blocks: errors name the block, the instance and the parameter") {
   const std::string basic =
       "  b:\n    params: [n]\n    layers:\n      - {name: c, type: conv, filters: $n, kernel: 1}\n";
@@ -361,7 +377,7 @@ TEST_CASE("netdef blocks: errors name the block, the instance and the parameter"
         "t.yaml:7:40: key 'blocks.b.layers': '$m' names no parameter of block 'b'; did you mean 'n'?");
   CHECK(block_error("  b:\n    params: [n]\n    layers:\n      - {name: $n, type: relu}\n",
                     "  - {name: x, block: b, n: 4}\n")
-            .find("a parameter can give a layer's values, not its name") != std::string::npos);
+            .find("a parameter can give a layer's values and type, not its name") != std::string::npos);
   CHECK(block_error("  b:\n    layers:\n      - {name: c, block: b}\n", "  - {name: x, block: b}\n")
             .find("a block's layers cannot instantiate another block") != std::string::npos);
   CHECK(block_error("  b:\n    layers:\n      - {name: input, type: relu}\n", "  - {name: x, block: b}\n")

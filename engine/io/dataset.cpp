@@ -7,6 +7,8 @@
 #include <fstream>
 
 #include "engine/io/assets.h"
+#include "engine/io/image_folder.h"
+#include "engine/io/source.h"
 #include "engine/network.h"
 
 namespace cnnrun {
@@ -50,7 +52,17 @@ std::string detect_format(const std::string& data, std::string* why) {
       *why = "a directory with CIFAR-10 batch files";
       return "cifar10";
     }
-    return "";
+    if (fs::exists(fs::path(first) / "train.bin", ec) || fs::exists(fs::path(first) / "test.bin", ec)) {
+      *why = "a directory with CIFAR-100 train.bin/test.bin";
+      return "cifar100";
+    }
+    *why = "a directory";
+    return "images";
+  }
+  const std::string ext = fs::path(first).extension().string();
+  if (ext == ".txt" || ext == ".lst" || ext == ".list") {
+    *why = "a list file (" + ext + ") of image paths";
+    return "images";
   }
   std::ifstream f(first, std::ios::binary);
   if (!f) return "";
@@ -70,93 +82,168 @@ std::string detect_format(const std::string& data, std::string* why) {
     return "idx";
   }
   const auto size = fs::file_size(first, ec);
-  if (!ec && size > 0 && size % 3073 == 0) {
+  const bool c10 = !ec && size > 0 && size % 3073 == 0, c100 = !ec && size > 0 && size % 3074 == 0;
+  if (c10 && !c100) {
     *why = "a whole number of 3073-byte CIFAR-10 records";
     return "cifar10";
+  }
+  if (c100 && !c10) {
+    *why = "a whole number of 3074-byte CIFAR-100 records";
+    return "cifar100";
   }
   return "";
 }
 
 }  // namespace
 
-const std::vector<std::string>& data_formats() {
-  static const std::vector<std::string> f = {"cifar10", "idx", "npy"};
-  return f;
-}
+namespace {
 
-Dataset load_dataset(const Network& net, const AssetResolver& assets, const std::string& override_path,
-                     const std::string& format_override) {
+// The format to read: --data-format, else for --data what its bytes say (noted), else the
+// netdef's. `note` gets what the report's Data line should add.
+std::string choose_format(const Network& net, const std::string& override_path,
+                          const std::string& format_override, std::string* note) {
   const DataSpec& spec = net.data;
   const bool user = !override_path.empty();
-  std::string format = user ? format_override : spec.format, detected;
   if (!format_override.empty() && !user) throw Error("--data-format needs --data");
-  if (format.empty()) {
-    if (!user) throw Error(net.source + ": the netdef has no 'data' section; add one or give --data PATH");
-    std::string why;
-    format = detect_format(override_path, &why);
-    if (!format.empty()) {
-      detected = " (--data detected as " + format + " from " + why + ")";
-    } else if (!spec.format.empty()) {
-      format = spec.format;
-      detected = " (--data read as the netdef's format, " + format + ")";
-    } else {
-      // Nothing in the file says; the loader's own errors then tell what it is not.
-      format = override_path.find("idx") != std::string::npos ? "idx" : "cifar10";
-      detected = " (--data read as " + format + ": the file did not tell its format; --data-format says it)";
-    }
+  if (!user) {
+    if (spec.format.empty())
+      throw Error(net.source + ": the netdef has no 'data' section; add one or give --data PATH");
+    return spec.format;
   }
-  const int classes = net.num_classes();
-  Dataset ds;
-  if (format == "cifar10") {
-    std::vector<std::string> paths;
-    if (user) {
-      for (const auto& p : split_commas(override_path)) {
-        if (p.empty()) throw Error("--data '" + override_path + "': empty file name in the list");
-        paths.push_back(p);
-      }
-    } else {
-      for (const auto& p : spec.paths) paths.push_back(assets.resolve(p, spec.loc, "data file"));
+  *note = " (--data)";
+  if (!format_override.empty()) return format_override;
+  std::string why;
+  std::string format = detect_format(override_path, &why);
+  if (!format.empty()) {
+    *note = " (--data detected as " + format + " from " + why + ")";
+  } else if (!spec.format.empty()) {
+    format = spec.format;
+    *note = " (--data read as the netdef's format, " + format + ")";
+  } else {
+    // Nothing in the file says; the loader's own errors then tell what it is not.
+    format = override_path.find("idx") != std::string::npos ? "idx" : "cifar10";
+    *note = " (--data read as " + format + ": the file did not tell its format; --data-format says it)";
+  }
+  return format;
+}
+
+std::vector<std::string> data_paths(const Network& net, const AssetResolver& assets,
+                                    const std::string& override_path) {
+  std::vector<std::string> paths;
+  if (!override_path.empty()) {
+    for (const auto& p : split_commas(override_path)) {
+      if (p.empty()) throw Error("--data '" + override_path + "': empty file name in the list");
+      paths.push_back(p);
     }
-    ds = load_cifar10(paths, spec.split, classes);
-  } else if (format == "idx") {
+  } else {
+    for (const auto& p : net.data.paths) paths.push_back(assets.resolve(p, net.data.loc, "data file"));
+  }
+  return paths;
+}
+
+// The formats held in memory.
+Dataset load_format(const Network& net, const AssetResolver& assets, const std::string& override_path,
+                    const std::string& format) {
+  const DataSpec& spec = net.data;
+  const bool user = !override_path.empty();
+  const int classes = net.num_classes();
+  if (format == "cifar10") return load_cifar10(data_paths(net, assets, override_path), spec.split, classes);
+  if (format == "cifar100") {
+    // --data without the netdef's cifar100 section: fine labels unless the network has 20 classes.
+    const std::string labels = spec.format == "cifar100" ? spec.labels : classes == 20 ? "coarse" : "fine";
+    return load_cifar100(data_paths(net, assets, override_path), spec.split, labels, classes);
+  }
+  if (format == "idx" || format == "npy") {
     std::string images, labels;
     if (user) {
       std::vector<std::string> parts = split_commas(override_path);
       if (parts.size() > 2 || parts[0].empty() || (parts.size() == 2 && parts[1].empty()))
         throw Error("--data '" + override_path + "': expected IMAGES,LABELS or the images file alone");
       images = parts[0];
-      labels = parts.size() == 2 ? parts[1] : labels_for(images);
-    } else {
-      images = assets.resolve(spec.images, spec.loc, "data images file");
-      labels = assets.resolve(spec.labels, spec.loc, "data labels file");
-    }
-    ds = load_idx(images, labels, classes);
-  } else if (format == "npy") {
-    std::string images, labels;
-    if (user) {
-      std::vector<std::string> parts = split_commas(override_path);
-      if (parts.size() > 2 || parts[0].empty() || (parts.size() == 2 && parts[1].empty()))
-        throw Error("--data '" + override_path +
-                    "': expected IMAGES.npy,LABELS.npy or the images file alone");
-      images = parts[0];
-      if (parts.size() == 2) labels = parts[1];
+      if (parts.size() == 2)
+        labels = parts[1];
+      else if (format == "idx")
+        labels = labels_for(images);
     } else {
       images = assets.resolve(spec.images, spec.loc, "data images file");
       if (!spec.labels.empty()) labels = assets.resolve(spec.labels, spec.loc, "data labels file");
     }
-    ds = load_npy(images, labels, net.input, classes);
-  } else {
-    throw Error((user ? "--data-format" : net.source) + std::string(": unknown data format '") + format +
-                "'");
+    if (format == "idx") return load_idx(images, labels, classes, &net.input);
+    return load_npy(images, labels, net.input, classes);
   }
-  if (ds.shape != net.input) {
-    std::string what = "the data set (" + ds.description + ") has images of " + ds.shape.str() +
-                       " but the network input is " + net.input.str();
-    if (user) throw Error("--data " + override_path + ": " + what);
-    fail_at(spec.loc, "", "", "", what);
-  }
-  if (user) ds.description += detected.empty() ? " (--data)" : detected;
+  throw Error((user ? "--data-format" : net.source) + std::string(": unknown data format '") + format + "'");
+}
+
+void check_shape(const Network& net, const std::string& override_path, const Shape& shape,
+                 const std::string& description) {
+  if (shape == net.input) return;
+  std::string what = "the data set (" + description + ") has images of " + shape.str() +
+                     " but the network input is " + net.input.str();
+  if (!override_path.empty()) throw Error("--data " + override_path + ": " + what);
+  fail_at(net.data.loc, "", "", "", what);
+}
+
+}  // namespace
+
+const std::vector<std::string>& data_formats() {
+  static const std::vector<std::string> f = {"cifar10", "cifar100", "idx", "npy", "images"};
+  return f;
+}
+
+Dataset load_dataset(const Network& net, const AssetResolver& assets, const std::string& override_path,
+                     const std::string& format_override) {
+  std::unique_ptr<DataSource> src = open_data(net, assets, override_path, format_override, 0);
+  if (const Dataset* d = src->whole()) return *d;
+  Dataset ds;
+  src->read(0, src->count(), ds);
+  ds.description = src->description();
   return ds;
+}
+
+std::unique_ptr<DataSource> open_data(const Network& net, const AssetResolver& assets,
+                                      const std::string& override_path, const std::string& format_override,
+                                      int threads) {
+  std::string note;
+  const std::string format = choose_format(net, override_path, format_override, &note);
+  const bool user = !override_path.empty();
+  const bool images = format == "images";
+  if (!images && (net.pre.resize || net.pre.crop_h))
+    fail_at(net.pre.resize_loc, "", "", "preprocess",
+            "resize and crop apply to image files (data format images); this data set is " + format);
+  if (!images) {
+    Dataset ds = load_format(net, assets, override_path, format);
+    check_shape(net, override_path, ds.shape, ds.description);
+    ds.description += note;
+    return memory_source(std::move(ds));
+  }
+  if (net.input.c != 1 && net.input.c != 3)
+    throw Error("image files give 1 (grey) or 3 (RGB) channels, the network input has " +
+                std::to_string(net.input.c));
+  std::vector<std::string> paths = data_paths(net, assets, override_path);
+  if (paths.size() != 1)
+    throw Error("image data: give one folder or one list file, found " + std::to_string(paths.size()));
+  // A netdef's folder may not lead outside the asset roots (symbolic links inside it included).
+  std::vector<std::string> confine;
+  if (!user) {
+    confine = assets.roots();
+    confine.push_back(net.source_dir.empty() ? "." : net.source_dir);
+  }
+  ImageList list = list_images(paths[0], net.classes, confine);
+  ImageTransform t;
+  t.input = net.input;
+  t.resize = net.pre.resize;
+  t.crop_h = net.pre.crop_h;
+  t.crop_w = net.pre.crop_w;
+  std::string d =
+      "images: " + paths[0] + ", " + std::to_string(list.paths.size()) + " images (" + list.layout;
+  if (!list.label_rule.empty()) d += "; " + list.label_rule;
+  if (list.labels.empty()) d += "; no labels";
+  if (list.ignored) d += "; " + std::to_string(list.ignored) + " files without an image extension left out";
+  d += ")";
+  if (t.resize) d += ", resized to " + std::to_string(t.resize);
+  if (t.crop_h) d += ", centre crop " + std::to_string(t.crop_h) + "x" + std::to_string(t.crop_w);
+  d += note;
+  return image_source(std::move(list), t, threads, d);
 }
 
 }  // namespace cnnrun

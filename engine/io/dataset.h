@@ -33,9 +33,17 @@ struct Dataset {
 // is an error naming the file and byte offset.
 Dataset load_cifar10(const std::vector<std::string>& paths, const std::string& split, int num_classes);
 
+// CIFAR-100 binary records (coarse label byte, fine label byte, 3072 pixel bytes). `paths` are
+// files, or one directory holding train.bin / test.bin (`split`); `labels` is "fine" or "coarse".
+Dataset load_cifar100(const std::vector<std::string>& paths, const std::string& split,
+                      const std::string& labels, int num_classes);
+
 // IDX images (magic 0x00000803, N x H x W) and labels (0x00000801), plain or gzip (.gz, detected
 // by content). Counts must agree; truncation, wrong magic and labels >= num_classes are errors.
-Dataset load_idx(const std::string& images, const std::string& labels, int num_classes);
+// Colour IDX (0x00000804, N x H x W x C or N x C x H x W: `input`, when given, decides which,
+// else a last dimension of 1 or 3 is channels) loads transposed to N x C x H x W.
+Dataset load_idx(const std::string& images, const std::string& labels, int num_classes,
+                 const Shape* input = nullptr);
 
 // NumPy .npy images: uint8 N x C x H x W or N x H x W x C (channels last, transposed here),
 // N x H x W for one channel, or float32 N x C x H x W taken as already preprocessed; the layout

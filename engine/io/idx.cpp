@@ -115,7 +115,7 @@ std::vector<uint8_t> read_idx(const std::string& path, uint32_t magic, int ndims
   IdxReader r(path);
   gzip = r.gzip();
   const int64_t header = 4 + 4 * static_cast<int64_t>(ndims);
-  uint8_t h[16];
+  uint8_t h[4 + 4 * 4];  // magic and up to 4 dimensions
   int64_t got = r.read(h, 4);
   // The magic first: a labels file given as images is "wrong magic", not "short header".
   if (got == 4 && be32(h) != magic)
@@ -170,11 +170,19 @@ std::vector<uint8_t> read_idx(const std::string& path, uint32_t magic, int ndims
 
 }  // namespace
 
-Dataset load_idx(const std::string& images, const std::string& labels, int num_classes) {
+Dataset load_idx(const std::string& images, const std::string& labels, int num_classes, const Shape* input) {
   std::vector<int64_t> idims, ldims;
   bool igz = false, lgz = false;
+  // 4 dimensions (magic 0x00000804) are colour images, N x H x W x C or N x C x H x W.
+  bool four = false;
+  {
+    IdxReader r(images);
+    uint8_t m[4];
+    four = r.read(m, 4) == 4 && be32(m) == 0x00000804;
+  }
   std::vector<uint8_t> pixels =
-      read_idx(images, 0x00000803, 3, "unsigned-byte images, 3 dimensions", idims, igz);
+      four ? read_idx(images, 0x00000804, 4, "unsigned-byte images, 4 dimensions", idims, igz)
+           : read_idx(images, 0x00000803, 3, "unsigned-byte images, 3 dimensions", idims, igz);
   std::vector<uint8_t> lab = read_idx(labels, 0x00000801, 1, "unsigned-byte labels, 1 dimension", ldims, lgz);
   if (idims[0] != ldims[0])
     throw Error(images + " holds " + std::to_string(idims[0]) + " images but " + labels + " holds " +
@@ -189,6 +197,22 @@ Dataset load_idx(const std::string& images, const std::string& labels, int num_c
   ds.count = idims[0];
   ds.shape = {1, idims[1], idims[2]};
   ds.pixels = std::move(pixels);
+  if (four) {
+    const Shape chw{idims[1], idims[2], idims[3]}, hwc{idims[3], idims[1], idims[2]};
+    // The network's input decides; without one, a last dimension of 1 or 3 is channels.
+    const bool last = input ? (*input == hwc && *input != chw) : (idims[3] == 1 || idims[3] == 3);
+    ds.shape = last ? hwc : chw;
+    if (last) {
+      const int64_t plane = ds.shape.h * ds.shape.w, c = ds.shape.c, per = ds.shape.size();
+      std::vector<uint8_t> hwc_img(static_cast<size_t>(per));
+      for (int64_t i = 0; i < ds.count; ++i) {
+        uint8_t* img = ds.pixels.data() + i * per;
+        std::copy(img, img + per, hwc_img.begin());
+        for (int64_t p = 0; p < plane; ++p)
+          for (int64_t k = 0; k < c; ++k) img[k * plane + p] = hwc_img[static_cast<size_t>(p * c + k)];
+      }
+    }
+  }
   ds.labels.assign(lab.begin(), lab.end());
   ds.description = "idx: " + images + ", " + std::to_string(ds.count) + " images " + ds.shape.str();
   return ds;

@@ -1,0 +1,98 @@
+// CIFAR-100 binary records (the "binary version" of the data set: train.bin, test.bin): a coarse
+// label byte (0..19), a fine label byte (0..99), then the 3072 pixel bytes in CHW order, as in
+// CIFAR-10. The netdef picks which label the network predicts.
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "engine/core/error.h"
+#include "engine/io/dataset.h"
+
+namespace cnnrun {
+
+namespace {
+
+constexpr int64_t kPixels = 3 * 32 * 32;
+constexpr int64_t kRecord = kPixels + 2;
+
+struct FileCloser {
+  void operator()(FILE* f) const { std::fclose(f); }
+};
+
+}  // namespace
+
+Dataset load_cifar100(const std::vector<std::string>& paths_in, const std::string& split,
+                      const std::string& labels, int num_classes) {
+  namespace fs = std::filesystem;
+  if (paths_in.empty()) throw Error("cifar100: no data files given");
+  if (labels != "fine" && labels != "coarse")
+    throw Error("cifar100: labels must be fine or coarse, found '" + labels + "'");
+  std::vector<std::string> paths = paths_in;
+  std::error_code ec;
+  if (paths.size() == 1 && fs::is_directory(paths[0], ec)) {
+    const std::string name = split == "test" ? "test.bin" : "train.bin";
+    fs::path p = fs::path(paths[0]) / name;
+    if (!fs::is_regular_file(p, ec))
+      throw Error(paths[0] + ": directory lacks the official CIFAR-100 file " + name +
+                  " (or give the files)");
+    paths = {p.string()};
+  }
+  const int offset = labels == "fine" ? 1 : 0;
+  std::vector<int64_t> counts;
+  int64_t total = 0;
+  for (const auto& p : paths) {
+    struct stat st;
+    if (::stat(p.c_str(), &st) != 0) fail_file(p, -1, std::string("cannot open: ") + std::strerror(errno));
+    if (!S_ISREG(st.st_mode)) fail_file(p, -1, "not a regular file");
+    const int64_t size = static_cast<int64_t>(st.st_size);
+    if (size == 0 || size % kRecord != 0)
+      fail_file(p, size / kRecord * kRecord,
+                "partial record: " + std::to_string(size % kRecord) + " bytes left after " +
+                    std::to_string(size / kRecord) + " whole records; CIFAR-100 records are 3074 bytes" +
+                    (size % 3073 == 0 ? " (its size fits CIFAR-10 records: use data format cifar10)" : ""));
+    counts.push_back(size / kRecord);
+    total = checked_add(total, size / kRecord, "CIFAR-100 image count");
+  }
+  Dataset ds;
+  ds.shape = {3, 32, 32};
+  ds.count = total;
+  ds.pixels.resize(static_cast<size_t>(checked_mul(total, kPixels, "CIFAR-100 pixel bytes")));
+  ds.labels.resize(static_cast<size_t>(total));
+  constexpr int64_t kChunk = 1024;
+  std::vector<uint8_t> buf(static_cast<size_t>(kChunk * kRecord));
+  int64_t img = 0;
+  for (size_t fi = 0; fi < paths.size(); ++fi) {
+    const std::string& p = paths[fi];
+    std::unique_ptr<FILE, FileCloser> f(std::fopen(p.c_str(), "rb"));
+    if (!f) fail_file(p, -1, std::string("cannot open: ") + std::strerror(errno));
+    for (int64_t done = 0; done < counts[fi];) {
+      const int64_t n = std::min(kChunk, counts[fi] - done);
+      const size_t want = static_cast<size_t>(n * kRecord), got = std::fread(buf.data(), 1, want, f.get());
+      if (got != want)
+        fail_file(p, done * kRecord + static_cast<int64_t>(got), "file ended early (changed while reading?)");
+      for (int64_t r = 0; r < n; ++r) {
+        const uint8_t* rec = buf.data() + r * kRecord;
+        const int label = rec[offset];
+        if (label >= num_classes)
+          fail_file(p, (done + r) * kRecord + offset,
+                    labels + " label " + std::to_string(label) + " of record " + std::to_string(done + r) +
+                        " is not below the " + std::to_string(num_classes) + " classes" +
+                        (labels == "fine" && num_classes == 20 ? " (a 20-class network wants labels: coarse)"
+                                                               : ""));
+        ds.labels[static_cast<size_t>(img)] = label;
+        std::memcpy(ds.pixels.data() + img * kPixels, rec + 2, kPixels);
+        ++img;
+      }
+      done += n;
+    }
+  }
+  ds.description = "cifar100 (" + labels +
+                   " labels): " + (paths.size() == 1 ? paths[0] : std::to_string(paths.size()) + " files") +
+                   ", " + std::to_string(total) + " images";
+  return ds;
+}
+
+}  // namespace cnnrun
