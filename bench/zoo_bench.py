@@ -8,9 +8,10 @@ zoo_results.json.
 Networks (NETS, default all, in this order): thesis (netdefs/cifar10.yaml, the ConvNetJS weights
 from the shared assets when present), fashion (netdefs/fashion-mnist.yaml and its committed
 weights), lenet5 (netdefs/lenet5.yaml), and torchvision's resnet18, vgg11_bn, squeezenet1_1,
-googlenet, mobilenet_v2, efficientnet_b0, each at every SIZES entry (default "32 224") as RGB.
-A network's netdef is the netdefs/*.yaml whose name, without case and punctuation, is the
-network's (resnet18.yaml, vgg11_bn.yaml, mobilenet-v2.yaml, ...). Whether cnnrun can run it is
+googlenet, mobilenet_v2, efficientnet_b0, each at every SIZES entry (default "32 224") as RGB
+(mobilenet_v3_small too when NETS names it). A network's netdef is the netdefs/**/*.yaml whose
+name, without case and punctuation, is the network's (torchvision/resnet18.yaml, vgg11_bn.yaml,
+mobilenet-v2.yaml, ...). Whether cnnrun can run it is
 found by trying: a CPU probe on a few images; a network without a netdef, or whose probe fails,
 gets a "not expressible yet" row with cnnrun's own message.
 
@@ -130,7 +131,8 @@ class LeNet5(nn.Module):
         return F.softmax(self.fc3(x), dim=1)
 
 
-# key, title, netdef name (lower case, letters and digits only), torchvision or not
+# key, title, netdef name (lower case, letters and digits only), torchvision or not; the zoo of
+# issue 13, then networks run only when NETS names them
 NETS = [
     ("thesis", "thesis CIFAR-10 net", "cifar10", False),
     ("fashion", "Fashion-MNIST net", "fashionmnist", False),
@@ -141,7 +143,9 @@ NETS = [
     ("googlenet", "GoogLeNet", "googlenet", True),
     ("mobilenet_v2", "MobileNetV2", "mobilenetv2", True),
     ("efficientnet_b0", "EfficientNet-B0", "efficientnetb0", True),
+    ("mobilenet_v3_small", "MobileNetV3-Small", "mobilenetv3small", True),
 ]
+DEFAULT_NETS = NETS[:9]
 
 
 def seed_of(key):
@@ -218,7 +222,9 @@ def norm(name):
 
 
 def find_netdef(netdefs_dir, want):
-    for path in sorted(glob.glob(os.path.join(netdefs_dir, "*.yaml"))):
+    """The netdefs_dir/**/*.yaml named `want` (ignoring case and punctuation), shallowest first."""
+    paths = glob.glob(os.path.join(netdefs_dir, "**", "*.yaml"), recursive=True)
+    for path in sorted(paths, key=lambda p: (p.count(os.sep), p)):
         if norm(os.path.splitext(os.path.basename(path))[0]) == want:
             return path
     return None
@@ -769,7 +775,7 @@ def main():
     if a.repeats < 5:
         ap.error("--repeats must be at least 5 (the medians of fewer runs say little)")
     keys = [k for k, *_ in NETS]
-    chosen = a.nets.replace(",", " ").split() or keys
+    chosen = a.nets.replace(",", " ").split() or [k for k, *_ in DEFAULT_NETS]
     for k in chosen:
         if k not in keys:
             ap.error(f"--nets: unknown network '{k}' (known: {' '.join(keys)})")
@@ -814,7 +820,7 @@ def main():
         netdef = find_netdef(a.netdefs, nd_key)
         if netdef is None:
             rows.append({"title": title, "input": "-", "unavailable":
-                         f"not expressible yet: no netdef ({os.path.basename(a.netdefs)}/{key}.yaml or "
+                         f"not expressible yet: no netdef ({os.path.basename(a.netdefs)}/**/{key}.yaml or "
                          "the same name spelt with _ or -) in this checkout"})
             return
         if a.over_budget():

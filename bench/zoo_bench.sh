@@ -12,7 +12,7 @@
 #
 # Environment:
 #   NETS        subset of: thesis fashion lenet5 resnet18 vgg11_bn squeezenet1_1 googlenet
-#               mobilenet_v2 efficientnet_b0 (default all)
+#               mobilenet_v2 efficientnet_b0 (default: these, issue 13's zoo), mobilenet_v3_small
 #   SIZES       input sizes of the torchvision networks (default "32 224")
 #   PRECISIONS  subset of fp32 tf32 fp16 bf16 (default all)
 #   IMAGES      images per row by input class, e.g. "native:50000 32:10000 224:1000" (the defaults;
@@ -61,6 +61,12 @@ if [ -z "$BIN" ]; then
   done
 fi
 [ -n "$BIN" ] && [ -x "$BIN" ] || { echo "zoo_bench: no cnnrun binary (set CNNRUN; looked at ${cands[*]})" >&2; exit 1; }
+if ! version=$("$BIN" --version 2>&1); then
+  echo "zoo_bench: $BIN does not start: $version" >&2
+  ldd "$BIN" 2>/dev/null | grep "not found" >&2
+  exit 1
+fi
+version=${version%%$'\n'*}
 
 S=${SHARED:-}
 if [ -z "$S" ]; then
@@ -80,7 +86,7 @@ fi
 commit=${COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || true)}
 W=${WORK:-/tmp/zoo_bench}
 mkdir -p "$W/logs"
-echo "zoo_bench: cnnrun $BIN ($("$BIN" --version 2>/dev/null | head -1)), python $PY, shared ${S:-none}," \
+echo "zoo_bench: cnnrun $BIN ($version), python $PY, shared ${S:-none}," \
   "cuDNN for cnnrun: $(ldd "$BIN" 2>/dev/null | grep -m1 libcudnn.so | awk '{print $3}')" | tee "$W/logs/setup.txt"
 
 args=(--cnnrun "$BIN" --work "$W" --commit "${commit:-}" --shared "${S:-}" --repeats "${REPEATS:-5}"
