@@ -815,6 +815,9 @@ def main():
 
     rows, results = [], []
     cache_images = {}
+    def say(msg):
+        print(f"[{time.time() - start:6.1f} s] {msg}", flush=True)
+
     def bench_net(key, title, nd_key, tv):
         """The rows of one network (appended to rows and results)."""
         netdef = find_netdef(a.netdefs, nd_key)
@@ -864,6 +867,7 @@ def main():
             if rc != 0:
                 why = first_error(err + "\n" + out)
                 rows.append({"title": title, "input": label, "unavailable": f"not expressible yet: {why}"})
+                say(f"{key} {label}: not expressible yet: {why}")
                 results.append({"net": key, "input": label, "netdef": netdef, "probe_rc": rc, "probe_error": why})
                 continue
             ours = np.load(probe)
@@ -882,11 +886,18 @@ def main():
                     cn[p] = {"skipped": "skipped: over the time budget"}
                     continue
                 cn[p] = cnnrun_row(a, nd, extra, weights, data, n, min(d, validate[cls]), p, tag, mem)
+                r = cn[p]
+                say(f"{key} {label} {p}: cnnrun " + (f"{r['median_ms']:.2f} ms" if "median_ms" in r else
+                                                     f"failed: {r.get('error')}") + f" ({r['wall_s']} s)")
             tr = {}
             if not a.over_budget():
                 idx = np.arange(n) % d
                 x32 = preprocess(torch.from_numpy(px[idx]).to(dev), info["scale"], info["shift"])
+                t_torch = time.time()
                 tr = torch_rows(a, model, x32, precisions, softmax, mem, ctx)
+                say(f"{key} {label}: PyTorch " + ", ".join(
+                    f"{p} {v['best']['median_ms']:.2f} ms" if v.get("best") else f"{p} -" for p, v in tr.items()) +
+                    f" ({time.time() - t_torch:.1f} s)")
                 del x32
                 gc.collect()
                 if cuda:
