@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Cross-check against PyTorch: runs cnnrun with --dump on the Fashion-MNIST and CIFAR-10
-netdefs and the same networks in PyTorch (Debian's python3-torch, CPU, float32) built from the
+"""Cross-check against PyTorch: runs cnnrun with --dump on the Fashion-MNIST, CIFAR-10 and LeNet-5
+netdefs (LeNet-5 with random weights written here as safetensors) and the same networks in PyTorch (Debian's python3-torch, CPU, float32) built from the
 same weight files, on the same images, and compares the output probabilities: max abs
 difference <= 1e-5 and identical predicted classes.
 
@@ -35,6 +35,21 @@ def read_safetensors(path):
         b, e = t["data_offsets"]
         out[name] = torch.from_numpy(np.frombuffer(raw[base + b:base + e], "<f4").reshape(t["shape"]).copy())
     return out
+
+
+def write_safetensors(path, tensors):
+    """name -> float tensor, as an F32 safetensors file (header padded to 8 bytes, as the format asks)."""
+    arrays = [(k, np.ascontiguousarray(v.detach().cpu().float().numpy(), "<f4")) for k, v in tensors.items()]
+    header, offset = {}, 0
+    for k, a in arrays:
+        header[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        offset += a.nbytes
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for _, a in arrays:
+            f.write(a.tobytes())
 
 
 def read_convnetjs_conv(path):
@@ -93,6 +108,33 @@ def fashion(binary, src, engine, tmp):
     return compare("fashion-mnist", ours, t)
 
 
+def lenet5(binary, src, engine, tmp):
+    """netdefs/lenet5.yaml with random weights on the Fashion-MNIST test images (28x28, as MNIST)."""
+    d = "/usr/share/datasets/fashion-mnist"
+    with gzip.open(f"{d}/t10k-images-idx3-ubyte.gz") as f:
+        x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 1, 28, 28)
+    g = torch.Generator().manual_seed(5)
+    shapes = {"conv1": (6, 1, 5, 5), "conv2": (16, 6, 5, 5), "fc1": (120, 400), "fc2": (84, 120), "fc3": (10, 84)}
+    w = {}
+    for name, shape in shapes.items():
+        fan_in = int(np.prod(shape[1:]))
+        w[f"{name}.weight"] = torch.randn(shape, generator=g) * (3 / np.sqrt(fan_in))  # outputs far from uniform
+        w[f"{name}.bias"] = torch.randn(shape[0], generator=g) * 0.1
+    write_safetensors(f"{tmp}/lenet5.safetensors", w)
+    ours = cnnrun(binary, [f"{src}/netdefs/lenet5.yaml", "--engine", engine, "--weights", f"{tmp}/lenet5.safetensors",
+                           "--data", f"{d}/t10k-images-idx3-ubyte.gz"], f"{tmp}/lenet5.npy")
+    mean, std = 0.1307, 0.3081  # netdefs/lenet5.yaml
+    scale, shift = np.float32(1.0 / (255.0 * std)), np.float32(-mean / std)
+    t = torch.from_numpy(x.astype(np.float32)) * torch.tensor(scale) + torch.tensor(shift)
+    with torch.no_grad():
+        t = F.avg_pool2d(torch.tanh(F.conv2d(t, w["conv1.weight"], w["conv1.bias"], padding=2)), 2)
+        t = F.avg_pool2d(torch.tanh(F.conv2d(t, w["conv2.weight"], w["conv2.bias"])), 2)
+        t = torch.tanh(F.linear(torch.flatten(t, 1), w["fc1.weight"], w["fc1.bias"]))
+        t = torch.tanh(F.linear(t, w["fc2.weight"], w["fc2.bias"]))
+        t = F.softmax(F.linear(t, w["fc3.weight"], w["fc3.bias"]), dim=1)
+    return compare("lenet5", ours, t)
+
+
 def cifar(binary, src, shared, engine, tmp):
     raw = np.fromfile(f"{shared}/data/cifar10-sample/train_2000.bin", np.uint8).reshape(-1, 3073)
     x = raw[:, 1:].reshape(-1, 3, 32, 32)
@@ -114,7 +156,8 @@ def main():
     torch.set_num_threads(2)
     print(f"PyTorch {torch.__version__} vs cnnrun --engine {engine}")
     with tempfile.TemporaryDirectory() as tmp:
-        results = [fashion(binary, src, engine, tmp), cifar(binary, src, shared, engine, tmp)]
+        results = [fashion(binary, src, engine, tmp), cifar(binary, src, shared, engine, tmp),
+                   lenet5(binary, src, engine, tmp)]
     passed = sum(results)
     print(f"{passed} passed, {len(results) - passed} failed")
     return 0 if passed == len(results) else 1
