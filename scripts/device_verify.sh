@@ -5,6 +5,8 @@
 #   bin/{cnnrun,cnnrun_tests}   built with -DCNNRUN_STATIC_YAML=ON -DCNNRUN_NATIVE=OFF in $BUILD_DIR
 #   shared/                     models/convnetjs-cifar10, data/cifar10-sample/*.bin
 #   fashion-mnist/              the t10k IDX files of Debian's dataset-fashion-mnist
+#   lib/                        (optional) the Debian shared libraries cnnrun links that the GPU
+#                               machine lacks: libpng16, libturbojpeg, libprotobuf
 # The binaries carry the build machine's absolute paths (source dir, cnnrun path): links recreate
 # them. Logs go to $OUT; a short table is printed last.
 # SANITIZE=1 adds the GPU test cases (SANITIZE_FILTER, a doctest -tc filter, default "gpu*") under
@@ -24,6 +26,8 @@ ln -sfn "$C/shared" "$(dirname "$SRC")/shared"
 [[ -L /usr/share/datasets/fashion-mnist ]] && rm /usr/share/datasets/fashion-mnist
 mkdir -p /usr/share/datasets/fashion-mnist && cp "$C"/fashion-mnist/* /usr/share/datasets/fashion-mnist/  # a copy: a link out of the root is refused
 [[ -n "${CUDNN_LIB:-}" ]] && export LD_LIBRARY_PATH=$CUDNN_LIB:${LD_LIBRARY_PATH:-}
+# The Debian libraries cnnrun links (libpng, libturbojpeg, libprotobuf), carried as $C/lib.
+[[ -d "$C/lib" ]] && export LD_LIBRARY_PATH=$C/lib:${LD_LIBRARY_PATH:-}
 cd "$SRC"
 B=$SRC/${BUILD_DIR:-build-dev}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$O/gpu.txt"
@@ -51,6 +55,17 @@ if (( ! only )); then
   python3 tests/pytorch_crosscheck.py "$B/cnnrun" "$SRC" "$(dirname "$SRC")/shared" --engine gpu >"$O/xcheck.log" 2>&1; r=$?
   row "pytorch cross-check --engine gpu (rc $r)" "$(tail -1 "$O/xcheck.log")"
   grep -E "images, max abs" "$O/xcheck.log"
+  # The torchvision netdefs at 3x224x224 against torchvision (the ctest entries torchvision_*_gpu),
+  # and JPEG photographs through decode/resize/crop against Pillow + torchvision (image_crosscheck).
+  for net in ${TV_NETS-resnet18 mobilenet_v2 mobilenet_v3_small efficientnet_b0 googlenet squeezenet1_1 vgg11_bn}; do
+    python3 tests/torchvision_crosscheck.py "$B/cnnrun" "$SRC" "$net" --engine gpu --images 256 >"$O/tv_$net.log" 2>&1; r=$?
+    row "torchvision $net gpu 224 (rc $r)" "$(tail -1 "$O/tv_$net.log" | cut -c1-90)"
+  done
+  for extra in "" "--network resnet18"; do
+    # shellcheck disable=SC2086  # extra is a word list on purpose
+    python3 tests/image_crosscheck.py "$B/cnnrun" "$(dirname "$SRC")/shared" --engine gpu $extra >"$O/img.log" 2>&1; r=$?
+    row "image_crosscheck gpu $extra (rc $r)" "$(tail -1 "$O/img.log" | cut -c1-90)"
+  done
 fi
 # SANITIZE=1 or only: the GPU test cases under compute-sanitizer memcheck and racecheck (issue 6),
 # shrunk for it by CNNRUN_TEST_SANITIZER (the test cases say which, in doctest MESSAGEs). Each
