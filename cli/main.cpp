@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <limits>
 
@@ -17,6 +18,7 @@
 #include "engine/gpu_api.h"
 #include "engine/io/assets.h"
 #include "engine/io/dataset.h"
+#include "engine/io/files.h"
 #include "engine/io/npy.h"
 #include "engine/io/weights.h"
 #include "engine/network.h"
@@ -82,8 +84,24 @@ std::unique_ptr<Executor> make_executor(const Network& net, const std::string& e
   return make_cpu_executor(net);
 }
 
+// Prints to stdout and makes sure it arrived: a report lost to a full disk is an error (exit 1),
+// not a silent success.
+void print_stdout(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    throw Error(std::string("standard output: write failed (") + std::strerror(errno) + ")");
+}
+
 int run_network(const Options& o) {
   auto t_total = Clock::now();
+  // The outputs are checked before anything is loaded: a path that cannot be written is an
+  // error now, not after the run.
+  OutputFiles outs;
+  for (const std::string& p : {o.netdef, o.data, o.weights}) outs.protect(p);
+  const size_t kNone = static_cast<size_t>(-1);
+  size_t dump_out = kNone, json_out = kNone;
+  if (!o.dump.empty()) dump_out = outs.add("--dump", o.dump);
+  if (!o.json.empty()) json_out = outs.add("--json", o.json);
   if (o.resident && o.engine == "auto") {  // --engine cpu --resident is refused in main()
     std::string why;
     if (!gpu_available(&why)) throw Error("--resident needs the GPU engine, and no GPU is usable: " + why);
@@ -108,6 +126,8 @@ int run_network(const Options& o) {
   Dataset data = load_dataset(net, assets, o.data);
   rep.load_data_s = seconds_since(t);
   rep.data_description = data.description;
+
+  outs.check_not_inputs();  // every input is open by now: refused before the run, not after
 
   RunOptions ro;
   ro.batch = o.batch ? o.batch : data.count;
@@ -169,21 +189,26 @@ int run_network(const Options& o) {
   }
   rep.total_s = seconds_since(t_total);
 
-  std::vector<std::string> inputs{o.netdef, o.data, o.weights};
-  if (!o.dump.empty()) {
+  if (dump_out != kNone) {
     int64_t per = net.layers[static_cast<size_t>(net.output)]->out_shape.size();
-    write_output_file(o.dump, npy_bytes({rep.run.images, per}, rep.run.probs.data()), inputs);
+    outs.set(dump_out, npy_bytes({rep.run.images, per}, rep.run.probs.data()));
   }
-  if (!o.json.empty()) write_output_file(o.json, report_json(rep), inputs);
+  if (json_out != kNone) outs.set(json_out, report_json(rep));
+  std::string text;
   if (o.quiet) {
-    std::printf("accuracy %.2f %% (%lld/%lld)\n",
-                rep.run.images
-                    ? 100.0 * static_cast<double>(rep.run.correct) / static_cast<double>(rep.run.images)
-                    : 0.0,
-                static_cast<long long>(rep.run.correct), static_cast<long long>(rep.run.images));
+    char line[128];
+    std::snprintf(line, sizeof line, "accuracy %.2f %% (%lld/%lld)\n",
+                  rep.run.images
+                      ? 100.0 * static_cast<double>(rep.run.correct) / static_cast<double>(rep.run.images)
+                      : 0.0,
+                  static_cast<long long>(rep.run.correct), static_cast<long long>(rep.run.images));
+    text = line;
   } else {
-    std::fputs(report_text(rep).c_str(), stdout);
+    text = report_text(rep);
   }
+  // Every output file is complete before the report is printed, and none is in place before the
+  // report has arrived: a failure anywhere leaves all of them untouched.
+  outs.commit([&] { print_stdout(text); });
   if (status == 3)
     std::fprintf(stderr, "cnnrun: validation failed: layer '%s' differs from the CPU reference beyond %.0e\n",
                  rep.validation.first_failure.c_str(), rep.validation.tolerance);
@@ -192,12 +217,19 @@ int run_network(const Options& o) {
 
 int convert(const std::string& netdef, const std::string& out, const std::string& weights,
             const std::vector<std::string>& asset_dirs) {
+  {
+    OutputFiles check;  // an unwritable output is refused before anything is read
+    check.add("", out);
+  }
   Network net = parse_netdef_file(netdef);
   AssetResolver assets(net.source_dir, AssetResolver::default_roots(asset_dirs));
   load_weights(net, assets, weights, /*fold=*/false);
   auto tensors = collect_weights(net);
-  write_output_file(out, safetensors_bytes(tensors), {netdef, weights});
-  std::printf("wrote %zu tensors to %s\n", tensors.size(), out.c_str());
+  OutputFiles outs;
+  outs.protect(netdef);
+  outs.protect(weights);
+  outs.set(outs.add("", out), safetensors_bytes(tensors));
+  outs.commit([&] { print_stdout("wrote " + std::to_string(tensors.size()) + " tensors to " + out + "\n"); });
   return 0;
 }
 
@@ -276,6 +308,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    for (const char* opt : {"--json", "--dump"})
+      if (app.count(opt) && (opt[2] == 'j' ? o.json : o.dump).empty()) {
+        std::fprintf(stderr, "cnnrun: %s: empty file name (see cnnrun --help)\n", opt);
+        return 2;
+      }
+    for (const std::string& a : o.assets)
+      if (a.empty()) {
+        std::fprintf(stderr,
+                     "cnnrun: --assets: empty directory name (it would make the current directory an asset "
+                     "root; write --assets . for that)\n");
+        return 2;
+      }
     if (*conv) return convert(conv_netdef, conv_out, o.weights, o.assets);
     if (o.netdef.empty()) {
       std::fprintf(stderr, "cnnrun: no netdef given (see cnnrun --help)\n");

@@ -5,9 +5,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
-#include <fstream>
 #include <set>
 
+#include "engine/io/files.h"
 #include "engine/network.h"
 #include "engine/yaml_util.h"
 
@@ -452,19 +452,10 @@ int Network::find(const std::string& layer_name) const {
 Network parse_netdef_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory, not a netdef");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(path + ": cannot open the netdef");
-  // Reads at most one chunk past the limit, so /dev/zero or a data set given as the netdef is
-  // refused without being read whole. A real netdef is a few KB; yaml-cpp needs seconds per MB.
-  constexpr size_t kMax = 1u << 20;
-  std::string text;
-  char buf[1 << 16];
-  while (f && text.size() <= kMax) {
-    f.read(buf, sizeof buf);
-    text.append(buf, static_cast<size_t>(f.gcount()));
-  }
-  if (text.size() > kMax) throw Error(path + ": over 1 MiB; not a netdef");
-  if (f.bad()) throw Error(path + ": read error");
+  InputFile f(path);
+  // Reads at most one chunk past the limit, so a data set given as the netdef is refused without
+  // being read whole. A real netdef is a few KB; yaml-cpp needs seconds per MB.
+  std::string text = f.read_all(int64_t{1} << 20, "1 MiB", "not a netdef");
   return parse_text(text, path, dir_of(path));
 }
 

@@ -11,6 +11,7 @@
 
 #include "engine/core/error.h"
 #include "engine/io/dataset.h"
+#include "engine/io/files.h"
 
 namespace cnnrun {
 
@@ -21,10 +22,6 @@ namespace {
 constexpr int64_t kPixels = 3 * 32 * 32;
 constexpr int64_t kRecord = kPixels + 1;
 
-struct FileCloser {
-  void operator()(FILE* f) const { std::fclose(f); }
-};
-
 // Returns the byte size of a regular file, or throws naming it.
 int64_t regular_file_size(const std::string& path) {
   struct stat st;
@@ -33,7 +30,7 @@ int64_t regular_file_size(const std::string& path) {
   if (S_ISDIR(st.st_mode))
     fail_file(path, -1,
               "is a directory; give CIFAR-10 record files, or one directory holding the official files");
-  if (!S_ISREG(st.st_mode)) fail_file(path, -1, "not a regular file");
+  check_regular_file(path);  // "is a FIFO, not a regular file", ...
   return static_cast<int64_t>(st.st_size);
 }
 
@@ -41,8 +38,8 @@ int64_t regular_file_size(const std::string& path) {
 // (only called on that path, so a CIFAR-10 file that happens to start like these still loads).
 std::string format_hint(const std::string& path, int64_t size) {
   unsigned char b[16] = {0};
-  std::unique_ptr<FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-  size_t n = f ? std::fread(b, 1, sizeof b, f.get()) : 0;
+  InputFile f(path);
+  size_t n = static_cast<size_t>(f.read(b, sizeof b));
   if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b) return " (it is gzip data: unpack it first)";
   if (n >= 4 && b[0] == 0 && b[1] == 0 && b[2] == 0x08)
     return " (it starts like an IDX file: use data format idx)";
@@ -128,12 +125,11 @@ Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string
   int64_t img = 0;
   for (size_t fi = 0; fi < paths.size(); ++fi) {
     const std::string& p = paths[fi];
-    std::unique_ptr<FILE, FileCloser> f(std::fopen(p.c_str(), "rb"));
-    if (!f) fail_file(p, -1, std::string("cannot open: ") + std::strerror(errno));
+    InputFile f(p);
     for (int64_t done = 0; done < counts[fi];) {
       int64_t n = std::min(kChunkRecords, counts[fi] - done);
       size_t want = static_cast<size_t>(n * kRecord);
-      size_t got = std::fread(buf.data(), 1, want, f.get());
+      size_t got = static_cast<size_t>(f.read(buf.data(), static_cast<int64_t>(want)));
       if (got != want)
         fail_file(p, done * kRecord + static_cast<int64_t>(got), "file ended early (changed while reading?)");
       for (int64_t r = 0; r < n; ++r) {

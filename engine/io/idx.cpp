@@ -2,6 +2,7 @@
 // buffer grows only as data actually arrives, and a header claiming more than the file could
 // hold (or more than 16 GiB) is rejected before anything is allocated.
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "engine/core/error.h"
 #include "engine/io/dataset.h"
+#include "engine/io/files.h"
 
 namespace cnnrun {
 
@@ -22,32 +24,28 @@ constexpr int64_t kMaxBytes = int64_t{1} << 34;
 constexpr int64_t kMaxDeflateRatio = 1032;
 
 // Sequential reader over a plain or gzip file; offsets are in the (decompressed) IDX stream.
+// gzip is inflated here rather than through gzread, which silently ignores bytes after the
+// last gzip member: a file with such bytes is damaged (as a plain IDX file with trailing bytes
+// is), and is refused. Concatenated gzip members are valid gzip and are read as one stream.
 class IdxReader {
  public:
-  explicit IdxReader(const std::string& path) : path_(path) {
-    struct stat st;
-    if (::stat(path.c_str(), &st) != 0)
-      fail_file(path, -1, std::string("cannot open: ") + std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) fail_file(path, -1, "not a regular file");
-    file_size_ = static_cast<int64_t>(st.st_size);
-    FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) fail_file(path, -1, std::string("cannot open: ") + std::strerror(errno));
+  explicit IdxReader(const std::string& path) : in_(path) {
+    file_size_ = in_.size();
     unsigned char m[2] = {0, 0};
-    size_t n = std::fread(m, 1, 2, f);
-    gzip_ = n == 2 && m[0] == 0x1f && m[1] == 0x8b;
+    const int64_t got = in_.read(m, 2);
+    gzip_ = got == 2 && m[0] == 0x1f && m[1] == 0x8b;
     if (gzip_) {
-      std::fclose(f);
-      gz_ = gzopen(path.c_str(), "rb");
-      if (!gz_) fail_file(path, -1, "cannot open as gzip");
-      gzbuffer(gz_, 1 << 20);
+      std::memcpy(inbuf_, m, 2);
+      in_have_ = 2;
+      if (inflateInit2(&z_, 16 + MAX_WBITS) != Z_OK) fail_file(path, -1, "cannot start zlib");
+      z_ready_ = true;
     } else {
-      std::rewind(f);
-      plain_ = f;
+      std::memcpy(pending_, m, 2);
+      pending_n_ = static_cast<int>(got);
     }
   }
   ~IdxReader() {
-    if (gz_) gzclose(gz_);
-    if (plain_) std::fclose(plain_);
+    if (z_ready_) inflateEnd(&z_);
   }
   IdxReader(const IdxReader&) = delete;
   IdxReader& operator=(const IdxReader&) = delete;
@@ -55,26 +53,36 @@ class IdxReader {
   // Reads up to n bytes; fewer only at the end of the data. Throws on a corrupt gzip stream.
   int64_t read(uint8_t* dst, int64_t n) {
     int64_t done = 0;
-    while (done < n) {
-      unsigned want = static_cast<unsigned>(std::min<int64_t>(n - done, INT_MAX / 2));
-      int64_t got;
-      if (gz_) {
-        int r = gzread(gz_, dst + done, want);
-        if (r < 0) {
-          int errnum = 0;
-          const char* m = gzerror(gz_, &errnum);
-          std::string msg = m ? m : "";
-          // zlib prefixes the path, which the message already starts with.
-          if (msg.compare(0, path_.size() + 2, path_ + ": ") == 0) msg.erase(0, path_.size() + 2);
-          fail_file(path_, pos_ + done, "corrupt gzip data: " + (msg.empty() ? "unknown error" : msg));
+    while (done < n && pending_n_ > 0) {  // the two bytes read to tell gzip from plain
+      dst[done++] = pending_[0];
+      pending_[0] = pending_[1];
+      --pending_n_;
+    }
+    if (!gzip_) {
+      done += in_.read(dst + done, n - done);
+    } else {
+      while (done < n && !z_end_) {
+        if (z_.avail_in == 0) {
+          if (in_have_ == 0) in_have_ = in_.read(inbuf_, sizeof inbuf_);
+          z_.next_in = inbuf_;
+          z_.avail_in = static_cast<uInt>(in_have_);
+          in_have_ = 0;
         }
-        got = r;
-      } else {
-        got = static_cast<int64_t>(std::fread(dst + done, 1, want, plain_));
-        if (got == 0 && std::ferror(plain_)) fail_file(path_, pos_ + done, "read error");
+        z_.next_out = dst + done;
+        z_.avail_out = static_cast<uInt>(std::min<int64_t>(n - done, INT_MAX / 2));
+        const uInt before_out = z_.avail_out;
+        const bool no_input = z_.avail_in == 0;
+        int r = inflate(&z_, Z_NO_FLUSH);
+        done += before_out - z_.avail_out;
+        if (r == Z_STREAM_END) {
+          next_member();
+        } else if (r == Z_BUF_ERROR && no_input) {
+          fail_file(in_.path(), pos_ + done,
+                    "corrupt gzip data: unexpected end of file (offset in the decompressed data)");
+        } else if (r != Z_OK && r != Z_BUF_ERROR) {
+          fail_file(in_.path(), 0, std::string("corrupt gzip data: ") + (z_.msg ? z_.msg : "unknown error"));
+        }
       }
-      if (got == 0) break;
-      done += got;
     }
     pos_ += done;
     return done;
@@ -86,14 +94,45 @@ class IdxReader {
     return std::min(kMaxBytes, checked_mul(file_size_, kMaxDeflateRatio, "IDX bound") + 4096);
   }
   bool gzip() const { return gzip_; }
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return in_.path(); }
 
  private:
-  std::string path_;
+  // After a gzip member: the end of the file, another member, or damage.
+  void next_member() {
+    if (z_.avail_in == 0) {
+      in_have_ = in_.read(inbuf_, sizeof inbuf_);
+      z_.next_in = inbuf_;
+      z_.avail_in = static_cast<uInt>(in_have_);
+      in_have_ = 0;
+    }
+    if (z_.avail_in == 0) {
+      z_end_ = true;
+      return;
+    }
+    if (z_.avail_in >= 2 && z_.next_in[0] == 0x1f && z_.next_in[1] == 0x8b) {
+      inflateReset(&z_);
+      return;
+    }
+    const int64_t at = file_size_ - static_cast<int64_t>(z_.avail_in) - remaining_unread();
+    fail_file(in_.path(), at,
+              "bytes after the end of the gzip stream (the file is damaged or has something appended)");
+  }
+  int64_t remaining_unread() const {
+    struct stat st;
+    off_t cur = ::lseek(in_.fd(), 0, SEEK_CUR);
+    if (cur < 0 || ::fstat(in_.fd(), &st) != 0) return 0;
+    return static_cast<int64_t>(st.st_size) - static_cast<int64_t>(cur);
+  }
+
+  InputFile in_;
   int64_t file_size_ = 0;
   bool gzip_ = false;
-  gzFile gz_ = nullptr;
-  FILE* plain_ = nullptr;
+  unsigned char pending_[2] = {0, 0};
+  int pending_n_ = 0;
+  z_stream z_{};
+  bool z_ready_ = false, z_end_ = false;
+  unsigned char inbuf_[1 << 16];
+  int64_t in_have_ = 0;
   int64_t pos_ = 0;
 };
 

@@ -2,12 +2,10 @@
 
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
+#include "engine/io/files.h"
 
 namespace cnnrun {
 
@@ -32,11 +30,8 @@ std::string npy_bytes(const std::vector<int64_t>& dims, const float* data) {
 }
 
 std::vector<float> read_npy(const std::string& file, std::vector<int64_t>* dims) {
-  std::ifstream f(file, std::ios::binary);
-  if (!f) throw Error(file + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  std::string b = ss.str();
+  InputFile f(file);
+  std::string b = f.read_all(int64_t{1} << 40, "1 TiB", "not a .npy file this reader can hold");
   if (b.size() < 10 || b.compare(0, 6, "\x93NUMPY") != 0) fail_file(file, 0, "not a .npy file");
   size_t hl = static_cast<unsigned char>(b[8]) | (static_cast<size_t>(static_cast<unsigned char>(b[9])) << 8);
   if (b[6] != 1 || 10 + hl > b.size()) fail_file(file, 6, "unsupported .npy version or truncated header");
@@ -68,30 +63,6 @@ std::vector<float> read_npy(const std::string& file, std::vector<int64_t>* dims)
   std::memcpy(out.data(), b.data() + 10 + hl, n * sizeof(float));
   if (dims) *dims = d;
   return out;
-}
-
-void write_output_file(const std::string& path, const std::string& bytes,
-                       const std::vector<std::string>& inputs) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  for (const auto& in : inputs)
-    if (!in.empty() && fs::exists(path, ec) && fs::equivalent(path, in, ec))
-      throw Error(path + ": refusing to overwrite an input file with an output");
-  std::string tmp = path + ".tmp-cnnrun";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(path + ": cannot write (" + std::strerror(errno) + ")");
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw Error(path + ": write failed (" + std::strerror(errno) + ")");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot write (" + std::strerror(errno) + ")");
-  }
 }
 
 }  // namespace cnnrun

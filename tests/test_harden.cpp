@@ -1,0 +1,265 @@
+// Hardening (issue 16) through the cnnrun binary, for what tests/regress/cases.txt cannot hold:
+// outputs (which files survive a run, which are refused), inputs that are FIFOs or devices made
+// at test time, and runs under resource limits. The net is tests/regress/nets/fc.yaml over
+// cifar10/ok.bin (one record), so each run takes milliseconds.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "engine/core/error.h"
+#include "engine/io/files.h"
+#include "tests/test_util.h"
+
+using namespace cnnrun;
+using namespace cnnrun::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string R() { return std::string(CNNRUN_SOURCE_DIR) + "/tests/regress"; }
+
+struct Res {
+  int rc;
+  std::string out, err;
+};
+
+// stdout to a file, stderr alone to the pipe. `timeout` only guards the suite against the hang
+// a FIFO input used to cause: a case that needs it fails on its exit status (124).
+Res run_cli(const std::string& args, const std::string& tmp, const std::string& redirect = "") {
+  Res r;
+  r.rc = run_command("{ timeout 60 " + std::string(CNNRUN_BINARY) + " " + args + " " +
+                         (redirect.empty() ? ">" + tmp + "/stdout" : redirect) + "; }",
+                     &r.err);
+  r.out = redirect.empty() ? read_file(tmp + "/stdout") : "";
+  return r;
+}
+
+// A private copy of the base net, its weights and data, so the tests may link and replace them.
+std::string copy_net(const std::string& tmp) {
+  for (const char* f : {"fc.yaml", "fc.safetensors"}) fs::copy_file(R() + "/nets/" + f, tmp + "/" + f);
+  fs::copy_file(R() + "/cifar10/ok.bin", tmp + "/ok.bin");
+  return tmp + "/fc.yaml --data " + tmp + "/ok.bin --quiet";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+int one_line(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+// Names in `dir` other than `keep`: a temporary file left behind shows up here.
+std::vector<std::string> others(const std::string& dir, const std::vector<std::string>& keep) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::string n = e.path().filename().string();
+    if (std::find(keep.begin(), keep.end(), n) == keep.end()) out.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("harden: an output never replaces a file the run read, whatever path names it") {
+  std::string tmp = temp_dir("harden-inputs"), args = copy_net(tmp);
+  const std::string data = read_file(tmp + "/ok.bin"), weights = read_file(tmp + "/fc.safetensors");
+  fs::create_hard_link(tmp + "/ok.bin", tmp + "/hard.bin");
+  fs::create_symlink(tmp + "/fc.safetensors", tmp + "/link.safetensors");
+  fs::create_directory(tmp + "/sub");
+  struct Case {
+    std::string args, victim;
+  };
+  for (const Case& c : {
+           Case{args + " --json " + tmp + "/hard.bin", "data (a hard link)"},
+           Case{args + " --dump " + tmp + "/link.safetensors", "weights the netdef names (a symlink)"},
+           Case{args + " --json " + tmp + "/sub/../fc.yaml", "the netdef (through ..)"},
+           Case{tmp + "/fc.yaml --quiet --data " + tmp + "/ok.bin," + tmp + "/hard.bin --json " + tmp +
+                    "/ok.bin",
+                "a member of a --data list"},
+           Case{"convert " + tmp + "/fc.yaml " + tmp + "/link.safetensors", "convert's input"},
+       }) {
+    INFO(c.victim << ": cnnrun " << c.args);
+    Res r = run_cli(c.args, tmp);
+    INFO(r.err);
+    CHECK(r.rc == 1);
+    CHECK(one_line(r.err) == 1);
+    CHECK(contains(r.err, "refusing to overwrite an input file with an output"));
+    CHECK(r.out.empty());
+    CHECK(read_file(tmp + "/ok.bin") == data);
+    CHECK(read_file(tmp + "/fc.safetensors") == weights);
+    CHECK(fs::is_symlink(tmp + "/link.safetensors"));
+  }
+  // A ConvNetJS file inside a weights directory, named through another directory's link.
+  fs::create_directory(tmp + "/cnj");
+  fs::copy_file(R() + "/nets/cnj_fc.yaml", tmp + "/cnj/cnj_fc.yaml");
+  fs::copy_file(R() + "/nets/f.txt", tmp + "/cnj/f.txt");
+  fs::create_symlink(tmp + "/cnj/f.txt", tmp + "/sub/out.safetensors");
+  const std::string text = read_file(tmp + "/cnj/f.txt");
+  Res r = run_cli("convert " + tmp + "/cnj/cnj_fc.yaml " + tmp + "/sub/out.safetensors", tmp);
+  INFO(r.err);
+  CHECK(r.rc == 1);
+  CHECK(contains(r.err, "refusing to overwrite an input file"));
+  CHECK(read_file(tmp + "/cnj/f.txt") == text);
+}
+
+TEST_CASE("harden: devices, FIFOs and stdout are written in place, never replaced") {
+  std::string tmp = temp_dir("harden-devices"), args = copy_net(tmp);
+  Res r = run_cli(args + " --json /dev/null --dump /dev/null", tmp);
+  INFO(r.err);
+  CHECK(r.rc == 1);  // one file named twice
+  CHECK(contains(r.err, "--json /dev/null: names the same file as --dump /dev/null"));
+
+  r = run_cli(args + " --json /dev/null", tmp);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  struct stat st;
+  REQUIRE(::stat("/dev/null", &st) == 0);
+  CHECK(S_ISCHR(st.st_mode));
+
+  // stdout redirected to a file: /dev/stdout is that file, and the JSON lands after the report.
+  r = run_cli(args + " --json /dev/stdout", tmp);
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.out.rfind("accuracy ", 0) == 0);
+  CHECK(contains(r.out, "\"images\": 1"));
+  CHECK(others(tmp, {"fc.yaml", "fc.safetensors", "ok.bin", "stdout"}).empty());
+
+  // A FIFO gets the bytes through its reader; the FIFO itself stays.
+  REQUIRE(::mkfifo((tmp + "/fifo").c_str(), 0600) == 0);
+  std::string got;
+  REQUIRE(run_command("{ cat " + tmp + "/fifo > " + tmp + "/from-fifo & " + std::string(CNNRUN_BINARY) + " " +
+                          args + " --json " + tmp + "/fifo > /dev/null; wait; }",
+                      &got) == 0);
+  CHECK(contains(read_file(tmp + "/from-fifo"), "\"images\": 1"));
+  REQUIRE(::lstat((tmp + "/fifo").c_str(), &st) == 0);
+  CHECK(S_ISFIFO(st.st_mode));
+}
+
+TEST_CASE("harden: a planted link at a temporary name is never followed; outputs keep permissions") {
+  std::string tmp = temp_dir("harden-tmp"), args = copy_net(tmp);
+  write_file(tmp + "/victim", "keep me");
+  // The fixed temporary name earlier versions wrote through.
+  fs::create_symlink(tmp + "/victim", tmp + "/r.json.tmp-cnnrun");
+  write_file(tmp + "/r.json", "old");
+  fs::permissions(tmp + "/r.json", fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read);
+  Res r = run_cli(args + " --json " + tmp + "/r.json", tmp);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(read_file(tmp + "/victim") == "keep me");
+  CHECK(contains(read_file(tmp + "/r.json"), "\"images\": 1"));
+  CHECK(fs::status(tmp + "/r.json").permissions() ==
+        (fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read));
+  CHECK(
+      others(tmp, {"fc.yaml", "fc.safetensors", "ok.bin", "stdout", "victim", "r.json", "r.json.tmp-cnnrun"})
+          .empty());
+  // A link to a regular file: the file it names is replaced, the link stays a link.
+  fs::create_symlink(tmp + "/r.json", tmp + "/link.json");
+  r = run_cli(args + " --json " + tmp + "/link.json", tmp);
+  CHECK(r.rc == 0);
+  CHECK(fs::is_symlink(tmp + "/link.json"));
+  CHECK(contains(read_file(tmp + "/r.json"), "\"images\": 1"));
+}
+
+TEST_CASE("harden: outputs are all written or none, and bad output paths fail before the run") {
+  std::string tmp = temp_dir("harden-allornone"), args = copy_net(tmp);
+  // /dev/full takes the JSON and fails: the .npy, complete by then, must not appear.
+  Res r = run_cli(args + " --dump " + tmp + "/p.npy --json /dev/full", tmp);
+  INFO(r.err);
+  CHECK(r.rc == 1);
+  CHECK(one_line(r.err) == 1);
+  CHECK(contains(r.err, "--json /dev/full: write failed"));
+  CHECK(!fs::exists(tmp + "/p.npy"));
+  CHECK(others(tmp, {"fc.yaml", "fc.safetensors", "ok.bin", "stdout"}).empty());
+
+  // A report to a full stdout is an error too, and then no output file is written either.
+  r = run_cli(args + " --dump " + tmp + "/p.npy", tmp, "> /dev/full");
+  INFO(r.err);
+  CHECK(r.rc == 1);
+  CHECK(contains(r.err, "cnnrun: standard output: write failed"));
+  CHECK(!fs::exists(tmp + "/p.npy"));
+
+  // Unwritable outputs are refused before anything is read: the missing data file is not the
+  // error.
+  for (const std::string& out : {tmp + "/nodir/r.json", tmp + "/ok.bin/r.json", tmp}) {
+    r = run_cli(tmp + "/fc.yaml --data " + tmp + "/missing.bin --json " + out, tmp);
+    INFO(out << ": " << r.err);
+    CHECK(r.rc == 1);
+    CHECK(one_line(r.err) == 1);
+    CHECK(contains(r.err, "--json " + out + ": "));
+    CHECK(!contains(r.err, "missing.bin"));
+  }
+  r = run_cli(args + " --json ''", tmp);
+  CHECK(r.rc == 2);
+  CHECK(contains(r.err, "--json: empty file name"));
+  r = run_cli(args + " --assets ''", tmp);
+  CHECK(r.rc == 2);
+  CHECK(contains(r.err, "--assets: empty directory name"));
+  r = run_cli(args + " --json " + tmp + "/same --dump " + tmp + "/./same", tmp);
+  CHECK(r.rc == 1);
+  CHECK(contains(r.err, "names the same file as --dump"));
+}
+
+TEST_CASE("harden: a FIFO or a device as an input is refused at once, never read") {
+  std::string tmp = temp_dir("harden-fifo"), args = copy_net(tmp);
+  REQUIRE(::mkfifo((tmp + "/net.yaml").c_str(), 0600) == 0);
+  REQUIRE(::mkfifo((tmp + "/w.json").c_str(), 0600) == 0);
+  struct Case {
+    std::string args, file, what;
+  };
+  for (const Case& c :
+       {Case{tmp + "/net.yaml", tmp + "/net.yaml", "is a FIFO, not a regular file"},
+        Case{args + " --weights " + tmp + "/w.json", tmp + "/w.json", "is a FIFO, not a regular file"},
+        Case{args + " --weights /dev/zero", "/dev/zero", "is a character device, not a regular file"},
+        Case{args + " --weights " + tmp + "/fifo-data", tmp + "/fifo-data", "no such file"},
+        Case{args + " --weights " + tmp + "/sub.json", tmp + "/sub.json", "is a directory"},
+        Case{"/dev/zero", "/dev/zero", "is a character device, not a regular file"}}) {
+    if (c.file == tmp + "/sub.json") fs::create_directory(c.file);
+    Res r = run_cli(c.args, tmp);
+    INFO("cnnrun " << c.args << ": " << r.err);
+    CHECK(r.rc == 1);  // 124 would be the hang
+    CHECK(one_line(r.err) == 1);
+    CHECK(contains(r.err, c.file));
+    CHECK(contains(r.err, c.what));
+  }
+}
+
+TEST_CASE("harden: InputFile and OutputFiles in the library") {
+  forget_inputs();
+  std::string tmp = temp_dir("harden-lib");
+  write_file(tmp + "/in.txt", "abc");
+  {
+    InputFile f(tmp + "/in.txt");
+    CHECK(f.size() == 3);
+    CHECK(f.read_all(3, "3 bytes", "x") == "abc");
+  }
+  CHECK_THROWS_WITH_AS(InputFile(tmp + "/in.txt").read_all(2, "2 bytes", "too long"),
+                       (tmp + "/in.txt: over 2 bytes; too long").c_str(), Error);
+  FileId id;
+  REQUIRE(file_id(tmp + "/in.txt", &id));
+  CHECK(is_opened_input(id));
+  CHECK_THROWS_WITH_AS(
+      write_output_file(tmp + "/in.txt", "x", {}),
+      (tmp + "/in.txt: refusing to overwrite an input file with an output (it is a file this "
+             "run reads)")
+          .c_str(),
+      Error);
+  forget_inputs();
+  write_output_file(tmp + "/in.txt", "xyz", {});
+  CHECK(read_file(tmp + "/in.txt") == "xyz");
+  // An OutputFiles destroyed before commit leaves nothing behind.
+  {
+    OutputFiles o;
+    o.set(o.add("--a", tmp + "/a"), "1");
+    o.set(o.add("--b", tmp + "/b"), "2");
+  }
+  CHECK(!fs::exists(tmp + "/a"));
+  // A failure before publishing leaves every target as it was.
+  {
+    OutputFiles o;
+    o.set(o.add("--a", tmp + "/a"), "1");
+    o.set(o.add("--b", tmp + "/in.txt"), "2");
+    CHECK_THROWS_AS(o.commit([] { throw Error("stdout failed"); }), Error);
+  }
+  CHECK(!fs::exists(tmp + "/a"));
+  CHECK(read_file(tmp + "/in.txt") == "xyz");
+  CHECK(others(tmp, {"in.txt"}).empty());
+}
