@@ -136,7 +136,7 @@ int run_network(const Options& o) {
                 std::to_string(data.count) + " images; add --cycle to run them repeatedly");
   ro.cycle = o.cycle;
   ro.want_probs = !o.dump.empty();
-  ro.block = o.block;
+  ro.block = std::min(o.block, ro.batch);  // a block larger than the run is the run (no overflow)
   ro.streams = o.streams;
   ro.threads = o.threads;
   // MiB to bytes; a cap past 2^63 bytes is no cap (more than any GPU holds).
@@ -177,6 +177,17 @@ int run_network(const Options& o) {
     rep.run.forward_seconds = median;
   }
 
+  if (rep.run.nonfinite_images > 0) {
+    // The argmax of NaNs is class 0: reporting an accuracy here would be a silent wrong answer.
+    const std::string layer = first_nonfinite_layer(*ex, net, data, rep.distinct_images);
+    const Layer* l = layer.empty() ? nullptr : net.layers[static_cast<size_t>(net.find(layer))].get();
+    throw Error("the network's output holds NaN or infinity for " + std::to_string(rep.run.nonfinite_images) +
+                " of " + std::to_string(rep.run.images) + " images; " +
+                (l ? "the first layer producing a non-finite value is '" + l->name + "' (" + l->type +
+                         "), at " + l->loc.str() + " (weights or inputs too large for float32?)"
+                   : "no layer gives one when the images are run again (a nondeterministic fault?)"));
+  }
+
   int status = 0;
   if (o.validate) {
     auto ref = make_cpu_executor(net);
@@ -209,9 +220,12 @@ int run_network(const Options& o) {
   // Every output file is complete before the report is printed, and none is in place before the
   // report has arrived: a failure anywhere leaves all of them untouched.
   outs.commit([&] { print_stdout(text); });
-  if (status == 3)
+  if (status == 3 && rep.validation.nonfinite)
+    std::fprintf(stderr, "cnnrun: validation failed: layer '%s' gives NaN or infinite values\n",
+                 Error::one_line(rep.validation.first_failure).c_str());
+  else if (status == 3)
     std::fprintf(stderr, "cnnrun: validation failed: layer '%s' differs from the CPU reference beyond %.0e\n",
-                 rep.validation.first_failure.c_str(), rep.validation.tolerance);
+                 Error::one_line(rep.validation.first_failure).c_str(), rep.validation.tolerance);
   return status;
 }
 

@@ -45,6 +45,7 @@ struct RunResult {
   std::string engine;  // "cpu (eigen, 2 threads)", "gpu (NVIDIA H100 ...)"
   int64_t images = 0;
   int64_t correct = 0;
+  int64_t nonfinite_images = 0;            // images whose output holds a NaN or an infinity
   std::vector<int32_t> predictions;        // one per image
   std::vector<float> probs;                // images x output size, when asked
   std::vector<LayerTime> layers;           // in execution order

@@ -4,6 +4,8 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <set>
 
@@ -84,6 +86,20 @@ class Section {
   std::vector<std::string> used_;
 };
 
+// A netdef number as the float32 it runs as: finite as a double is not enough, 1e39 overflows
+// float32 and 1e-50 (or a denormal like 1e-45) would silently become 0 or lose its precision.
+float to_float(const std::string& file, const YAML::Node& v, const std::string& key, double d) {
+  const float f = static_cast<float>(d);
+  if (!std::isfinite(f))
+    fail_at(yaml_loc(file, v), "", "", key,
+            "number " + v.Scalar() + " overflows float32 (largest 3.4e38), in which the network runs");
+  if (d != 0 && !std::isnormal(f))
+    fail_at(
+        yaml_loc(file, v), "", "", key,
+        "number " + v.Scalar() + " underflows float32 (smallest normal 1.2e-38), in which the network runs");
+  return f;
+}
+
 std::vector<float> read_floats(const std::string& file, const YAML::Node& v, const std::string& key,
                                size_t channels) {
   std::vector<float> out;
@@ -96,11 +112,11 @@ std::vector<float> read_floats(const std::string& file, const YAML::Node& v, con
                   std::to_string(v.size()));
     for (auto it = v.begin(); it != v.end(); ++it) {
       if (!yaml_double(*it, d, why)) fail_at(yaml_loc(file, *it), "", "", key, why);
-      out.push_back(static_cast<float>(d));
+      out.push_back(to_float(file, *it, key, d));
     }
   } else {
     if (!yaml_double(v, d, why)) fail_at(yaml_loc(file, v), "", "", key, why);
-    out.assign(channels, static_cast<float>(d));
+    out.assign(channels, to_float(file, v, key, d));
   }
   return out;
 }
@@ -126,6 +142,27 @@ void parse_preprocess(Network& net, const std::string& file, const YAML::Node& n
       if (!(sd[i] > 0.f)) s.fail("std", stdv, "every std must be positive");
       net.pre.scale[i] = static_cast<float>(1.0 / (255.0 * sd[i]));
       net.pre.shift[i] = static_cast<float>(-static_cast<double>(m[i]) / sd[i]);
+    }
+  }
+  // What the network's input then holds must itself be a float32: pixel 255 * scale + shift.
+  for (size_t i = 0; i < c; ++i) {
+    const double lo = static_cast<double>(net.pre.shift[i]), hi = 255.0 * net.pre.scale[i] + lo;
+    const double worst = std::max(std::fabs(lo), std::fabs(hi));
+    if (!std::isfinite(net.pre.scale[i]) || !std::isfinite(net.pre.shift[i]) ||
+        !std::isfinite(static_cast<float>(worst)) ||
+        (net.pre.scale[i] != 0 && !std::isnormal(net.pre.scale[i]))) {
+      const YAML::Node& at = scale ? scale : stdv ? stdv : mean ? mean : shift;
+      char buf[160];
+      std::snprintf(
+          buf, sizeof buf,
+          "channel %zu: preprocessing gives pixel values up to %.3g (scale %.3g, shift %.3g), outside "
+          "float32's range",
+          i, worst, static_cast<double>(net.pre.scale[i]), static_cast<double>(net.pre.shift[i]));
+      fail_at(yaml_loc(file, at), "", "",
+              scale  ? "preprocess.scale"
+              : stdv ? "preprocess.std"
+                     : "preprocess",
+              buf);
     }
   }
 }

@@ -31,6 +31,7 @@ Validation validate(Executor& test, Executor& ref, const Network& net, const Dat
         throw Error("validate: layer '" + c.name + "' gives " + a[i].dims_str() + " on one executor and " +
                     b[i].dims_str() + " on the other");
       for (size_t k = 0; k < a[i].data.size(); ++k) {
+        c.nonfinite += !std::isfinite(a[i].data[k]) || !std::isfinite(b[i].data[k]);
         double d = std::fabs(static_cast<double>(a[i].data[k]) - b[i].data[k]);
         if (std::isnan(d)) d = INFINITY;
         c.max_abs = std::max(c.max_abs, d);
@@ -49,13 +50,31 @@ Validation validate(Executor& test, Executor& ref, const Network& net, const Dat
   for (auto& c : v.layers) {
     if (!c.fused_into.empty()) continue;
     c.max_rel = c.max_abs / std::max(c.max_ref, 1e-30);
-    c.pass = c.max_rel <= tolerance;
+    c.pass = c.max_rel <= tolerance && c.nonfinite == 0;
+    if (c.nonfinite && !v.nonfinite) {
+      v.nonfinite = true;
+      v.first_failure = c.name;
+    }
     if (!c.pass && v.pass) {
       v.pass = false;
-      v.first_failure = c.name;
+      if (!v.nonfinite) v.first_failure = c.name;
     }
   }
   return v;
+}
+
+std::string first_nonfinite_layer(Executor& ex, const Network& net, const Dataset& data, int64_t n,
+                                  int64_t chunk) {
+  n = std::min(n, data.count);
+  const size_t L = net.layers.size();
+  for (int64_t first = 0; first < n; first += chunk) {
+    const int64_t m = std::min(chunk, n - first);
+    std::vector<Tensor> outs = ex.forward_layers(data, first, m);
+    for (size_t i = 0; i < L && i < outs.size(); ++i)
+      for (float x : outs[i].data)
+        if (!std::isfinite(x)) return net.layers[i]->name;
+  }
+  return "";
 }
 
 }  // namespace cnnrun

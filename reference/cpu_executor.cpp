@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -118,7 +119,8 @@ class CpuExecutor : public Executor {
       throw Error(std::string("--precision ") + precision_name(opt.precision) +
                   " needs --engine gpu: the CPU reference computes in FP32");
 
-    const int64_t block = opt.block > 0 ? opt.block : kDefaultBlock;
+    // A block larger than the run is the run: no image count or block count may overflow.
+    const int64_t block = std::min(opt.block > 0 ? opt.block : kDefaultBlock, batch);
     const int threads = thread_count(opt.threads, batch, block);
     const Layer& out_layer = *net_.layers[static_cast<size_t>(net_.output)];
     const int64_t out_size = out_layer.out_shape.size();
@@ -127,25 +129,28 @@ class CpuExecutor : public Executor {
     r.images = batch;
     r.predictions.assign(static_cast<size_t>(batch), 0);
     if (opt.want_probs) r.probs.assign(static_cast<size_t>(batch * out_size), 0.f);
-    std::atomic<int64_t> correct{0};
+    std::atomic<int64_t> correct{0}, nonfinite{0};
 
     auto t0 = Clock::now();
     std::vector<double> seconds = for_blocks(
         data, 0, batch, block, threads, opt.progress, [&](BlockRunner& br, int64_t first, int64_t n) {
           const float* y = br.outs[static_cast<size_t>(net_.output)];
-          int64_t good = 0;
+          int64_t good = 0, bad = 0;
           for (int64_t i = 0; i < n; ++i) {
             const float* v = y + i * out_size;
             const int32_t best = predicted_class(v, out_size);
+            bad += !std::all_of(v, v + out_size, [](float x) { return std::isfinite(x); });
             const int64_t img = first + i;
             r.predictions[static_cast<size_t>(img)] = best;
             if (best == data.labels[static_cast<size_t>(img % data.count)]) ++good;
             if (opt.want_probs) std::copy(v, v + out_size, r.probs.begin() + img * out_size);
           }
           correct += good;
+          nonfinite += bad;
         });
     r.forward_seconds = seconds_since(t0);
     r.correct = correct.load();
+    r.nonfinite_images = nonfinite.load();
 
     r.engine = std::string("cpu (eigen ") + std::to_string(EIGEN_WORLD_VERSION) + "." +
                std::to_string(EIGEN_MAJOR_VERSION) + ", " + std::to_string(threads) +
@@ -192,7 +197,7 @@ class CpuExecutor : public Executor {
 
   static int thread_count(int asked, int64_t images, int64_t block) {
     int t = asked > 0 ? asked : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int64_t blocks = (images + block - 1) / block;
+    const int64_t blocks = images / block + (images % block != 0);
     return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(t, blocks)));
   }
 
@@ -203,7 +208,7 @@ class CpuExecutor : public Executor {
   std::vector<double> for_blocks(const Dataset& data, int64_t first, int64_t count, int64_t block,
                                  int threads, const std::function<void(int64_t, int64_t)>& progress,
                                  Done done) {
-    const int64_t blocks = (count + block - 1) / block;
+    const int64_t blocks = count / block + (count % block != 0);
     std::atomic<int64_t> next{0};
     std::atomic<bool> failed{false};
     std::exception_ptr error;

@@ -9,7 +9,11 @@
 #include <filesystem>
 
 #include "engine/core/error.h"
+#include "engine/executor.h"
 #include "engine/io/files.h"
+#include "engine/io/npy.h"
+#include "engine/validate.h"
+#include "reference/cpu_executor.h"
 #include "tests/test_util.h"
 
 using namespace cnnrun;
@@ -262,4 +266,51 @@ TEST_CASE("harden: InputFile and OutputFiles in the library") {
   CHECK(!fs::exists(tmp + "/a"));
   CHECK(read_file(tmp + "/in.txt") == "xyz");
   CHECK(others(tmp, {"in.txt"}).empty());
+}
+
+TEST_CASE("harden: --block far beyond the run runs every image in one block") {
+  std::string tmp = temp_dir("harden-block");
+  const std::string args = R() + "/nets/idx.yaml --quiet --data " + R() + "/idx/ok-images-idx3-ubyte," + R() +
+                           "/idx/ok-labels-idx1-ubyte --dump " + tmp + "/p.npy";
+  for (const char* block : {"9223372036854775807", "4611686018427387904", "2"}) {
+    Res r = run_cli(args + " --block " + block, tmp);
+    INFO("--block " << block << ": " << r.err);
+    CHECK(r.rc == 0);
+    CHECK(r.out == "accuracy 33.33 % (1/3)\n");  // the fixed answer of the base net (test_regress)
+    std::vector<int64_t> dims;
+    std::vector<float> p = read_npy(tmp + "/p.npy", &dims);
+    CHECK(dims == std::vector<int64_t>{3, 10});
+    CHECK(std::any_of(p.begin(), p.end(), [](float x) { return x != 0; }));
+  }
+}
+
+TEST_CASE("harden: validate() names the first layer giving NaN or infinity, not a later one") {
+  // fc1's weights of 3e38 overflow to infinity; fc2 then gives NaN (inf - inf). Both executors
+  // are the reference, so no layer merely differs: the non-finite one must be named.
+  Network net = parse_netdef_string(
+      "input: {channels: 1, height: 1, width: 2}\nclasses: [a, b]\n"
+      "layers:\n  - {name: fc1, type: fc, outputs: 2}\n  - {name: fc2, type: fc, outputs: 2}\n");
+  auto& fc1 = *net.layers[0];
+  auto& fc2 = *net.layers[1];
+  fc1.weights["weight"] = Tensor({2, 2});
+  fc1.weights["weight"].data = {3e38f, 3e38f, 1.f, 1.f};
+  fc1.weights["bias"] = Tensor({2});
+  fc2.weights["weight"] = Tensor({2, 2});
+  fc2.weights["weight"].data = {1.f, -1.f, 1.f, 1.f};
+  fc2.weights["bias"] = Tensor({2});
+  Dataset d;
+  d.count = 2;
+  d.shape = {1, 1, 2};
+  d.pixels = {255, 255, 0, 0};
+  d.labels = {0, 1};
+  auto a = make_cpu_executor(net), b = make_cpu_executor(net);
+  Validation v = validate(*a, *b, net, d, 2);
+  CHECK(!v.pass);
+  CHECK(v.nonfinite);
+  CHECK(v.first_failure == "fc1");
+  CHECK(first_nonfinite_layer(*a, net, d, 2) == "fc1");
+  RunOptions ro;
+  ro.batch = 2;
+  RunResult r = a->run(d, ro);
+  CHECK(r.nonfinite_images == 1);  // image 1 is all zeros: 0 * 3e38 stays finite
 }

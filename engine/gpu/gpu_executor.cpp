@@ -1040,8 +1040,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   }
 
   DevBuf labels = upload(data.labels.data(), static_cast<size_t>(data.count));
-  DevBuf correct(sizeof(unsigned long long));
-  CUDA_CHECK(cudaMemset(correct.get(), 0, sizeof(unsigned long long)));
+  DevBuf correct(2 * sizeof(unsigned long long));  // [0] right predictions, [1] non-finite outputs
+  CUDA_CHECK(cudaMemset(correct.get(), 0, 2 * sizeof(unsigned long long)));
 
   // The first block once through every layer before the clock starts: auto's search when a conv
   // needs it, otherwise a warm-up (CUDA loads kernels lazily, cuBLASLt/cuDNN plan on first use).
@@ -1068,7 +1068,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, sp->ev[2], sp->ev[steps_.size() + 4]));
       }
-      CUDA_CHECK(cudaMemset(correct.get(), 0, sizeof(unsigned long long)));
+      CUDA_CHECK(cudaMemset(correct.get(), 0, 2 * sizeof(unsigned long long)));
       graph_note = "gpu: each full block (" + std::to_string(block) +
                    " images) after its H2D copy is one CUDA graph launch (captured per stream)";
     } catch (const Error& e) {
@@ -1152,9 +1152,10 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   for (int64_t b = nblocks; b < nblocks + S; ++b) harvest(*slots_[static_cast<size_t>(b % S)]);
   r.forward_seconds = seconds_since(t0);
 
-  unsigned long long good = 0;
-  CUDA_CHECK(cudaMemcpy(&good, correct.get(), sizeof(good), cudaMemcpyDeviceToHost));
-  r.correct = static_cast<int64_t>(good);
+  unsigned long long good[2] = {0, 0};
+  CUDA_CHECK(cudaMemcpy(good, correct.get(), sizeof(good), cudaMemcpyDeviceToHost));
+  r.correct = static_cast<int64_t>(good[0]);
+  r.nonfinite_images = static_cast<int64_t>(good[1]);
 
   auto cm = merge(compute_iv), cp = merge(copy_iv);
   r.transfer_seconds = length(cp) - overlap(cp, cm);
