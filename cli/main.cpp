@@ -13,7 +13,9 @@
 #include <cstring>
 #include <iostream>
 #include <limits>
+#include <stdexcept>
 
+#include "engine/core/memory.h"
 #include "engine/executor.h"
 #include "engine/gpu_api.h"
 #include "engine/io/assets.h"
@@ -32,6 +34,9 @@ using namespace cnnrun;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kVersion = "0.1.0";
+
+// What the CLI is doing, for an out-of-memory message that names it.
+const char* g_stage = "starting";
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -111,19 +116,23 @@ int run_network(const Options& o) {
   rep.netdef = o.netdef;
 
   auto t = Clock::now();
+  g_stage = "reading the netdef";
   Network net = parse_netdef_file(o.netdef);
   rep.build_net_s = seconds_since(t);
   rep.net_name = net.name;
   AssetResolver assets(net.source_dir, AssetResolver::default_roots(o.assets));
 
   t = Clock::now();
+  g_stage = "loading the weights";
   load_weights(net, assets, o.weights);
   rep.load_weights_s = seconds_since(t);
   rep.weights_description =
       o.weights.empty() ? net.weights.format + ": " + net.weights.path : "--weights " + o.weights;
 
   t = Clock::now();
-  Dataset data = load_dataset(net, assets, o.data);
+  g_stage = "loading the data";
+  // Only the images the run reads: --batch N needs the first N (fewer when cycling a smaller set).
+  Dataset data = load_dataset(net, assets, o.data, o.batch);
   rep.load_data_s = seconds_since(t);
   rep.data_description = data.description;
 
@@ -148,6 +157,9 @@ int run_network(const Options& o) {
   ro.progress = progress_bar(o.quiet);
   rep.distinct_images = std::min(ro.batch, data.count);
 
+  g_stage = "running the network";
+  check_results_fit(ro.batch, ro.want_probs, net.layers[static_cast<size_t>(net.output)]->out_shape.size(),
+                    host_memory());
   std::unique_ptr<Executor> ex = make_executor(net, o.engine, rep.notes);
   rep.run = ex->run(data, ro);
   if (o.repeat > 1) {
@@ -189,6 +201,7 @@ int run_network(const Options& o) {
   }
 
   int status = 0;
+  g_stage = "validating";
   if (o.validate) {
     auto ref = make_cpu_executor(net);
     if (ex->name() == ref->name())
@@ -200,6 +213,7 @@ int run_network(const Options& o) {
   }
   rep.total_s = seconds_since(t_total);
 
+  g_stage = "writing the outputs";
   if (dump_out != kNone) {
     int64_t per = net.layers[static_cast<size_t>(net.output)]->out_shape.size();
     outs.set(dump_out, npy_bytes({rep.run.images, per}, rep.run.probs.data()));
@@ -351,7 +365,13 @@ int main(int argc, char** argv) {
     }
     return run_network(o);
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "cnnrun: out of host memory\n");
+    std::fprintf(stderr, "cnnrun: out of host memory while %s (now %s)\n", g_stage,
+                 host_memory().str().c_str());
+    return 1;
+  } catch (const std::length_error&) {  // a std::vector past max_size(): a size no memory holds
+    std::fprintf(stderr,
+                 "cnnrun: out of host memory while %s: a buffer larger than any memory was asked for\n",
+                 g_stage);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cnnrun: %s\n", e.what());

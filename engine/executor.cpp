@@ -1,5 +1,7 @@
 #include "engine/executor.h"
 
+#include "engine/core/memory.h"
+
 namespace cnnrun {
 
 void preprocess_images(const Network& net, const uint8_t* pixels, int64_t n, float* out) {
@@ -52,6 +54,22 @@ int64_t images_to_run(const Dataset& data, const RunOptions& opt) {
                 std::to_string(data.count) + " images (" + data.description +
                 "); cycle through the data to run more");
   return batch;
+}
+
+int64_t check_results_fit(int64_t batch, bool want_probs, int64_t out_size, const HostMemory& mem) {
+  int64_t bytes = INT64_MAX;
+  try {
+    bytes = checked_mul(batch, checked_add(4, want_probs ? checked_mul(out_size, 4, "") : 0, ""), "");
+  } catch (const Error&) {
+  }
+  if (bytes > mem.available / 10 * 9)
+    throw Error("--batch " + std::to_string(batch) + ": the predictions" +
+                (want_probs ? " and output values (" + std::to_string(out_size * 4) + " bytes per image)"
+                            : std::string()) +
+                " of " + std::to_string(batch) + " images need " +
+                (bytes == INT64_MAX ? std::string("more than 2^63 bytes") : bytes_str(bytes)) +
+                " of host memory, but there is " + mem.str() + "; run fewer images");
+  return bytes;
 }
 
 void check_range(const Dataset& data, int64_t first, int64_t n) {

@@ -83,6 +83,12 @@ void check_ready(const Network& net, const Dataset& data);
 // The number of images a run covers (opt.batch, 0 = the whole data set), checked against the
 // data set's size and opt.cycle.
 int64_t images_to_run(const Dataset& data, const RunOptions& opt);
+// The host memory a run's results take (4 bytes of prediction per image, and the output values
+// with want_probs), checked against `mem` (host_memory()) before anything is allocated: a
+// --batch of 2^62 cycled images is an error that says so, not a failed allocation. Returns the
+// bytes.
+struct HostMemory;
+int64_t check_results_fit(int64_t batch, bool want_probs, int64_t out_size, const HostMemory& mem);
 // Throws unless images first..first+n-1 lie inside the data set (forward_layers does not cycle).
 void check_range(const Dataset& data, int64_t first, int64_t n);
 

@@ -465,7 +465,15 @@ std::string dir_of(const std::string& path) {
 Network parse_text(const std::string& text, const std::string& file, const std::string& dir) {
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // Every document, so that a second one (after '---') is an error rather than silently
+    // ignored: half a netdef would run.
+    std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (docs.size() > 1) {
+      const YAML::Mark m = docs[1].Mark();
+      fail_at({file, m.is_null() ? 0 : m.line + 1, m.is_null() ? 0 : m.column + 1}, "", "", "",
+              "a second YAML document follows the netdef (after '---'); a netdef is one document");
+    }
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::DeepRecursion& e) {
     SourceLoc loc{file, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1};
     fail_at(loc, "", "", "", "YAML nested more than " + std::to_string(e.depth()) + " levels deep");

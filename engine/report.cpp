@@ -114,7 +114,7 @@ std::string report_text(const Report& r) {
   s += "Net accuracy: " + fmt("%.2f", accuracy(r.run)) + " % (" + std::to_string(r.run.correct) + "/" +
        std::to_string(r.run.images) + ")\n";
   s += "Total time: " + fmt("%.6f", r.total_s) + " s\n";
-  return s;
+  return printable(s);  // names and paths come from files: no terminal escapes, only valid UTF-8
 }
 
 std::string report_json(const Report& r) {
@@ -171,7 +171,9 @@ std::string report_json(const Report& r) {
                        {"prediction_mismatches", v.prediction_mismatches},
                        {"layers", checks}};
   }
-  return j.dump(2) + "\n";
+  // Strings from files that are not valid UTF-8 (a Latin-1 layer name) become U+FFFD instead of
+  // failing the report after the whole run.
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace cnnrun

@@ -3,7 +3,25 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/core/memory.h"
+
 namespace cnnrun {
+
+namespace {
+
+// forward_layers hands out every layer's output for a chunk of images; `copies` such sets are
+// alive at once (plus the CPU reference's own buffers, about one more). The chunk is cut so
+// that they take at most half of the host memory available: a network whose layers are huge per
+// image is validated a few images at a time instead of being killed.
+int64_t chunk_to_fit(const Network& net, int64_t chunk, int copies) {
+  int64_t per = 0;
+  for (const auto& l : net.layers) per += l->out_shape.size() * 4;
+  per *= copies + 1;
+  const int64_t fit = host_memory().available / 2 / std::max<int64_t>(per, 1);
+  return std::max<int64_t>(1, std::min(chunk, fit));
+}
+
+}  // namespace
 
 Validation validate(Executor& test, Executor& ref, const Network& net, const Dataset& data, int64_t n,
                     double tolerance, int64_t chunk) {
@@ -13,6 +31,7 @@ Validation validate(Executor& test, Executor& ref, const Network& net, const Dat
   v.tolerance = tolerance;
   const size_t L = net.layers.size();
   v.layers.resize(L);
+  chunk = chunk_to_fit(net, chunk, 2);
   for (size_t i = 0; i < L; ++i) {
     v.layers[i].name = net.layers[i]->name;
     v.layers[i].type = net.layers[i]->type;
@@ -67,6 +86,7 @@ std::string first_nonfinite_layer(Executor& ex, const Network& net, const Datase
                                   int64_t chunk) {
   n = std::min(n, data.count);
   const size_t L = net.layers.size();
+  chunk = chunk_to_fit(net, chunk, 1);
   for (int64_t first = 0; first < n; first += chunk) {
     const int64_t m = std::min(chunk, n - first);
     std::vector<Tensor> outs = ex.forward_layers(data, first, m);

@@ -12,8 +12,10 @@
 #include <cmath>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
+#include "engine/core/memory.h"
 #include "reference/cpu_layers.h"
 
 namespace cnnrun {
@@ -120,12 +122,17 @@ class CpuExecutor : public Executor {
                   " needs --engine gpu: the CPU reference computes in FP32");
 
     // A block larger than the run is the run: no image count or block count may overflow.
-    const int64_t block = std::min(opt.block > 0 ? opt.block : kDefaultBlock, batch);
-    const int threads = thread_count(opt.threads, batch, block);
+    int64_t block = std::min(opt.block > 0 ? opt.block : kDefaultBlock, batch);
+    int threads = thread_count(opt.threads, batch, block);
     const Layer& out_layer = *net_.layers[static_cast<size_t>(net_.output)];
     const int64_t out_size = out_layer.out_shape.size();
 
     RunResult r;
+    // The results first (they live for the whole run), then what is left for the workers.
+    const HostMemory mem = host_memory();
+    const int64_t usable = mem.available / 10 * 9;  // Eigen's GEMM blocking and the heap take some
+    const int64_t results = check_results_fit(batch, opt.want_probs, out_size, mem);
+    fit_memory(usable - results, mem, &block, &threads, &r.notes);
     r.images = batch;
     r.predictions.assign(static_cast<size_t>(batch), 0);
     if (opt.want_probs) r.probs.assign(static_cast<size_t>(batch * out_size), 0.f);
@@ -153,8 +160,12 @@ class CpuExecutor : public Executor {
     r.nonfinite_images = nonfinite.load();
 
     r.engine = std::string("cpu (eigen ") + std::to_string(EIGEN_WORLD_VERSION) + "." +
-               std::to_string(EIGEN_MAJOR_VERSION) + ", " + std::to_string(threads) +
-               (threads == 1 ? " thread)" : " threads)");
+               std::to_string(EIGEN_MAJOR_VERSION) + ", " + std::to_string(started_) +
+               (started_ == 1 ? " thread)" : " threads)");
+    if (started_ < threads)
+      r.notes.push_back(
+          "cpu: only " + std::to_string(started_) + " of " + std::to_string(threads) +
+          " threads could be started (a thread or memory limit?); the others' blocks ran on them");
     r.notes.push_back("cpu: " + std::to_string(block) +
                       " images per block, Eigen SIMD: " + Eigen::SimdInstructionSetsInUse());
     for (size_t i = 0; i < net_.layers.size(); ++i) {
@@ -194,6 +205,59 @@ class CpuExecutor : public Executor {
  private:
   const Network& net_;
   std::vector<ref::ForwardFn> fns_;
+  int started_ = 0;  // threads the last for_blocks ran on
+
+  // Host memory of one worker (BlockRunner) for `block` images.
+  struct WorkerBytes {
+    int64_t per_image = 0, workspace = 0;
+    std::string largest;  // the layer (or "input") whose output is largest per image
+    int64_t largest_bytes = 0;
+    int64_t total(int64_t block) const { return block * per_image + workspace; }
+  };
+  WorkerBytes worker_bytes() const {
+    WorkerBytes w;
+    w.per_image = net_.input.size() * 4;
+    w.largest = "input";
+    w.largest_bytes = w.per_image;
+    for (const auto& l : net_.layers) {
+      if (ref::runs_as_identity(*l)) continue;
+      const int64_t b = l->out_shape.size() * 4;
+      w.per_image += b;
+      if (b > w.largest_bytes) w.largest = "layer '" + l->name + "' (" + l->type + ")", w.largest_bytes = b;
+      if (l->type == "conv") w.workspace = std::max(w.workspace, ref::conv_workspace_floats(*l) * 4);
+    }
+    return w;
+  }
+
+  // Cuts the block (then the threads) until every worker's buffers fit in `budget` bytes; fails
+  // at once, naming the largest layer, when one image on one thread does not fit. A run too big
+  // for memory is an error here, not a kill by the OOM killer 40 s later.
+  // (budget: 90 % of what host_memory() found, less the results.)
+  void fit_memory(int64_t budget, const HostMemory& mem, int64_t* block, int* threads,
+                  std::vector<std::string>* notes) const {
+    const WorkerBytes w = worker_bytes();
+    const int64_t block0 = *block;
+    const int threads0 = *threads;
+    auto fits = [&](int64_t b, int t) {
+      return w.total(b) <= budget / t;  // w.total cannot overflow: sizes are checked at load
+    };
+    if (fits(*block, *threads)) return;
+    if (!fits(1, 1))
+      throw Error("host memory: one image needs " + bytes_str(w.per_image) +
+                  " for its layer outputs (the largest, " + w.largest + ", " + bytes_str(w.largest_bytes) +
+                  ")" + (w.workspace ? " plus " + bytes_str(w.workspace) + " of convolution workspace" : "") +
+                  ", but only " + (budget > 0 ? bytes_str(budget) : std::string("0 bytes")) +
+                  " of the host memory (" + mem.str() + ") can be used");
+    while (*threads > 1 && !fits(1, *threads)) --*threads;
+    const int64_t b = (budget / *threads - w.workspace) / w.per_image;
+    *block = std::max<int64_t>(1, std::min(*block, b));
+    notes->push_back("cpu: to fit host memory (" + mem.str() + "), blocks cut from " +
+                     std::to_string(block0) + " to " + std::to_string(*block) + " images" +
+                     (*threads != threads0 ? " and threads from " + std::to_string(threads0) + " to " +
+                                                 std::to_string(*threads)
+                                           : std::string()) +
+                     " (" + bytes_str(w.per_image) + " per image)");
+  }
 
   static int thread_count(int asked, int64_t images, int64_t block) {
     int t = asked > 0 ? asked : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -238,7 +302,17 @@ class CpuExecutor : public Executor {
       }
     };
     std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+    // A thread that cannot start (a container's thread or memory limit) leaves its blocks to the
+    // others: results do not depend on the thread count, and an exception here would otherwise
+    // destroy joinable threads (std::terminate).
+    for (int t = 1; t < threads; ++t) {
+      try {
+        pool.emplace_back(worker);
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
+    started_ = static_cast<int>(pool.size()) + 1;
     worker();
     for (auto& th : pool) th.join();
     if (error) std::rethrow_exception(error);

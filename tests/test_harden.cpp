@@ -12,6 +12,7 @@
 #include "engine/executor.h"
 #include "engine/io/files.h"
 #include "engine/io/npy.h"
+#include "engine/io/weights.h"
 #include "engine/validate.h"
 #include "reference/cpu_executor.h"
 #include "tests/test_util.h"
@@ -31,9 +32,10 @@ struct Res {
 
 // stdout to a file, stderr alone to the pipe. `timeout` only guards the suite against the hang
 // a FIFO input used to cause: a case that needs it fails on its exit status (124).
-Res run_cli(const std::string& args, const std::string& tmp, const std::string& redirect = "") {
+Res run_cli(const std::string& args, const std::string& tmp, const std::string& redirect = "",
+            const std::string& prefix = "") {
   Res r;
-  r.rc = run_command("{ timeout 60 " + std::string(CNNRUN_BINARY) + " " + args + " " +
+  r.rc = run_command("{ " + prefix + "timeout 60 " + std::string(CNNRUN_BINARY) + " " + args + " " +
                          (redirect.empty() ? ">" + tmp + "/stdout" : redirect) + "; }",
                      &r.err);
   r.out = redirect.empty() ? read_file(tmp + "/stdout") : "";
@@ -313,4 +315,97 @@ TEST_CASE("harden: validate() names the first layer giving NaN or infinity, not 
   ro.batch = 2;
   RunResult r = a->run(d, ro);
   CHECK(r.nonfinite_images == 1);  // image 1 is all zeros: 0 * 3e38 stays finite
+}
+
+namespace {
+
+// A net whose one layer is far larger per image than the rest: 60000 1x1 filters over 3x32x32
+// give 246 MB per image, with weights of a few MB written here (not committed).
+std::string wide_net(const std::string& tmp) {
+  const int64_t F = 60000;
+  write_file(
+      tmp + "/wide.yaml",
+      "input: {channels: 3, height: 32, width: 32}\nclasses: [c0, c1, c2, c3, c4, c5, c6, c7, c8, c9]\n"
+      "weights: {format: safetensors, path: wide.safetensors}\nlayers:\n"
+      "  - {name: wide, type: conv, filters: " +
+          std::to_string(F) +
+          ", kernel: 1}\n  - {name: gap, type: avgpool, global: true}\n"
+          "  - {name: fc, type: fc, outputs: 10}\n");
+  std::map<std::string, Tensor> t;
+  t["wide.weight"] = Tensor({F, 3, 1, 1});
+  t["wide.bias"] = Tensor({F});
+  t["fc.weight"] = Tensor({10, F});
+  t["fc.bias"] = Tensor({10});
+  for (auto& kv : t) kv.second.data = random_floats(kv.second.data.size(), 16, -0.01f, 0.01f);
+  write_file(tmp + "/wide.safetensors", safetensors_bytes(t));
+  return tmp + "/wide.yaml --engine cpu --data " + R() + "/cifar10/ok.bin";
+}
+
+}  // namespace
+
+TEST_CASE("harden: under a 1 GiB address-space limit a run cuts its blocks or fails cleanly, never dies") {
+  std::string tmp = temp_dir("harden-ulimit"), args = wide_net(tmp);
+  // ulimit -v is in KiB. 1 GiB holds three or four 246 MB images beside the process: the blocks
+  // are cut to fit and the run finishes with the same answer as without the limit.
+  Res free_run = run_cli(args + " --quiet --batch 16 --cycle", tmp);
+  INFO(free_run.err);
+  REQUIRE(free_run.rc == 0);
+  Res r = run_cli(args + " --batch 16 --cycle --threads 2", tmp, "> " + tmp + "/report.txt",
+                  "ulimit -v 1048576; ");
+  INFO(r.err);
+  CHECK(r.rc == 0);
+  const std::string report = read_file(tmp + "/report.txt");
+  CHECK(contains(report, "to fit host memory"));
+  CHECK(contains(report, "available by the address-space limit), blocks cut from 16 to"));
+  CHECK(contains(report, free_run.out.substr(free_run.out.find('('))));  // same (correct/images)
+
+  // 256 MiB cannot hold one image: one line naming the layer and the bytes, exit 1.
+  r = run_cli(args + " --quiet", tmp, "", "ulimit -v 262144; ");
+  INFO(r.err);
+  CHECK(r.rc == 1);
+  CHECK(one_line(r.err) == 1);
+  CHECK(contains(r.err,
+                 "cnnrun: host memory: one image needs 246.0 MB for its layer outputs (the largest, "
+                 "layer 'wide' (conv), 245.8 MB)"));
+  CHECK(contains(r.err, "by the address-space limit"));
+
+  // 2^62 cycled images: their predictions alone are more than any memory.
+  r = run_cli(args + " --quiet --cycle --batch 4611686018427387904", tmp);
+  INFO(r.err);
+  CHECK(r.rc == 1);
+  CHECK(contains(r.err,
+                 "--batch 4611686018427387904: the predictions of 4611686018427387904 images need more "
+                 "than 2^63 bytes of host memory"));
+}
+
+TEST_CASE("harden: a run reads only the images it needs, however often a file is listed") {
+  std::string tmp = temp_dir("harden-needs"), list;
+  fs::copy_file(R() + "/cifar10/ok.bin", tmp + "/a");
+  for (int i = 0; i < 3000; ++i) list += i ? ",a" : "a";
+  Res r = run_cli(R() + "/nets/fc.yaml --batch 2 --data " + list, tmp, "", "cd " + tmp + " && ");
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(contains(r.out, "3000 files, 3000 images (the first 2 read)"));
+  CHECK(contains(r.out, "Images: 2"));
+}
+
+TEST_CASE("harden: names from a netdef reach the terminal escaped and the JSON report as UTF-8") {
+  std::string tmp = temp_dir("harden-names");
+  fs::copy_file(R() + "/nets/idx.safetensors", tmp + "/idx.safetensors");
+  // The net's name holds a terminal escape (clear screen, red), a layer's a Latin-1 byte (not UTF-8).
+  write_file(tmp + "/n.yaml",
+             "name: \"\\e[2J\\e[31mred\"\ninput: {channels: 1, height: 2, width: 2}\n"
+             "classes: [c0, c1, c2, c3, c4, c5, c6, c7, c8, c9]\n"
+             "weights: {format: safetensors, path: idx.safetensors}\nlayers:\n"
+             "  - {name: \"g\xe9\", type: avgpool, global: true}\n  - {name: fc, type: fc, outputs: 10}\n");
+  const std::string data = R() + "/idx/ok-images-idx3-ubyte," + R() + "/idx/ok-labels-idx1-ubyte";
+  Res r = run_cli(tmp + "/n.yaml --data " + data + " --json " + tmp + "/r.json", tmp);
+  INFO(r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(!contains(r.out, "\x1b"));
+  CHECK(contains(r.out, "\\x1b[2J\\x1b[31mred"));
+  CHECK(contains(r.out, "    g\\xe9 "));
+  const std::string j = read_file(tmp + "/r.json");
+  CHECK(contains(j, "\"g\xef\xbf\xbd\""));  // U+FFFD for the byte that is not UTF-8
+  CHECK(contains(j, "\"images\": 3"));
 }

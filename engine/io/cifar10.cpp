@@ -2,14 +2,15 @@
 // order, so loading is a split of each record into two arrays; files are read a few MB at a
 // time so 50000 images (150 MB) load at disk speed without a second full-size buffer.
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 
 #include "engine/core/error.h"
+#include "engine/core/memory.h"
 #include "engine/io/dataset.h"
 #include "engine/io/files.h"
 
@@ -85,8 +86,10 @@ std::vector<std::string> official_files(const std::string& dir, const std::strin
 
 }  // namespace
 
-Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string& split, int num_classes) {
+Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string& split, int num_classes,
+                     const DataNeeds& needs) {
   if (paths_in.empty()) throw Error("cifar10: no data files given");
+  const Shape cifar{3, 32, 32};
   std::vector<std::string> paths = paths_in;
   std::error_code ec;
   if (paths.size() == 1 && fs::is_directory(paths[0], ec)) paths = official_files(paths[0], split);
@@ -105,29 +108,39 @@ Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string
     total = checked_add(total, size / kRecord, "CIFAR-10 image count");
   }
 
-  // A netdef can list one big file many times; what that adds up to must fit in memory, or the
-  // error should say so here rather than as a failed (or, overcommitted, fatal) allocation.
-  const int64_t bytes = checked_mul(total, kPixels, "CIFAR-10 pixel bytes");
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  if (pages > 0 && page > 0 && bytes / page >= pages)
+  if (needs.shape.c != 0 && needs.shape != cifar) {
+    const std::string desc =
+        "cifar10: " + (paths.size() == 1 ? paths[0] : std::to_string(paths.size()) + " files") + ", " +
+        std::to_string(total) + " images";
+    throw DataShapeMismatch(
+        paths[0] + ": CIFAR-10 images are " + cifar.str() + " but the network input is " + needs.shape.str(),
+        cifar, desc);
+  }
+  // Only the images the run needs are read. A netdef can list one big file many times: what the
+  // rest adds up to must fit in memory, or the error should say so here rather than as a failed
+  // (or, overcommitted, fatal) allocation.
+  const int64_t take = needs.max_images > 0 ? std::min(needs.max_images, total) : total;
+  const int64_t bytes = checked_mul(take, kPixels, "CIFAR-10 pixel bytes");
+  const HostMemory mem = host_memory();
+  if (checked_add(bytes, take, "CIFAR-10 bytes") > mem.available / 10 * 9)
     throw Error("cifar10: " + std::to_string(paths.size()) + " file(s) hold " + std::to_string(total) +
-                " images = " + std::to_string(bytes) + " bytes, more than this machine's " +
-                std::to_string(static_cast<int64_t>(pages) * page) + " bytes of memory (first file " +
-                paths[0] + ")");
+                " images; the " + std::to_string(take) + " this run reads = " + std::to_string(bytes) +
+                " bytes, more than the host memory (" + mem.str() + "; first file " + paths[0] + ")");
   Dataset ds;
-  ds.shape = {3, 32, 32};
-  ds.count = total;
+  ds.shape = cifar;
+  ds.count = take;
   ds.pixels.resize(static_cast<size_t>(bytes));
-  ds.labels.resize(static_cast<size_t>(total));
+  ds.labels.resize(static_cast<size_t>(take));
 
   constexpr int64_t kChunkRecords = 1024;  // 3 MB per read
   std::vector<uint8_t> buf(static_cast<size_t>(kChunkRecords * kRecord));
   int64_t img = 0;
-  for (size_t fi = 0; fi < paths.size(); ++fi) {
+  for (size_t fi = 0; fi < paths.size() && img < take; ++fi) {
     const std::string& p = paths[fi];
     InputFile f(p);
-    for (int64_t done = 0; done < counts[fi];) {
-      int64_t n = std::min(kChunkRecords, counts[fi] - done);
+    const int64_t here = std::min(counts[fi], take - img);
+    for (int64_t done = 0; done < here;) {
+      int64_t n = std::min(kChunkRecords, here - done);
       size_t want = static_cast<size_t>(n * kRecord);
       size_t got = static_cast<size_t>(f.read(buf.data(), static_cast<int64_t>(want)));
       if (got != want)
@@ -146,7 +159,8 @@ Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string
     }
   }
   ds.description = "cifar10: " + (paths.size() == 1 ? paths[0] : std::to_string(paths.size()) + " files") +
-                   ", " + std::to_string(total) + " images";
+                   ", " + std::to_string(total) + " images" +
+                   (take < total ? " (the first " + std::to_string(take) + " read)" : "");
   return ds;
 }
 

@@ -41,9 +41,16 @@ std::string guess_format(const std::string& override_path) {
   return "cifar10";
 }
 
-}  // namespace
+[[noreturn]] void shape_mismatch(const Network& net, const std::string& override_path,
+                                 const std::string& description, const Shape& found) {
+  std::string what = "the data set (" + description + ") has images of " + found.str() +
+                     " but the network input is " + net.input.str();
+  if (!override_path.empty()) throw Error("--data " + override_path + ": " + what);
+  fail_at(net.data.loc, "", "", "", what);
+}
 
-Dataset load_dataset(const Network& net, const AssetResolver& assets, const std::string& override_path) {
+Dataset load_checked(const Network& net, const AssetResolver& assets, const std::string& override_path,
+                     int64_t max_images) {
   const DataSpec& spec = net.data;
   const bool user = !override_path.empty();
   std::string format = spec.format;
@@ -52,6 +59,9 @@ Dataset load_dataset(const Network& net, const AssetResolver& assets, const std:
     format = guess_format(override_path);
   }
   const int classes = net.num_classes();
+  DataNeeds needs;
+  needs.max_images = max_images;
+  needs.shape = net.input;
   Dataset ds;
   if (format == "cifar10") {
     std::vector<std::string> paths;
@@ -63,7 +73,7 @@ Dataset load_dataset(const Network& net, const AssetResolver& assets, const std:
     } else {
       for (const auto& p : spec.paths) paths.push_back(assets.resolve(p, spec.loc, "data file"));
     }
-    ds = load_cifar10(paths, spec.split, classes);
+    ds = load_cifar10(paths, spec.split, classes, needs);
   } else if (format == "idx") {
     std::string images, labels;
     if (user) {
@@ -76,18 +86,24 @@ Dataset load_dataset(const Network& net, const AssetResolver& assets, const std:
       images = assets.resolve(spec.images, spec.loc, "data images file");
       labels = assets.resolve(spec.labels, spec.loc, "data labels file");
     }
-    ds = load_idx(images, labels, classes);
+    ds = load_idx(images, labels, classes, needs);
   } else {
     throw Error(net.source + ": unknown data format '" + format + "'");
   }
-  if (ds.shape != net.input) {
-    std::string what = "the data set (" + ds.description + ") has images of " + ds.shape.str() +
-                       " but the network input is " + net.input.str();
-    if (user) throw Error("--data " + override_path + ": " + what);
-    fail_at(spec.loc, "", "", "", what);
-  }
+  if (ds.shape != net.input) shape_mismatch(net, override_path, ds.description, ds.shape);
   if (user) ds.description += " (--data)";
   return ds;
+}
+
+}  // namespace
+
+Dataset load_dataset(const Network& net, const AssetResolver& assets, const std::string& override_path,
+                     int64_t max_images) {
+  try {
+    return load_checked(net, assets, override_path, max_images);
+  } catch (const DataShapeMismatch& e) {  // found from a header, before the pixels were read
+    shape_mismatch(net, override_path, e.description, e.found);
+  }
 }
 
 }  // namespace cnnrun

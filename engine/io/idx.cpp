@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "engine/core/error.h"
+#include "engine/core/memory.h"
 #include "engine/io/dataset.h"
 #include "engine/io/files.h"
 
@@ -148,9 +149,12 @@ uint32_t be32(const uint8_t* p) {
 
 std::string where(const IdxReader& r) { return r.gzip() ? " (offset in the decompressed data)" : ""; }
 
-// Reads the header and exactly the payload it announces, with its dimensions.
+// Reads the header and the payload it announces, with its dimensions: all of it, or with
+// max_items > 0 only the first max_items items (the rest is not read, so not checked).
+// `check(dims, where)` sees the dimensions before any payload is read.
+template <class Check>
 std::vector<uint8_t> read_idx(const std::string& path, uint32_t magic, int ndims, const char* kind,
-                              std::vector<int64_t>& dims, bool& gzip) {
+                              std::vector<int64_t>& dims, bool& gzip, int64_t max_items, Check check) {
   IdxReader r(path);
   gzip = r.gzip();
   const int64_t header = 4 + 4 * static_cast<int64_t>(ndims);
@@ -186,11 +190,19 @@ std::vector<uint8_t> read_idx(const std::string& path, uint32_t magic, int ndims
               "header announces " + dstr + (bytes > kMaxBytes ? " > 16 GiB" : " = " + std::to_string(bytes)) +
                   " data bytes, more than this file can hold" + where(r));
   }
+  check(dims, where(r));
+  const int64_t items = max_items > 0 ? std::min(max_items, dims[0]) : dims[0];
+  const int64_t want = bytes / dims[0] * items;
+  const HostMemory mem = host_memory();
+  if (want > mem.available / 10 * 9)
+    fail_file(path, header,
+              std::to_string(items) + " items of " + std::to_string(bytes / dims[0]) + " bytes = " +
+                  bytes_str(want) + ", more than the host memory (" + mem.str() + ")" + where(r));
   std::vector<uint8_t> data;
   constexpr int64_t kStep = int64_t{64} << 20;
   int64_t have = 0;
-  while (have < bytes) {
-    int64_t n = std::min(kStep, bytes - have);
+  while (have < want) {
+    int64_t n = std::min(kStep, want - have);
     data.resize(static_cast<size_t>(have + n));
     int64_t k = r.read(data.data() + have, n);
     have += k;
@@ -200,7 +212,7 @@ std::vector<uint8_t> read_idx(const std::string& path, uint32_t magic, int ndims
                     " data bytes, the file ends after " + std::to_string(have) + where(r));
   }
   uint8_t extra;
-  if (r.read(&extra, 1) != 0)
+  if (want == bytes && r.read(&extra, 1) != 0)
     fail_file(
         path, header + bytes,
         "trailing bytes after the " + std::to_string(bytes) + " data bytes the header announces" + where(r));
@@ -209,12 +221,24 @@ std::vector<uint8_t> read_idx(const std::string& path, uint32_t magic, int ndims
 
 }  // namespace
 
-Dataset load_idx(const std::string& images, const std::string& labels, int num_classes) {
+Dataset load_idx(const std::string& images, const std::string& labels, int num_classes,
+                 const DataNeeds& needs) {
   std::vector<int64_t> idims, ldims;
   bool igz = false, lgz = false;
-  std::vector<uint8_t> pixels =
-      read_idx(images, 0x00000803, 3, "unsigned-byte images, 3 dimensions", idims, igz);
-  std::vector<uint8_t> lab = read_idx(labels, 0x00000801, 1, "unsigned-byte labels, 1 dimension", ldims, lgz);
+  // The shape against the network's before a pixel is read: a header of 1 x 62600 x 62600 is
+  // refused at byte 8, not after 4 GB of decompression.
+  std::vector<uint8_t> pixels = read_idx(
+      images, 0x00000803, 3, "unsigned-byte images, 3 dimensions", idims, igz, needs.max_images,
+      [&](const std::vector<int64_t>& d, const std::string& where) {
+        const Shape s{1, d[1], d[2]};
+        if (needs.shape.c != 0 && s != needs.shape)
+          throw DataShapeMismatch(images + ": byte 8: the data set has images of " + s.str() +
+                                      " but the network input is " + needs.shape.str() + where,
+                                  s, "idx: " + images + ", " + std::to_string(d[0]) + " images " + s.str());
+      });
+  std::vector<uint8_t> lab =
+      read_idx(labels, 0x00000801, 1, "unsigned-byte labels, 1 dimension", ldims, lgz, needs.max_images,
+               [](const std::vector<int64_t>&, const std::string&) {});
   if (idims[0] != ldims[0])
     throw Error(images + " holds " + std::to_string(idims[0]) + " images but " + labels + " holds " +
                 std::to_string(ldims[0]) + " labels");
@@ -225,11 +249,12 @@ Dataset load_idx(const std::string& images, const std::string& labels, int num_c
                     std::to_string(num_classes) + " classes" +
                     (lgz ? " (offset in the decompressed data)" : ""));
   Dataset ds;
-  ds.count = idims[0];
+  ds.count = static_cast<int64_t>(lab.size());
   ds.shape = {1, idims[1], idims[2]};
   ds.pixels = std::move(pixels);
   ds.labels = std::move(lab);
-  ds.description = "idx: " + images + ", " + std::to_string(ds.count) + " images " + ds.shape.str();
+  ds.description = "idx: " + images + ", " + std::to_string(idims[0]) + " images " + ds.shape.str();
+  if (ds.count < idims[0]) ds.description += " (the first " + std::to_string(ds.count) + " read)";
   return ds;
 }
 

@@ -6,6 +6,7 @@ directory and compares, so the committed files cannot drift from this script)"""
 import gzip
 import json
 import os
+import random
 import struct
 import sys
 
@@ -174,4 +175,9 @@ put(I + "gz_truncated-images-idx3-ubyte.gz", gzip.compress(idx(IMG, [3, 2, 2], b
 GZ_OK = gzip.compress(idx(IMG, [3, 2, 2], bytes(range(12))), mtime=0)
 put(I + "gz_corrupt-images-idx3-ubyte.gz", GZ_OK[:-8] + bytes(b ^ 0xff for b in GZ_OK[-8:-4]) + GZ_OK[-4:])
 put(I + "gz_trailing-images-idx3-ubyte.gz", GZ_OK + b"appended")
+# A header claiming 1 x 2000 x 2000 with 4100 incompressible bytes: the gzip file could hold the
+# 4 MB claimed (the deflate bound), so only the shape check against the netdef, made before any
+# pixel is read, stops it (reading first would report a truncation instead).
+put(I + "gz_shape-images-idx3-ubyte.gz",
+    gzip.compress(idx(IMG, [1, 2000, 2000], random.Random(16).randbytes(4100)), mtime=0))
 put(I + "gz_bomb-images-idx3-ubyte.gz", gzip.compress(idx(IMG, [4000000, 100, 100], b""), mtime=0))
