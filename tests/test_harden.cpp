@@ -10,6 +10,7 @@
 
 #include "engine/core/error.h"
 #include "engine/executor.h"
+#include "engine/gpu_api.h"
 #include "engine/io/files.h"
 #include "engine/io/npy.h"
 #include "engine/io/weights.h"
@@ -408,4 +409,39 @@ TEST_CASE("harden: names from a netdef reach the terminal escaped and the JSON r
   const std::string j = read_file(tmp + "/r.json");
   CHECK(contains(j, "\"g\xef\xbf\xbd\""));  // U+FFFD for the byte that is not UTF-8
   CHECK(contains(j, "\"images\": 3"));
+}
+
+TEST_CASE("gpu: harden: the GPU's argmax pass counts images whose output is not finite" *
+          doctest::skip(!gpu_present())) {
+  // The validate() net above: fc1's 3e38 weights overflow for image 0 (pixels 255) only. Cycled
+  // to several blocks, so the count runs through the captured graphs and a shorter last block.
+  Network net = parse_netdef_string(
+      "input: {channels: 1, height: 1, width: 2}\nclasses: [a, b]\n"
+      "layers:\n  - {name: fc1, type: fc, outputs: 2}\n  - {name: fc2, type: fc, outputs: 2}\n");
+  net.layers[0]->weights["weight"] = Tensor({2, 2});
+  net.layers[0]->weights["weight"].data = {3e38f, 3e38f, 1.f, 1.f};
+  net.layers[0]->weights["bias"] = Tensor({2});
+  net.layers[1]->weights["weight"] = Tensor({2, 2});
+  net.layers[1]->weights["weight"].data = {1.f, -1.f, 1.f, 1.f};
+  net.layers[1]->weights["bias"] = Tensor({2});
+  Dataset d;
+  d.count = 2;
+  d.shape = {1, 1, 2};
+  d.pixels = {255, 255, 0, 0};
+  d.labels = {0, 1};
+  auto gpu = make_gpu_executor(net);
+  RunOptions ro;
+  ro.batch = 1001;  // images 0, 2, ..., 1000 are image 0: 501 of them
+  ro.cycle = true;
+  ro.block = 100;
+  RunResult r = gpu->run(d, ro);
+  CHECK(r.nonfinite_images == 501);
+  CHECK(first_nonfinite_layer(*gpu, net, d, 2) == "fc1");
+  Validation v = validate(*gpu, *make_cpu_executor(net), net, d, 2);
+  CHECK(v.nonfinite);
+  CHECK(v.first_failure == "fc1");
+  // A finite run counts nothing.
+  d.pixels = {1, 1, 0, 0};
+  r = gpu->run(d, ro);
+  CHECK(r.nonfinite_images == 0);
 }
