@@ -225,8 +225,8 @@ layers:
   put("fc.bias", {5}, test::random_floats(5, 5));
   load_weights_from(b, t, "hand");
   Dataset d = random_images({2, 8, 8}, 7, 9);
-  std::vector<Tensor> ya = make_cpu_executor(a)->forward_layers(d, 0, 7);
-  std::vector<Tensor> yb = make_cpu_executor(b)->forward_layers(d, 0, 7);
+  std::vector<Tensor> ya = make_cpu_executor(a)->forward_layers(d, 0, 7, RunOptions{});
+  std::vector<Tensor> yb = make_cpu_executor(b)->forward_layers(d, 0, 7, RunOptions{});
   REQUIRE(ya.size() == yb.size());
   const Tensor& oa = ya[static_cast<size_t>(a.output)];
   const Tensor& ob = yb[static_cast<size_t>(b.output)];
