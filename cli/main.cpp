@@ -15,12 +15,15 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <stdexcept>
 
 #include "engine/core/clock.h"
+#include "engine/core/memory.h"
 #include "engine/executor.h"
 #include "engine/gpu_api.h"
 #include "engine/io/assets.h"
 #include "engine/io/dataset.h"
+#include "engine/io/files.h"
 #include "engine/io/npy.h"
 #include "engine/io/source.h"
 #include "engine/io/weights.h"
@@ -36,6 +39,9 @@ namespace {
 
 using namespace cnnrun;
 constexpr const char* kVersion = "0.1.0";
+
+// What the CLI is doing, for an out-of-memory message that names it.
+const char* g_stage = "starting";
 
 struct Options {
   std::string netdef;
@@ -229,8 +235,26 @@ std::unique_ptr<Executor> make_executor(const Network& net, const std::string& e
   return make_cpu_executor(net);
 }
 
+// Prints to stdout and makes sure it arrived: a report lost to a full disk is an error (exit 1),
+// not a silent success.
+void print_stdout(const std::string& text) {
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    throw Error(std::string("standard output: write failed (") + std::strerror(errno) + ")");
+}
+
 int run_network(const Options& o) {
   auto t_total = Clock::now();
+  // The outputs are checked before anything is loaded: a path that cannot be written is an
+  // error now, not after the run.
+  OutputFiles outs;
+  for (const std::string& p : {o.netdef, o.data, o.weights}) outs.protect(p);
+  const size_t kNone = static_cast<size_t>(-1);
+  size_t dump_out = kNone, json_out = kNone;
+  if (!o.dump.empty()) dump_out = outs.add("--dump", o.dump);
+  if (!o.json.empty()) json_out = outs.add("--json", o.json);
+  size_t predictions_out = kNone;
+  if (!o.predictions.empty()) predictions_out = outs.add("--predictions", o.predictions);
   if (o.resident && o.engine == "auto") {  // --engine cpu --resident is refused in main()
     std::string why;
     if (!gpu_available(&why)) throw Error("--resident needs the GPU engine, and no GPU is usable: " + why);
@@ -240,12 +264,14 @@ int run_network(const Options& o) {
   rep.netdef = o.netdef;
 
   auto t = Clock::now();
+  g_stage = "reading the netdef";
   Network net = load_network(o);
   rep.build_net_s = seconds_since(t);
   rep.net_name = net.name;
   AssetResolver assets(net.source_dir, AssetResolver::default_roots(o.assets));
 
   t = Clock::now();
+  g_stage = "loading the weights";
   if (!is_onnx(o.netdef) || !o.weights.empty()) load_weights(net, assets, o.weights);
   rep.load_weights_s = seconds_since(t);
   rep.weights_description = !o.weights.empty()  ? "--weights " + o.weights
@@ -253,8 +279,10 @@ int run_network(const Options& o) {
                                                 : net.weights.format + ": " + net.weights.path;
 
   t = Clock::now();
+  g_stage = "loading the data";
+  // Only the images the run reads: --batch N needs the first N (fewer when cycling a smaller set).
   std::unique_ptr<DataSource> src =
-      open_data(net, assets, o.data, o.data_format, o.decode_threads, o.skip_bad);
+      open_data(net, assets, o.data, o.data_format, o.decode_threads, o.skip_bad, o.batch);
   rep.load_data_s = seconds_since(t);
   rep.data_description = src->description();
   rep.labelled = src->labelled();
@@ -266,6 +294,8 @@ int run_network(const Options& o) {
                                          : "--cycle") +
                 " needs a data set in memory; " + src->description() + " is streamed from its files");
 
+  outs.check_not_inputs();  // every input is open by now: refused before the run, not after
+
   RunOptions ro;
   ro.batch = o.batch ? o.batch : count;
   if (ro.batch > count && !o.cycle)
@@ -273,7 +303,7 @@ int run_network(const Options& o) {
                 " images; add --cycle to run them repeatedly");
   ro.cycle = o.cycle;
   ro.want_probs = !o.dump.empty();
-  ro.block = o.block;
+  ro.block = std::min(o.block, ro.batch);  // a block larger than the run is the run (no overflow)
   ro.streams = o.streams;
   ro.threads = o.threads;
   // MiB to bytes; a cap past 2^63 bytes is no cap (more than any GPU holds).
@@ -291,10 +321,8 @@ int run_network(const Options& o) {
   const int classes = net.num_classes();
   const int k = std::min(o.top_k > 0 ? o.top_k : classes > 10 ? 5 : 1, classes);
   const bool need_values = (k > 1 && rep.labelled) || !o.predictions.empty();
-  std::vector<std::string> inputs{o.netdef, o.data, o.weights};
   std::unique_ptr<PredictionsWriter> csv;
-  if (!o.predictions.empty())
-    csv = std::make_unique<PredictionsWriter>(o.predictions, net.classes, std::max(k, 1), inputs);
+  if (!o.predictions.empty()) csv = std::make_unique<PredictionsWriter>(net.classes, std::max(k, 1));
   Scorer scorer(classes, k);
   const int64_t per = net.layers[static_cast<size_t>(net.output)]->out_shape.size();
   auto on_block = [&](const Dataset& block, int64_t first, const RunResult& r) {
@@ -313,6 +341,8 @@ int run_network(const Options& o) {
     engine = "cpu";
     rep.float_data_on_cpu = true;
   }
+  g_stage = "running the network";
+  check_results_fit(ro.batch, ro.want_probs, per, host_memory());
   std::unique_ptr<Executor> ex = make_executor(net, engine, rep.cpu_fallback);
   rep.run = run_source(*ex, *src, ro, need_values, stream_block_images(net.input), on_block, &rep.stream);
   rep.scores = scorer.scores();
@@ -339,7 +369,26 @@ int run_network(const Options& o) {
     rep.run.forward_seconds = median;
   }
 
+  if (rep.run.nonfinite_images > 0) {
+    // The argmax of NaNs is class 0: reporting an accuracy here would be a silent wrong answer.
+    // A streamed source: its first block, read again (the layer is named when it is there).
+    Dataset first_block;
+    int64_t n = rep.distinct_images;
+    if (!whole) {
+      n = std::min(n, stream_block_images(net.input));
+      src->read(0, n, first_block);
+    }
+    const std::string layer = first_nonfinite_layer(*ex, net, whole ? *whole : first_block, n, ro);
+    const Layer* l = layer.empty() ? nullptr : net.layers[static_cast<size_t>(net.find(layer))].get();
+    throw Error("the network's output holds NaN or infinity for " + std::to_string(rep.run.nonfinite_images) +
+                " of " + std::to_string(rep.run.images) + " images; " +
+                (l ? "the first layer producing a non-finite value is '" + l->name + "' (" + l->type +
+                         "), at " + l->loc.str() + " (weights or inputs too large for float32?)"
+                   : "no layer gives one when the images are run again (a nondeterministic fault?)"));
+  }
+
   int status = 0;
+  g_stage = "validating";
   if (o.validate) {
     auto ref = make_cpu_executor(net);
     if (ex->name() == ref->name()) rep.validated_by_itself = true;
@@ -356,35 +405,51 @@ int run_network(const Options& o) {
   }
   rep.total_s = seconds_since(t_total);
 
-  if (csv) csv->finish();
-  if (!o.dump.empty())
-    write_output_file(o.dump, npy_bytes({rep.run.images, per}, rep.run.probs.data()), inputs);
-  if (!o.json.empty()) write_output_file(o.json, report_json(rep), inputs);
+  g_stage = "writing the outputs";
+  if (csv) outs.set(predictions_out, csv->take());
+  if (dump_out != kNone) outs.set(dump_out, npy_bytes({rep.run.images, per}, rep.run.probs.data()));
+  if (json_out != kNone) outs.set(json_out, report_json(rep));
+  std::string text;
   if (o.quiet && !rep.labelled) {
-    std::printf("images %lld (no labels: no accuracy)\n", static_cast<long long>(rep.run.images));
+    text = "images " + std::to_string(rep.run.images) + " (no labels: no accuracy)\n";
   } else if (o.quiet) {
-    std::printf("accuracy %.2f %% (%lld/%lld)\n",
-                rep.run.images
-                    ? 100.0 * static_cast<double>(rep.run.correct) / static_cast<double>(rep.run.images)
-                    : 0.0,
-                static_cast<long long>(rep.run.correct), static_cast<long long>(rep.run.images));
+    char line[128];
+    std::snprintf(line, sizeof line, "accuracy %.2f %% (%lld/%lld)\n",
+                  rep.run.images
+                      ? 100.0 * static_cast<double>(rep.run.correct) / static_cast<double>(rep.run.images)
+                      : 0.0,
+                  static_cast<long long>(rep.run.correct), static_cast<long long>(rep.run.images));
+    text = line;
   } else {
-    std::fputs(report_text(rep).c_str(), stdout);
+    text = report_text(rep);
   }
-  if (status == 3)
+  // Every output file is complete before the report is printed, and none is in place before the
+  // report has arrived: a failure anywhere leaves all of them untouched.
+  outs.commit([&] { print_stdout(text); });
+  if (status == 3 && rep.validation.nonfinite)
+    std::fprintf(stderr, "cnnrun: validation failed: layer '%s' gives NaN or infinite values\n",
+                 Error::one_line(rep.validation.first_failure).c_str());
+  else if (status == 3)
     std::fprintf(stderr, "cnnrun: validation failed: layer '%s' differs from the CPU reference beyond %.0e\n",
-                 rep.validation.first_failure.c_str(), rep.validation.tolerance);
+                 Error::one_line(rep.validation.first_failure).c_str(), rep.validation.tolerance);
   return status;
 }
 
 int convert(const std::string& netdef, const std::string& out, const std::string& weights,
             const std::vector<std::string>& asset_dirs) {
+  {
+    OutputFiles check;  // an unwritable output is refused before anything is read
+    check.add("", out);
+  }
   Network net = parse_netdef_file(netdef);
   AssetResolver assets(net.source_dir, AssetResolver::default_roots(asset_dirs));
   load_weights(net, assets, weights, /*fold=*/false);
   auto tensors = collect_weights(net);
-  write_output_file(out, safetensors_bytes(tensors), {netdef, weights});
-  std::printf("wrote %zu tensors to %s\n", tensors.size(), out.c_str());
+  OutputFiles outs;
+  outs.protect(netdef);
+  outs.protect(weights);
+  outs.set(outs.add("", out), safetensors_bytes(tensors));
+  outs.commit([&] { print_stdout("wrote " + std::to_string(tensors.size()) + " tensors to " + out + "\n"); });
   return 0;
 }
 
@@ -554,6 +619,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    for (const char* opt : {"--json", "--dump"})
+      if (app.count(opt) && (opt[2] == 'j' ? o.json : o.dump).empty()) {
+        std::fprintf(stderr, "cnnrun: %s: empty file name (see cnnrun --help)\n", opt);
+        return 2;
+      }
+    for (const std::string& a : o.assets)
+      if (a.empty()) {
+        std::fprintf(stderr,
+                     "cnnrun: --assets: empty directory name (it would make the current directory an asset "
+                     "root; write --assets . for that)\n");
+        return 2;
+      }
     if (*conv) return convert(conv_netdef, conv_out, o.weights, o.assets);
     if (*imp) return import_model(o, imp_model, imp_out);
     if (o.netdef.empty()) {
@@ -582,7 +659,13 @@ int main(int argc, char** argv) {
     }
     return run_network(o);
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "cnnrun: out of host memory\n");
+    std::fprintf(stderr, "cnnrun: out of host memory while %s (now %s)\n", g_stage,
+                 host_memory().str().c_str());
+    return 1;
+  } catch (const std::length_error&) {  // a std::vector past max_size(): a size no memory holds
+    std::fprintf(stderr,
+                 "cnnrun: out of host memory while %s: a buffer larger than any memory was asked for\n",
+                 g_stage);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cnnrun: %s\n", e.what());

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/core/memory.h"
+
 namespace cnnrun {
 
 const char* const kGpuOffNames = "pool,u8,rows,graph,tc,exact,pack";
@@ -96,6 +98,22 @@ int64_t images_to_run(const Dataset& data, const RunOptions& opt) {
                 std::to_string(data.count) + " images (" + data.description +
                 "); cycle through the data to run more");
   return batch;
+}
+
+int64_t check_results_fit(int64_t batch, bool want_probs, int64_t out_size, const HostMemory& mem) {
+  int64_t bytes = INT64_MAX;
+  try {
+    bytes = checked_mul(batch, checked_add(4, want_probs ? checked_mul(out_size, 4, "") : 0, ""), "");
+  } catch (const Error&) {
+  }
+  if (bytes > mem.available / 10 * 9)
+    throw Error("--batch " + std::to_string(batch) + ": the predictions" +
+                (want_probs ? " and output values (" + std::to_string(out_size * 4) + " bytes per image)"
+                            : std::string()) +
+                " of " + std::to_string(batch) + " images need " +
+                (bytes == INT64_MAX ? std::string("more than 2^63 bytes") : bytes_str(bytes)) +
+                " of host memory, but there is " + mem.str() + "; run fewer images");
+  return bytes;
 }
 
 void check_range(const Dataset& data, int64_t first, int64_t n) {

@@ -72,8 +72,16 @@ struct LayerTime {
 // engine/report.cpp turns them into sentences ("Note: ..." lines and the JSON's notes).
 
 struct CpuRunFacts {
-  int64_t block = 0;  // images per block
-  std::string simd;   // Eigen's SIMD instruction sets in use
+  int64_t block = 0;        // images per block
+  std::string simd;         // Eigen's SIMD instruction sets in use
+  int threads = 0;          // worker threads the run asked for
+  int threads_started = 0;  // the ones that could start (fewer: a thread or memory limit)
+  // Cut to fit host memory: the block and thread count before the cut (0: no cut), what
+  // host_memory() found (HostMemory::str()) and the bytes one image needs.
+  int64_t memory_cut_block_from = 0;
+  int memory_cut_threads_from = 0;
+  std::string host_memory;
+  int64_t bytes_per_image = 0;
 };
 
 // auto's search for one conv: each algorithm's best time or why it could not run.
@@ -118,6 +126,7 @@ struct RunResult {
   std::string engine;  // "cpu (eigen, 2 threads)", "gpu (NVIDIA H100 ...)"
   int64_t images = 0;
   int64_t correct = 0;
+  int64_t nonfinite_images = 0;            // images whose output holds a NaN or an infinity
   std::vector<int32_t> predictions;        // one per image
   std::vector<float> probs;                // images x output size, when asked
   std::vector<LayerTime> layers;           // in execution order
@@ -164,6 +173,12 @@ void check_ready(const Network& net, const Dataset& data);
 // The number of images a run covers (opt.batch, 0 = the whole data set), checked against the
 // data set's size and opt.cycle.
 int64_t images_to_run(const Dataset& data, const RunOptions& opt);
+// The host memory a run's results take (4 bytes of prediction per image, and the output values
+// with want_probs), checked against `mem` (host_memory()) before anything is allocated: a
+// --batch of 2^62 cycled images is an error that says so, not a failed allocation. Returns the
+// bytes.
+struct HostMemory;
+int64_t check_results_fit(int64_t batch, bool want_probs, int64_t out_size, const HostMemory& mem);
 // Throws unless images first..first+n-1 lie inside the data set (forward_layers does not cycle).
 void check_range(const Dataset& data, int64_t first, int64_t n);
 

@@ -5,11 +5,14 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <set>
+#include <sstream>
 
 #include "engine/io/assets.h"
+#include "engine/io/files.h"
 #include "engine/network.h"
 #include "engine/yaml_util.h"
 
@@ -88,6 +91,20 @@ class Section {
   std::vector<std::string> used_;
 };
 
+// A netdef number as the float32 it runs as: finite as a double is not enough, 1e39 overflows
+// float32 and 1e-50 (or a denormal like 1e-45) would silently become 0 or lose its precision.
+float to_float(const std::string& file, const YAML::Node& v, const std::string& key, double d) {
+  const float f = static_cast<float>(d);
+  if (!std::isfinite(f))
+    fail_at(yaml_loc(file, v), "", "", key,
+            "number " + v.Scalar() + " overflows float32 (largest 3.4e38), in which the network runs");
+  if (d != 0 && !std::isnormal(f))
+    fail_at(
+        yaml_loc(file, v), "", "", key,
+        "number " + v.Scalar() + " underflows float32 (smallest normal 1.2e-38), in which the network runs");
+  return f;
+}
+
 std::vector<float> read_floats(const std::string& file, const YAML::Node& v, const std::string& key,
                                size_t channels) {
   std::vector<float> out;
@@ -100,11 +117,11 @@ std::vector<float> read_floats(const std::string& file, const YAML::Node& v, con
                   std::to_string(v.size()));
     for (auto it = v.begin(); it != v.end(); ++it) {
       if (!yaml_double(*it, d, why)) fail_at(yaml_loc(file, *it), "", "", key, why);
-      out.push_back(static_cast<float>(d));
+      out.push_back(to_float(file, *it, key, d));
     }
   } else {
     if (!yaml_double(v, d, why)) fail_at(yaml_loc(file, v), "", "", key, why);
-    out.assign(channels, static_cast<float>(d));
+    out.assign(channels, to_float(file, v, key, d));
   }
   return out;
 }
@@ -159,6 +176,27 @@ void parse_preprocess(Network& net, const std::string& file, const YAML::Node& n
       if (!(sd[i] > 0.f)) s.fail("std", stdv, "every std must be positive");
       net.pre.scale[i] = static_cast<float>(1.0 / (255.0 * sd[i]));
       net.pre.shift[i] = static_cast<float>(-static_cast<double>(m[i]) / sd[i]);
+    }
+  }
+  // What the network's input then holds must itself be a float32: pixel 255 * scale + shift.
+  for (size_t i = 0; i < c; ++i) {
+    const double lo = static_cast<double>(net.pre.shift[i]), hi = 255.0 * net.pre.scale[i] + lo;
+    const double worst = std::max(std::fabs(lo), std::fabs(hi));
+    if (!std::isfinite(net.pre.scale[i]) || !std::isfinite(net.pre.shift[i]) ||
+        !std::isfinite(static_cast<float>(worst)) ||
+        (net.pre.scale[i] != 0 && !std::isnormal(net.pre.scale[i]))) {
+      const YAML::Node& at = scale ? scale : stdv ? stdv : mean ? mean : shift;
+      char buf[160];
+      std::snprintf(
+          buf, sizeof buf,
+          "channel %zu: preprocessing gives pixel values up to %.3g (scale %.3g, shift %.3g), outside "
+          "float32's range",
+          i, worst, static_cast<double>(net.pre.scale[i]), static_cast<double>(net.pre.shift[i]));
+      fail_at(yaml_loc(file, at), "", "",
+              scale  ? "preprocess.scale"
+              : stdv ? "preprocess.std"
+                     : "preprocess",
+              buf);
     }
   }
 }
@@ -229,8 +267,16 @@ std::vector<std::string> parse_classes(const std::string& file, const std::strin
     const SourceLoc loc = yaml_loc(file, v);
     AssetResolver assets(dir, AssetResolver::default_roots({}));
     const std::string path = assets.resolve(text, loc, "classes file");
-    std::ifstream f(path);
-    if (!f) fail_at(loc, "", "", "classes", "cannot open the class names file " + path);
+    // Through InputFile: a regular file (a FIFO would hang), recorded so no output replaces it.
+    std::string bytes;
+    try {
+      InputFile in(path);
+      bytes = in.read_all(int64_t{64} << 20, "64 MiB", "not a class names file");
+    } catch (const Error& e) {
+      fail_at(loc, "", "", "classes",
+              std::string("cannot open the class names file ") + path + " (" + e.what() + ")");
+    }
+    std::istringstream f(bytes);
     std::string line;
     int64_t lineno = 0;
     while (std::getline(f, line)) {
@@ -695,7 +741,15 @@ std::string dir_of(const std::string& path) {
 Network parse_text(const std::string& text, const std::string& file, const std::string& dir) {
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    // Every document, so that a second one (after '---') is an error rather than silently
+    // ignored: half a netdef would run.
+    std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (docs.size() > 1) {
+      const YAML::Mark m = docs[1].Mark();
+      fail_at({file, m.is_null() ? 0 : m.line + 1, m.is_null() ? 0 : m.column + 1}, "", "", "",
+              "a second YAML document follows the netdef (after '---'); a netdef is one document");
+    }
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::DeepRecursion& e) {
     SourceLoc loc{file, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1};
     fail_at(loc, "", "", "", "YAML nested more than " + std::to_string(e.depth()) + " levels deep");
@@ -719,19 +773,10 @@ int Network::find(const std::string& layer_name) const {
 Network parse_netdef_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) throw Error(path + ": is a directory, not a netdef");
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(path + ": cannot open the netdef");
-  // Reads at most one chunk past the limit, so /dev/zero or a data set given as the netdef is
-  // refused without being read whole. A real netdef is a few KB; yaml-cpp needs seconds per MB.
-  constexpr size_t kMax = 1u << 20;
-  std::string text;
-  char buf[1 << 16];
-  while (f && text.size() <= kMax) {
-    f.read(buf, sizeof buf);
-    text.append(buf, static_cast<size_t>(f.gcount()));
-  }
-  if (text.size() > kMax) throw Error(path + ": over 1 MiB; not a netdef");
-  if (f.bad()) throw Error(path + ": read error");
+  InputFile f(path);
+  // Reads at most one chunk past the limit, so a data set given as the netdef is refused without
+  // being read whole. A real netdef is a few KB; yaml-cpp needs seconds per MB.
+  std::string text = f.read_all(int64_t{1} << 20, "1 MiB", "not a netdef");
   return parse_text(text, path, dir_of(path));
 }
 

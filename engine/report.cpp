@@ -10,6 +10,8 @@
 #include <sstream>
 #include <thread>
 
+#include "engine/core/memory.h"
+
 namespace cnnrun {
 
 namespace {
@@ -178,9 +180,21 @@ std::vector<std::string> report_notes(const Report& r) {
   if (r.validated_stream_images)
     out.push_back("--validate on a streamed data set checks its first " +
                   std::to_string(r.validated_stream_images) + " images");
-  if (r.run.cpu)
-    out.push_back("cpu: " + std::to_string(r.run.cpu->block) +
-                  " images per block, Eigen SIMD: " + r.run.cpu->simd);
+  if (r.run.cpu) {
+    const CpuRunFacts& c = *r.run.cpu;
+    if (c.memory_cut_block_from > 0)
+      out.push_back("cpu: to fit host memory (" + c.host_memory + "), blocks cut from " +
+                    std::to_string(c.memory_cut_block_from) + " to " + std::to_string(c.block) + " images" +
+                    (c.threads != c.memory_cut_threads_from
+                         ? " and threads from " + std::to_string(c.memory_cut_threads_from) + " to " +
+                               std::to_string(c.threads)
+                         : std::string()) +
+                    " (" + bytes_str(c.bytes_per_image) + " per image)");
+    if (c.threads_started < c.threads)
+      out.push_back("cpu: only " + std::to_string(c.threads_started) + " of " + std::to_string(c.threads) +
+                    " threads could be started (a thread or memory limit?); the others' blocks ran on them");
+    out.push_back("cpu: " + std::to_string(c.block) + " images per block, Eigen SIMD: " + c.simd);
+  }
   if (r.run.gpu) gpu_notes(*r.run.gpu, out);
   if (r.stream.block_images > 0)
     out.push_back("streamed in " + std::to_string(r.stream.blocks) + " blocks of up to " +
@@ -298,7 +312,7 @@ std::string report_text(const Report& r) {
     s += "Net accuracy: none (the data set has no labels)\n";
   }
   s += "Total time: " + fmt("%.6f", r.total_s) + " s\n";
-  return s;
+  return printable(s);  // names and paths come from files: no terminal escapes, only valid UTF-8
 }
 
 std::string report_json(const Report& r) {
@@ -390,7 +404,9 @@ std::string report_json(const Report& r) {
                        {"prediction_mismatches", v.prediction_mismatches},
                        {"layers", checks}};
   }
-  return j.dump(2) + "\n";
+  // Strings from files that are not valid UTF-8 (a Latin-1 layer name) become U+FFFD instead of
+  // failing the report after the whole run.
+  return j.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace cnnrun

@@ -63,32 +63,14 @@ std::string csv_field(const std::string& s) {
 
 }  // namespace
 
-PredictionsWriter::PredictionsWriter(const std::string& path, const std::vector<std::string>& classes, int k,
-                                     const std::vector<std::string>& inputs)
-    : path_(path),
-      tmp_(path + ".tmp-cnnrun"),
-      classes_(classes),
-      k_(std::max(1, std::min<int>(k, static_cast<int>(classes.size())))) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  for (const auto& in : inputs)
-    if (!in.empty() && fs::exists(path, ec) && fs::equivalent(path, in, ec))
-      throw Error(path + ": refusing to overwrite an input file with an output");
-  f_ = std::fopen(tmp_.c_str(), "wb");
-  if (!f_) throw Error(path + ": cannot write (" + std::strerror(errno) + ")");
+PredictionsWriter::PredictionsWriter(const std::vector<std::string>& classes, int k)
+    : classes_(classes), k_(std::max(1, std::min<int>(k, static_cast<int>(classes.size())))) {
   std::string h = "index,path,label";
   for (int j = 1; j <= k_; ++j) {
     const std::string t = "top" + std::to_string(j);
     h += "," + t + "," + t + "_name," + t + "_value";
   }
-  std::fputs((h + "\n").c_str(), f_);
-}
-
-PredictionsWriter::~PredictionsWriter() {
-  if (f_) {
-    std::fclose(f_);
-    std::remove(tmp_.c_str());
-  }
+  bytes_ = h + "\n";
 }
 
 void PredictionsWriter::add(int64_t first, const std::vector<std::string>& paths,
@@ -108,21 +90,7 @@ void PredictionsWriter::add(int64_t first, const std::vector<std::string>& paths
     }
     out += "\n";
   }
-  if (std::fwrite(out.data(), 1, out.size(), f_) != out.size())
-    throw Error(path_ + ": write failed (" + std::strerror(errno) + ")");
-}
-
-void PredictionsWriter::finish() {
-  FILE* f = f_;
-  f_ = nullptr;
-  if (std::fclose(f) != 0) {
-    std::remove(tmp_.c_str());
-    throw Error(path_ + ": write failed (" + std::strerror(errno) + ")");
-  }
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
-    std::remove(tmp_.c_str());
-    throw Error(path_ + ": cannot write (" + std::strerror(errno) + ")");
-  }
+  bytes_ += out;
 }
 
 }  // namespace cnnrun

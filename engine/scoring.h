@@ -38,21 +38,20 @@ class Scorer {
 };
 
 // --predictions FILE.csv: "index,path,label,top1,top1_name,top1_value,..." one row per image,
-// written through a temporary file renamed into place by finish().
+// gathered block by block (text only: the values themselves are dropped with their block).
 class PredictionsWriter {
  public:
-  PredictionsWriter(const std::string& path, const std::vector<std::string>& classes, int k,
-                    const std::vector<std::string>& inputs);
-  ~PredictionsWriter();
+  PredictionsWriter(const std::vector<std::string>& classes, int k);
   void add(int64_t first, const std::vector<std::string>& paths, const std::vector<int32_t>& labels,
            const float* values, int64_t n, int64_t classes);
-  void finish();
+  // The whole CSV (header and rows); the CLI writes it through OutputFiles with the run's other
+  // outputs, all or none.
+  std::string take() { return std::move(bytes_); }
 
  private:
-  std::string path_, tmp_;
   std::vector<std::string> classes_;
   int k_;
-  FILE* f_ = nullptr;
+  std::string bytes_;
 };
 
 }  // namespace cnnrun

@@ -24,6 +24,7 @@ void merge(RunResult& into, RunResult&& r, bool first, bool keep_values) {
   }
   into.images += r.images;
   into.correct += r.correct;
+  into.nonfinite_images += r.nonfinite_images;
   into.predictions.insert(into.predictions.end(), r.predictions.begin(), r.predictions.end());
   if (keep_values) into.probs.insert(into.probs.end(), r.probs.begin(), r.probs.end());
   for (size_t i = 0; i < into.layers.size() && i < r.layers.size(); ++i)

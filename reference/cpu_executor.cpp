@@ -8,11 +8,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 #include "engine/core/clock.h"
+#include "engine/core/memory.h"
 #include "engine/passes.h"
 #include "reference/cpu_layers.h"
 
@@ -92,39 +96,53 @@ class CpuExecutor : public Executor {
     if (opt.resident) throw Error("--resident needs --engine gpu: the CPU executor has no device memory");
     check_fp32(opt);
 
-    const int64_t block = opt.block > 0 ? opt.block : kDefaultBlock;
-    const int threads = thread_count(opt.threads, batch, block);
+    // A block larger than the run is the run: no image count or block count may overflow.
+    int64_t block = std::min(opt.block > 0 ? opt.block : kDefaultBlock, batch);
+    int threads = thread_count(opt.threads, batch, block);
     const Layer& out_layer = *net_.layers[static_cast<size_t>(net_.output)];
     const int64_t out_size = out_layer.out_shape.size();
 
     RunResult r;
+    // The results first (they live for the whole run), then what is left for the workers.
+    const HostMemory mem = host_memory();
+    const int64_t usable = mem.available / 10 * 9;  // Eigen's GEMM blocking and the heap take some
+    const int64_t results = check_results_fit(batch, opt.want_probs, out_size, mem);
+    CpuRunFacts facts;
+    fit_memory(usable - results, mem, &block, &threads, &facts);
     r.images = batch;
     r.predictions.assign(static_cast<size_t>(batch), 0);
     if (opt.want_probs) r.probs.assign(static_cast<size_t>(batch * out_size), 0.f);
-    std::atomic<int64_t> correct{0};
+    std::atomic<int64_t> correct{0}, nonfinite{0};
 
     auto t0 = Clock::now();
     std::vector<double> seconds = for_blocks(
         data, 0, batch, block, threads, opt.progress, [&](BlockRunner& br, int64_t first, int64_t n) {
           const float* y = br.outs[static_cast<size_t>(net_.output)];
-          int64_t good = 0;
+          int64_t good = 0, bad = 0;
           for (int64_t i = 0; i < n; ++i) {
             const float* v = y + i * out_size;
             const int32_t best = predicted_class(v, out_size);
+            bad += !std::all_of(v, v + out_size, [](float x) { return std::isfinite(x); });
             const int64_t img = first + i;
             r.predictions[static_cast<size_t>(img)] = best;
             if (data.labelled() && best == data.labels[static_cast<size_t>(img % data.count)]) ++good;
             if (opt.want_probs) std::copy(v, v + out_size, r.probs.begin() + img * out_size);
           }
           correct += good;
+          nonfinite += bad;
         });
     r.forward_seconds = seconds_since(t0);
     r.correct = correct.load();
+    r.nonfinite_images = nonfinite.load();
 
     r.engine = std::string("cpu (eigen ") + std::to_string(EIGEN_WORLD_VERSION) + "." +
-               std::to_string(EIGEN_MAJOR_VERSION) + ", " + std::to_string(threads) +
-               (threads == 1 ? " thread)" : " threads)");
-    r.cpu = CpuRunFacts{block, Eigen::SimdInstructionSetsInUse()};
+               std::to_string(EIGEN_MAJOR_VERSION) + ", " + std::to_string(started_) +
+               (started_ == 1 ? " thread)" : " threads)");
+    facts.block = block;
+    facts.simd = Eigen::SimdInstructionSetsInUse();
+    facts.threads = threads;
+    facts.threads_started = started_;
+    r.cpu = facts;
     for (size_t i = 0; i < net_.layers.size(); ++i) {
       const Layer& l = *net_.layers[i];
       LayerTime t;
@@ -164,6 +182,58 @@ class CpuExecutor : public Executor {
  private:
   const Network& net_;
   std::vector<ref::ForwardFn> fns_;
+  int started_ = 0;  // threads the last for_blocks ran on
+
+  // Host memory of one worker (BlockRunner) for `block` images.
+  struct WorkerBytes {
+    int64_t per_image = 0, workspace = 0;
+    std::string largest;  // the layer (or "input") whose output is largest per image
+    int64_t largest_bytes = 0;
+    int64_t total(int64_t block) const { return block * per_image + workspace; }
+  };
+  WorkerBytes worker_bytes() const {
+    WorkerBytes w;
+    w.per_image = net_.input.size() * 4;
+    w.largest = "input";
+    w.largest_bytes = w.per_image;
+    for (const auto& l : net_.layers) {
+      if (runs_as_identity(*l)) continue;
+      const int64_t b = l->out_shape.size() * 4;
+      w.per_image += b;
+      if (b > w.largest_bytes) w.largest = "layer '" + l->name + "' (" + l->type + ")", w.largest_bytes = b;
+      if (l->kind == LayerKind::kConv)
+        w.workspace = std::max(w.workspace, ref::conv_workspace_floats(*l) * 4);
+    }
+    return w;
+  }
+
+  // Cuts the block (then the threads) until every worker's buffers fit in `budget` bytes; fails
+  // at once, naming the largest layer, when one image on one thread does not fit. A run too big
+  // for memory is an error here, not a kill by the OOM killer 40 s later.
+  // (budget: 90 % of what host_memory() found, less the results.)
+  void fit_memory(int64_t budget, const HostMemory& mem, int64_t* block, int* threads,
+                  CpuRunFacts* facts) const {
+    const WorkerBytes w = worker_bytes();
+    const int64_t block0 = *block;
+    const int threads0 = *threads;
+    auto fits = [&](int64_t b, int t) {
+      return w.total(b) <= budget / t;  // w.total cannot overflow: sizes are checked at load
+    };
+    if (fits(*block, *threads)) return;
+    if (!fits(1, 1))
+      throw Error("host memory: one image needs " + bytes_str(w.per_image) +
+                  " for its layer outputs (the largest, " + w.largest + ", " + bytes_str(w.largest_bytes) +
+                  ")" + (w.workspace ? " plus " + bytes_str(w.workspace) + " of convolution workspace" : "") +
+                  ", but only " + (budget > 0 ? bytes_str(budget) : std::string("0 bytes")) +
+                  " of the host memory (" + mem.str() + ") can be used");
+    while (*threads > 1 && !fits(1, *threads)) --*threads;
+    const int64_t b = (budget / *threads - w.workspace) / w.per_image;
+    *block = std::max<int64_t>(1, std::min(*block, b));
+    facts->memory_cut_block_from = block0;
+    facts->memory_cut_threads_from = threads0;
+    facts->host_memory = mem.str();
+    facts->bytes_per_image = w.per_image;
+  }
 
   static void check_fp32(const RunOptions& opt) {
     if (opt.precision != Precision::kFp32)
@@ -173,7 +243,7 @@ class CpuExecutor : public Executor {
 
   static int thread_count(int asked, int64_t images, int64_t block) {
     int t = asked > 0 ? asked : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    const int64_t blocks = (images + block - 1) / block;
+    const int64_t blocks = images / block + (images % block != 0);
     return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(t, blocks)));
   }
 
@@ -184,7 +254,7 @@ class CpuExecutor : public Executor {
   std::vector<double> for_blocks(const Dataset& data, int64_t first, int64_t count, int64_t block,
                                  int threads, const std::function<void(int64_t, int64_t)>& progress,
                                  Done done) {
-    const int64_t blocks = (count + block - 1) / block;
+    const int64_t blocks = count / block + (count % block != 0);
     std::atomic<int64_t> next{0};
     std::atomic<bool> failed{false};
     std::exception_ptr error;
@@ -214,7 +284,17 @@ class CpuExecutor : public Executor {
       }
     };
     std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+    // A thread that cannot start (a container's thread or memory limit) leaves its blocks to the
+    // others: results do not depend on the thread count, and an exception here would otherwise
+    // destroy joinable threads (std::terminate).
+    for (int t = 1; t < threads; ++t) {
+      try {
+        pool.emplace_back(worker);
+      } catch (const std::system_error&) {
+        break;
+      }
+    }
+    started_ = static_cast<int>(pool.size()) + 1;
     worker();
     for (auto& th : pool) th.join();
     if (error) std::rethrow_exception(error);

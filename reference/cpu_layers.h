@@ -40,6 +40,8 @@ using ForwardFn = void (*)(const Layer& l, const std::vector<const float*>& in, 
                            Workspace& ws);
 
 void forward_conv(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace& ws);
+// The floats forward_conv takes from the Workspace (one image's columns, and its padded copy).
+int64_t conv_workspace_floats(const Layer& l);
 void forward_pool(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace& ws);
 void forward_activation(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out,
                         Workspace& ws);

@@ -252,7 +252,7 @@ TEST_CASE("cli: errors are one line on stderr with a non-zero exit") {
   SUBCASE("no such netdef") {
     Out o = run(dir + "/nope.yaml");
     CHECK(o.rc == 1);
-    CHECK(o.text == "cnnrun: " + dir + "/nope.yaml: cannot open the netdef\n");
+    CHECK(o.text == "cnnrun: " + dir + "/nope.yaml: cannot open: no such file or directory\n");
   }
   SUBCASE("bad netdef") {
     write_file(dir + "/bad.yaml",

@@ -4,51 +4,63 @@
 
 namespace cnnrun {
 
-std::string Error::one_line(const std::string& msg) {
-  constexpr size_t kMax = 2000, kHead = 1500, kTail = 400;
-  std::string out;
-  out.reserve(std::min(msg.size(), kMax) + 64);
+namespace {
+
+// Appends msg[i, end) with control bytes, C1 controls and bytes that are not valid UTF-8 (which a
+// terminal might take for a control sequence) escaped as \xNN (\n, \t); valid UTF-8 stays.
+void put_escaped(std::string& out, const std::string& msg, size_t i, size_t end, bool keep_newlines) {
   auto escape = [&](unsigned char c) {
     static const char* hex = "0123456789abcdef";
     out += "\\x";
     out += hex[c >> 4];
     out += hex[c & 15];
   };
-  // Copies msg[i, end) escaped: control bytes, C1 controls and bytes that are not valid UTF-8
-  // (which a terminal might take for a control sequence); valid UTF-8 text stays as it is.
-  auto put = [&](size_t i, size_t end) {
-    while (i < end) {
-      auto c = static_cast<unsigned char>(msg[i]);
-      if (c == '\n') {
-        out += "\\n";
-      } else if (c == '\t') {
-        out += "\\t";
-      } else if (c < 0x20 || c == 0x7f) {
+  while (i < end) {
+    auto c = static_cast<unsigned char>(msg[i]);
+    if (c == '\n') {
+      out += keep_newlines ? "\n" : "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      escape(c);
+    } else if (c >= 0x80) {
+      size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+      bool ok = len > 0 && i + len <= end && !(c == 0xc2 && static_cast<unsigned char>(msg[i + 1]) < 0xa0);
+      for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(msg[i + k]) & 0xc0) == 0x80;
+      if (!ok) {
         escape(c);
-      } else if (c >= 0x80) {
-        size_t len = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
-        bool ok = len > 0 && i + len <= end && !(c == 0xc2 && static_cast<unsigned char>(msg[i + 1]) < 0xa0);
-        for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(msg[i + k]) & 0xc0) == 0x80;
-        if (!ok) {
-          escape(c);
-        } else {
-          out.append(msg, i, len);
-          i += len;
-          continue;
-        }
       } else {
-        out += static_cast<char>(c);
+        out.append(msg, i, len);
+        i += len;
+        continue;
       }
-      ++i;
+    } else {
+      out += static_cast<char>(c);
     }
-  };
-  if (msg.size() <= kMax) {
-    put(0, msg.size());
-  } else {
-    put(0, kHead);
-    out += " [... " + std::to_string(msg.size() - kHead - kTail) + " bytes left out ...] ";
-    put(msg.size() - kTail, msg.size());
+    ++i;
   }
+}
+
+}  // namespace
+
+std::string Error::one_line(const std::string& msg) {
+  constexpr size_t kMax = 2000, kHead = 1500, kTail = 400;
+  std::string out;
+  out.reserve(std::min(msg.size(), kMax) + 64);
+  if (msg.size() <= kMax) {
+    put_escaped(out, msg, 0, msg.size(), false);
+  } else {
+    put_escaped(out, msg, 0, kHead, false);
+    out += " [... " + std::to_string(msg.size() - kHead - kTail) + " bytes left out ...] ";
+    put_escaped(out, msg, msg.size() - kTail, msg.size(), false);
+  }
+  return out;
+}
+
+std::string printable(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  put_escaped(out, text, 0, text.size(), true);
   return out;
 }
 

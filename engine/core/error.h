@@ -27,6 +27,10 @@ class Error : public std::runtime_error {
   static std::string one_line(const std::string& msg);
 };
 
+// Text for a terminal, as one_line escapes it but keeping newlines and whole: a report prints
+// names read from files (netdef and layer names, paths), which may hold escape sequences.
+std::string printable(const std::string& text);
+
 // Error at a place in a netdef: "file:l:c: layer 'conv1' (conv): key 'filters': <what>".
 // layer and key may be empty.
 [[noreturn]] void fail_at(const SourceLoc& loc, const std::string& layer, const std::string& type,

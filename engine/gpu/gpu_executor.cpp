@@ -579,8 +579,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   // Unlabelled images count as labelled -1, which no prediction equals.
   const std::vector<int32_t> no_labels(data.labelled() ? 0 : static_cast<size_t>(data.count), -1);
   DevBuf labels = upload((data.labelled() ? data.labels : no_labels).data(), static_cast<size_t>(data.count));
-  DevBuf correct(sizeof(unsigned long long));
-  CUDA_CHECK(cudaMemset(correct.get(), 0, sizeof(unsigned long long)));
+  DevBuf correct(2 * sizeof(unsigned long long));  // [0] right predictions, [1] non-finite outputs
+  CUDA_CHECK(cudaMemset(correct.get(), 0, 2 * sizeof(unsigned long long)));
 
   // A streamed data set's later blocks skip it when nothing changed since (same slots, same
   // block size, no search pending): the kernels are loaded and the plans made.
@@ -619,7 +619,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, sp->ev[2], sp->ev[L + 4]));
       }
-      CUDA_CHECK(cudaMemset(correct.get(), 0, sizeof(unsigned long long)));
+      CUDA_CHECK(cudaMemset(correct.get(), 0, 2 * sizeof(unsigned long long)));
       facts.graphs = GpuRunFacts::Graphs::kCaptured;
     } catch (const Error& e) {
       pipeline_->drop_graphs();
@@ -694,9 +694,10 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   for (int64_t b = nblocks; b < nblocks + S; ++b) harvest(*slots[static_cast<size_t>(b % S)]);
   r.forward_seconds = seconds_since(t0);
 
-  unsigned long long good = 0;
-  CUDA_CHECK(cudaMemcpy(&good, correct.get(), sizeof(good), cudaMemcpyDeviceToHost));
-  r.correct = static_cast<int64_t>(good);
+  unsigned long long good[2] = {0, 0};
+  CUDA_CHECK(cudaMemcpy(good, correct.get(), sizeof(good), cudaMemcpyDeviceToHost));
+  r.correct = static_cast<int64_t>(good[0]);
+  r.nonfinite_images = static_cast<int64_t>(good[1]);
   r.transfer_seconds = timeline.unhidden_copies();
 
   r.engine = "gpu (" + std::string(prop_.name) + ", sm_" + std::to_string(prop_.major) +

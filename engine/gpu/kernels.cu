@@ -80,10 +80,14 @@ __global__ void argmax_kernel(const float* __restrict__ in, int64_t n, int size,
     const float* x = in + i * size;
     int best = 0;
     float bv = x[0];
-    for (int k = 1; k < size; ++k)
+    bool finite = isfinite(bv);
+    for (int k = 1; k < size; ++k) {
       if (x[k] > bv) bv = x[k], best = k;
+      finite = finite && isfinite(x[k]);
+    }
     pred[i] = best;
     if (labels && best == labels[(first + i) % label_count]) atomicAdd(correct, 1ull);
+    if (!finite) atomicAdd(correct + 1, 1ull);  // the argmax of NaNs is no prediction
   }
 }
 

@@ -25,7 +25,8 @@ void launch_add(const float* const* in, int num_inputs, float* out, int64_t coun
 void launch_softmax(const float* in, float* out, int64_t n, int channels, int64_t plane, cudaStream_t s);
 
 // pred[i] = first index of the largest of the `size` values of image i; counts the images whose
-// prediction equals labels[(first + i) % label_count] into *correct (a label of -1 never does).
+// prediction equals labels[(first + i) % label_count] into correct[0] (a label of -1 never does),
+// and the images with a NaN or infinite value among their `size` into correct[1].
 void launch_argmax(const float* in, int64_t n, int size, int32_t* pred, const int32_t* labels, int64_t first,
                    int64_t label_count, unsigned long long* correct, cudaStream_t s);
 

@@ -2,15 +2,17 @@
 // order, so loading is a split of each record into two arrays; files are read a few MB at a
 // time so 50000 images (150 MB) load at disk speed without a second full-size buffer.
 #include <sys/stat.h>
-#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 
 #include "engine/core/error.h"
+#include "engine/core/memory.h"
 #include "engine/io/dataset.h"
+#include "engine/io/files.h"
 
 namespace cnnrun {
 
@@ -21,10 +23,6 @@ namespace {
 constexpr int64_t kPixels = 3 * 32 * 32;
 constexpr int64_t kRecord = kPixels + 1;
 
-struct FileCloser {
-  void operator()(FILE* f) const { std::fclose(f); }
-};
-
 // Returns the byte size of a regular file, or throws naming it.
 int64_t regular_file_size(const std::string& path) {
   struct stat st;
@@ -33,7 +31,7 @@ int64_t regular_file_size(const std::string& path) {
   if (S_ISDIR(st.st_mode))
     fail_file(path, -1,
               "is a directory; give CIFAR-10 record files, or one directory holding the official files");
-  if (!S_ISREG(st.st_mode)) fail_file(path, -1, "not a regular file");
+  check_regular_file(path);  // "is a FIFO, not a regular file", ...
   return static_cast<int64_t>(st.st_size);
 }
 
@@ -41,8 +39,8 @@ int64_t regular_file_size(const std::string& path) {
 // (only called on that path, so a CIFAR-10 file that happens to start like these still loads).
 std::string format_hint(const std::string& path, int64_t size) {
   unsigned char b[16] = {0};
-  std::unique_ptr<FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
-  size_t n = f ? std::fread(b, 1, sizeof b, f.get()) : 0;
+  InputFile f(path);
+  size_t n = static_cast<size_t>(f.read(b, sizeof b));
   if (n >= 2 && b[0] == 0x1f && b[1] == 0x8b) return " (it is gzip data: unpack it first)";
   if (n >= 4 && b[0] == 0 && b[1] == 0 && b[2] == 0x08)
     return " (it starts like an IDX file: use data format idx)";
@@ -88,8 +86,10 @@ std::vector<std::string> official_files(const std::string& dir, const std::strin
 
 }  // namespace
 
-Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string& split, int num_classes) {
+Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string& split, int num_classes,
+                     const DataNeeds& needs) {
   if (paths_in.empty()) throw Error("cifar10: no data files given");
+  const Shape cifar{3, 32, 32};
   std::vector<std::string> paths = paths_in;
   std::error_code ec;
   if (paths.size() == 1 && fs::is_directory(paths[0], ec)) paths = official_files(paths[0], split);
@@ -108,32 +108,41 @@ Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string
     total = checked_add(total, size / kRecord, "CIFAR-10 image count");
   }
 
-  // A netdef can list one big file many times; what that adds up to must fit in memory, or the
-  // error should say so here rather than as a failed (or, overcommitted, fatal) allocation.
-  const int64_t bytes = checked_mul(total, kPixels, "CIFAR-10 pixel bytes");
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  if (pages > 0 && page > 0 && bytes / page >= pages)
+  if (needs.shape.c != 0 && needs.shape != cifar) {
+    const std::string desc =
+        "cifar10: " + (paths.size() == 1 ? paths[0] : std::to_string(paths.size()) + " files") + ", " +
+        std::to_string(total) + " images";
+    throw DataShapeMismatch(
+        paths[0] + ": CIFAR-10 images are " + cifar.str() + " but the network input is " + needs.shape.str(),
+        cifar, desc);
+  }
+  // Only the images the run needs are read. A netdef can list one big file many times: what the
+  // rest adds up to must fit in memory, or the error should say so here rather than as a failed
+  // (or, overcommitted, fatal) allocation.
+  const int64_t take = needs.max_images > 0 ? std::min(needs.max_images, total) : total;
+  const int64_t bytes = checked_mul(take, kPixels, "CIFAR-10 pixel bytes");
+  const HostMemory mem = host_memory();
+  if (checked_add(bytes, take, "CIFAR-10 bytes") > mem.available / 10 * 9)
     throw Error("cifar10: " + std::to_string(paths.size()) + " file(s) hold " + std::to_string(total) +
-                " images = " + std::to_string(bytes) + " bytes, more than this machine's " +
-                std::to_string(static_cast<int64_t>(pages) * page) + " bytes of memory (first file " +
-                paths[0] + ")");
+                " images; the " + std::to_string(take) + " this run reads = " + std::to_string(bytes) +
+                " bytes, more than the host memory (" + mem.str() + "; first file " + paths[0] + ")");
   Dataset ds;
-  ds.shape = {3, 32, 32};
-  ds.count = total;
+  ds.shape = cifar;
+  ds.count = take;
   ds.pixels.resize(static_cast<size_t>(bytes));
-  ds.labels.resize(static_cast<size_t>(total));
+  ds.labels.resize(static_cast<size_t>(take));
 
   constexpr int64_t kChunkRecords = 1024;  // 3 MB per read
   std::vector<uint8_t> buf(static_cast<size_t>(kChunkRecords * kRecord));
   int64_t img = 0;
-  for (size_t fi = 0; fi < paths.size(); ++fi) {
+  for (size_t fi = 0; fi < paths.size() && img < take; ++fi) {
     const std::string& p = paths[fi];
-    std::unique_ptr<FILE, FileCloser> f(std::fopen(p.c_str(), "rb"));
-    if (!f) fail_file(p, -1, std::string("cannot open: ") + std::strerror(errno));
-    for (int64_t done = 0; done < counts[fi];) {
-      int64_t n = std::min(kChunkRecords, counts[fi] - done);
+    InputFile f(p);
+    const int64_t here = std::min(counts[fi], take - img);
+    for (int64_t done = 0; done < here;) {
+      int64_t n = std::min(kChunkRecords, here - done);
       size_t want = static_cast<size_t>(n * kRecord);
-      size_t got = std::fread(buf.data(), 1, want, f.get());
+      size_t got = static_cast<size_t>(f.read(buf.data(), static_cast<int64_t>(want)));
       if (got != want)
         fail_file(p, done * kRecord + static_cast<int64_t>(got), "file ended early (changed while reading?)");
       for (int64_t r = 0; r < n; ++r) {
@@ -150,7 +159,8 @@ Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string
     }
   }
   ds.description = "cifar10: " + (paths.size() == 1 ? paths[0] : std::to_string(paths.size()) + " files") +
-                   ", " + std::to_string(total) + " images";
+                   ", " + std::to_string(total) + " images" +
+                   (take < total ? " (the first " + std::to_string(take) + " read)" : "");
   return ds;
 }
 

@@ -10,6 +10,7 @@
 
 #include "engine/core/error.h"
 #include "engine/io/dataset.h"
+#include "engine/io/files.h"
 
 namespace cnnrun {
 
@@ -17,10 +18,6 @@ namespace {
 
 constexpr int64_t kPixels = 3 * 32 * 32;
 constexpr int64_t kRecord = kPixels + 2;
-
-struct FileCloser {
-  void operator()(FILE* f) const { std::fclose(f); }
-};
 
 }  // namespace
 
@@ -43,11 +40,12 @@ Dataset load_cifar100(const std::vector<std::string>& paths_in, const std::strin
   const int offset = labels == "fine" ? 1 : 0;
   std::vector<int64_t> counts;
   int64_t total = 0;
+  // Every file through InputFile: regular files only (a FIFO would hang), recorded as inputs so
+  // no output replaces them.
+  std::vector<std::unique_ptr<InputFile>> files;
   for (const auto& p : paths) {
-    struct stat st;
-    if (::stat(p.c_str(), &st) != 0) fail_file(p, -1, std::string("cannot open: ") + std::strerror(errno));
-    if (!S_ISREG(st.st_mode)) fail_file(p, -1, "not a regular file");
-    const int64_t size = static_cast<int64_t>(st.st_size);
+    files.push_back(std::make_unique<InputFile>(p));
+    const int64_t size = files.back()->size();
     if (size == 0 || size % kRecord != 0)
       fail_file(p, size / kRecord * kRecord,
                 "partial record: " + std::to_string(size % kRecord) + " bytes left after " +
@@ -66,13 +64,10 @@ Dataset load_cifar100(const std::vector<std::string>& paths_in, const std::strin
   int64_t img = 0;
   for (size_t fi = 0; fi < paths.size(); ++fi) {
     const std::string& p = paths[fi];
-    std::unique_ptr<FILE, FileCloser> f(std::fopen(p.c_str(), "rb"));
-    if (!f) fail_file(p, -1, std::string("cannot open: ") + std::strerror(errno));
+    InputFile& f = *files[fi];
     for (int64_t done = 0; done < counts[fi];) {
       const int64_t n = std::min(kChunk, counts[fi] - done);
-      const size_t want = static_cast<size_t>(n * kRecord), got = std::fread(buf.data(), 1, want, f.get());
-      if (got != want)
-        fail_file(p, done * kRecord + static_cast<int64_t>(got), "file ended early (changed while reading?)");
+      f.read_exact_at(done * kRecord, buf.data(), n * kRecord);
       for (int64_t r = 0; r < n; ++r) {
         const uint8_t* rec = buf.data() + r * kRecord;
         const int label = rec[offset];

@@ -105,9 +105,13 @@ std::string detect_format(const std::string& data, std::string* why) {
   return "";
 }
 
-}  // namespace
-
-namespace {
+[[noreturn]] void shape_mismatch(const Network& net, const std::string& override_path,
+                                 const std::string& description, const Shape& found) {
+  std::string what = "the data set (" + description + ") has images of " + found.str() +
+                     " but the network input is " + net.input.str();
+  if (!override_path.empty()) throw Error("--data " + override_path + ": " + what);
+  fail_at(net.data.loc, "", "", "", what);
+}
 
 // The format to read: --data-format, else for --data what its bytes say (noted), else the
 // netdef's. `note` gets what the report's Data line should add.
@@ -153,12 +157,18 @@ std::vector<std::string> data_paths(const Network& net, const AssetResolver& ass
 }
 
 // The formats held in memory.
+// DataNeeds: only the first max_images images (0: all), and the network's input shape, which
+// readers check from a header before a pixel is read (throwing DataShapeMismatch).
 Dataset load_format(const Network& net, const AssetResolver& assets, const std::string& override_path,
-                    const std::string& format) {
+                    const std::string& format, int64_t max_images) {
   const DataSpec& spec = net.data;
   const bool user = !override_path.empty();
   const int classes = net.num_classes();
-  if (format == "cifar10") return load_cifar10(data_paths(net, assets, override_path), spec.split, classes);
+  DataNeeds needs;
+  needs.max_images = max_images;
+  needs.shape = net.input;
+  if (format == "cifar10")
+    return load_cifar10(data_paths(net, assets, override_path), spec.split, classes, needs);
   if (format == "cifar100") {
     // --data without the netdef's cifar100 section: fine labels unless the network has 20 classes.
     const std::string labels = spec.format == "cifar100" ? spec.labels : classes == 20 ? "coarse" : "fine";
@@ -179,7 +189,7 @@ Dataset load_format(const Network& net, const AssetResolver& assets, const std::
       images = assets.resolve(spec.images, spec.loc, "data images file");
       if (!spec.labels.empty()) labels = assets.resolve(spec.labels, spec.loc, "data labels file");
     }
-    if (format == "idx") return load_idx(images, labels, classes, &net.input);
+    if (format == "idx") return load_idx(images, labels, classes, &net.input, needs);
     return load_npy(images, labels, net.input, classes);
   }
   throw Error((user ? "--data-format" : net.source) + std::string(": unknown data format '") + format + "'");
@@ -187,11 +197,7 @@ Dataset load_format(const Network& net, const AssetResolver& assets, const std::
 
 void check_shape(const Network& net, const std::string& override_path, const Shape& shape,
                  const std::string& description) {
-  if (shape == net.input) return;
-  std::string what = "the data set (" + description + ") has images of " + shape.str() +
-                     " but the network input is " + net.input.str();
-  if (!override_path.empty()) throw Error("--data " + override_path + ": " + what);
-  fail_at(net.data.loc, "", "", "", what);
+  if (shape != net.input) shape_mismatch(net, override_path, description, shape);
 }
 
 }  // namespace
@@ -202,8 +208,9 @@ const std::vector<std::string>& data_formats() {
 }
 
 Dataset load_dataset(const Network& net, const AssetResolver& assets, const std::string& override_path,
-                     const std::string& format_override) {
-  std::unique_ptr<DataSource> src = open_data(net, assets, override_path, format_override, 0);
+                     const std::string& format_override, int64_t max_images) {
+  std::unique_ptr<DataSource> src =
+      open_data(net, assets, override_path, format_override, 0, false, max_images);
   if (const Dataset* d = src->whole()) return *d;
   Dataset ds;
   src->read(0, src->count(), ds);
@@ -213,7 +220,7 @@ Dataset load_dataset(const Network& net, const AssetResolver& assets, const std:
 
 std::unique_ptr<DataSource> open_data(const Network& net, const AssetResolver& assets,
                                       const std::string& override_path, const std::string& format_override,
-                                      int threads, bool skip_bad) {
+                                      int threads, bool skip_bad, int64_t max_images) {
   std::string note;
   const std::string format = choose_format(net, override_path, format_override, &note);
   const bool user = !override_path.empty();
@@ -222,7 +229,12 @@ std::unique_ptr<DataSource> open_data(const Network& net, const AssetResolver& a
     fail_at(net.pre.resize_loc, "", "", "preprocess",
             "resize and crop apply to image files (data format images); this data set is " + format);
   if (!images) {
-    Dataset ds = load_format(net, assets, override_path, format);
+    Dataset ds;
+    try {
+      ds = load_format(net, assets, override_path, format, max_images);
+    } catch (const DataShapeMismatch& e) {  // found from a header, before the pixels were read
+      shape_mismatch(net, override_path, e.description, e.found);
+    }
     check_shape(net, override_path, ds.shape, ds.description);
     ds.description += note;
     return memory_source(std::move(ds));

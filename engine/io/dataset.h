@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/error.h"
 #include "engine/core/tensor.h"
 
 namespace cnnrun {
@@ -27,11 +28,32 @@ struct Dataset {
   const float* image_values(int64_t i) const { return values.data() + i * shape.size(); }
 };
 
+// What a run needs of a data set. A loader reads no more than max_images images (0: all of
+// them; the rest of the files is not read), and refuses images of another shape than `shape`
+// (c == 0: any) from the header, before any pixel is read. What it would hold is checked against
+// the host memory available (engine/core/memory.h) before it is allocated.
+struct DataNeeds {
+  int64_t max_images = 0;
+  Shape shape;
+};
+
+// What a loader throws when the images do not have DataNeeds::shape: found from the header (or
+// the format), before a pixel is read. load_dataset turns it into its message naming the netdef
+// or --data; `description` is what Dataset::description would have been.
+class DataShapeMismatch : public Error {
+ public:
+  DataShapeMismatch(const std::string& msg, Shape found, std::string description)
+      : Error(msg), found(found), description(std::move(description)) {}
+  Shape found;
+  std::string description;
+};
+
 // CIFAR-10 binary records (1 label byte + 3072 pixel bytes). `paths` are files, or a single
 // directory holding the official names (data_batch_1..5.bin for "train", test_batch.bin for
 // "test"). Any whole number of records per file; a partial record or a label >= num_classes
 // is an error naming the file and byte offset.
-Dataset load_cifar10(const std::vector<std::string>& paths, const std::string& split, int num_classes);
+Dataset load_cifar10(const std::vector<std::string>& paths, const std::string& split, int num_classes,
+                     const DataNeeds& needs = {});
 
 // CIFAR-100 binary records (coarse label byte, fine label byte, 3072 pixel bytes). `paths` are
 // files, or one directory holding train.bin / test.bin (`split`); `labels` is "fine" or "coarse".
@@ -41,14 +63,16 @@ Dataset load_cifar100(const std::vector<std::string>& paths, const std::string& 
 // IDX images (magic 0x00000803, N x H x W) and labels (0x00000801), plain or gzip (.gz, detected
 // by content). Counts must agree; truncation, wrong magic and labels >= num_classes are errors.
 // Colour IDX (0x00000804, N x H x W x C or N x C x H x W: `input`, when given, decides which,
-// else a last dimension of 1 or 3 is channels) loads transposed to N x C x H x W.
+// else needs.shape when set, else a last dimension of 1 or 3 is channels) loads transposed to
+// N x C x H x W. `needs`: the images to read, and the shape checked from the header.
 Dataset load_idx(const std::string& images, const std::string& labels, int num_classes,
-                 const Shape* input = nullptr);
+                 const Shape* input = nullptr, const DataNeeds& needs = {});
 
 // NumPy .npy images: uint8 N x C x H x W or N x H x W x C (channels last, transposed here),
 // N x H x W for one channel, or float32 N x C x H x W taken as already preprocessed; the layout
 // is the one that fits `input`. `labels` (may be empty: unlabelled) is a 1-D integer .npy of N
 // labels below num_classes. Wrong dtype, byte order, shape or size is an error naming the file.
+// Both files are opened through InputFile (regular files only, recorded as inputs).
 Dataset load_npy(const std::string& images, const std::string& labels, const Shape& input, int num_classes);
 
 // Loads what the network's DataSpec names (paths resolved through `assets`), or `override_path`
@@ -61,7 +85,8 @@ struct Network;
 class AssetResolver;
 // The formats load_dataset reads (the values --data-format takes).
 const std::vector<std::string>& data_formats();
+// max_images > 0 reads only the first max_images images (a run of --batch N needs no more).
 Dataset load_dataset(const Network& net, const AssetResolver& assets, const std::string& override_path,
-                     const std::string& format = "");
+                     const std::string& format = "", int64_t max_images = 0);
 
 }  // namespace cnnrun

@@ -11,9 +11,11 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "engine/core/error.h"
+#include "engine/io/files.h"
 #include "engine/io/image.h"
 
 namespace cnnrun {
@@ -92,8 +94,8 @@ struct Lister {
 };
 
 std::vector<std::string> read_list(const std::string& file, Lister& lister) {
-  std::ifstream f(file);
-  if (!f) throw Error(file + ": cannot open the image list");
+  // Through InputFile: a regular file (a FIFO would hang), recorded so no output replaces it.
+  std::istringstream f(InputFile(file).read_all(int64_t{256} << 20, "256 MiB", "not an image list"));
   const fs::path base = fs::path(file).parent_path();
   std::vector<std::string> out;
   std::string line;
@@ -132,11 +134,11 @@ ImageList list_images(const std::string& path, const std::vector<std::string>& c
   std::error_code ec;
   if (!fs::exists(path, ec)) throw Error(path + ": no such file or directory");
   if (!fs::is_directory(path, ec)) {
-    {  // one image file, told by its first bytes
-      std::ifstream f(path, std::ios::binary);
+    {                     // one image file, told by its first bytes
+      InputFile f(path);  // a FIFO or a device is refused here, never read
       uint8_t head[8] = {0};
-      f.read(reinterpret_cast<char*>(head), sizeof head);
-      if (!image_kind(head, static_cast<size_t>(f.gcount())).empty()) {
+      const int64_t got = f.read(head, sizeof head);
+      if (!image_kind(head, static_cast<size_t>(got)).empty()) {
         lister.check_confined(path);
         list.paths = {path};
         list.layout = "one image";
@@ -207,11 +209,18 @@ ImageList list_images(const std::string& path, const std::vector<std::string>& c
 }
 
 void load_image_file(const std::string& path, const ImageTransform& t, uint8_t* chw) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot open");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) throw Error("read error");
-  Image img = convert_channels(decode_image(bytes.data(), bytes.size()), static_cast<int>(t.input.c));
+  // Through InputFile: a regular file, recorded as an input (no output replaces it). Its messages
+  // start with the path, which the caller puts first already.
+  std::string bytes;
+  try {
+    bytes = InputFile(path).read_all(int64_t{1} << 30, "1 GiB", "not an image file this reader decodes");
+  } catch (const Error& e) {
+    std::string m = e.what();
+    if (m.compare(0, path.size() + 2, path + ": ") == 0) m.erase(0, path.size() + 2);
+    throw Error(m);
+  }
+  Image img = convert_channels(decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()),
+                               static_cast<int>(t.input.c));
   if (t.resize > 0) img = resize_shorter(img, t.resize);
   if (t.crop_h > 0) img = center_crop(img, t.crop_h, t.crop_w);
   if (img.w != t.input.w || img.h != t.input.h)

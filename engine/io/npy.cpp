@@ -12,6 +12,7 @@
 #include "engine/core/error.h"
 #include "engine/core/tensor.h"
 #include "engine/io/dataset.h"
+#include "engine/io/files.h"
 
 namespace cnnrun {
 
@@ -36,11 +37,8 @@ std::string npy_bytes(const std::vector<int64_t>& dims, const float* data) {
 }
 
 std::vector<float> read_npy(const std::string& file, std::vector<int64_t>* dims) {
-  std::ifstream f(file, std::ios::binary);
-  if (!f) throw Error(file + ": cannot open");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  std::string b = ss.str();
+  InputFile f(file);
+  std::string b = f.read_all(int64_t{1} << 40, "1 TiB", "not a .npy file this reader can hold");
   if (b.size() < 10 || b.compare(0, 6, "\x93NUMPY") != 0) fail_file(file, 0, "not a .npy file");
   size_t hl = static_cast<unsigned char>(b[8]) | (static_cast<size_t>(static_cast<unsigned char>(b[9])) << 8);
   if (b[6] != 1 || 10 + hl > b.size()) fail_file(file, 6, "unsupported .npy version or truncated header");
@@ -74,30 +72,6 @@ std::vector<float> read_npy(const std::string& file, std::vector<int64_t>* dims)
   return out;
 }
 
-void write_output_file(const std::string& path, const std::string& bytes,
-                       const std::vector<std::string>& inputs) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  for (const auto& in : inputs)
-    if (!in.empty() && fs::exists(path, ec) && fs::equivalent(path, in, ec))
-      throw Error(path + ": refusing to overwrite an input file with an output");
-  std::string tmp = path + ".tmp-cnnrun";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) throw Error(path + ": cannot write (" + std::strerror(errno) + ")");
-    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw Error(path + ": write failed (" + std::strerror(errno) + ")");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot write (" + std::strerror(errno) + ")");
-  }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Data sets from .npy: the header is parsed as the small Python literal it is (never searched
 // for substrings), and the data is read straight into the Dataset's buffers.
@@ -110,11 +84,6 @@ struct NpyHeader {
   std::vector<int64_t> dims;
   int64_t data_offset = 0;
 };
-
-struct FileCloser {
-  void operator()(FILE* f) const { std::fclose(f); }
-};
-using FilePtr = std::unique_ptr<FILE, FileCloser>;
 
 // Parses the header dictionary {'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }.
 class HeaderParser {
@@ -203,13 +172,11 @@ class HeaderParser {
   }
 };
 
-NpyHeader read_npy_header(const std::string& file, FILE* f, int64_t* file_size) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  if (!fs::is_regular_file(file, ec)) fail_file(file, -1, "not a regular file");
-  *file_size = static_cast<int64_t>(fs::file_size(file, ec));
+// `f` is opened through InputFile: a regular file, recorded as an input (no output replaces it).
+NpyHeader read_npy_header(const std::string& file, InputFile& f, int64_t* file_size) {
+  *file_size = f.size();
   unsigned char pre[12];
-  size_t got = std::fread(pre, 1, sizeof pre, f);
+  const int64_t got = f.read(pre, sizeof pre);
   if (got < 10 || std::memcmp(pre, "\x93NUMPY", 6) != 0)
     fail_file(file, 0, "not a .npy file (no \\x93NUMPY magic)");
   const int major = pre[6];
@@ -227,8 +194,7 @@ NpyHeader read_npy_header(const std::string& file, FILE* f, int64_t* file_size) 
   }
   if (hl > (int64_t{1} << 20) || base + hl > *file_size) fail_file(file, 8, "truncated or oversized header");
   std::string h(static_cast<size_t>(hl), '\0');
-  if (std::fseek(f, static_cast<long>(base), SEEK_SET) != 0 || std::fread(&h[0], 1, h.size(), f) != h.size())
-    fail_file(file, base, "cannot read the header");
+  f.read_exact_at(base, &h[0], hl);
   NpyHeader out = HeaderParser(file, h, base).parse();
   out.data_offset = base + hl;
   if (out.fortran)
@@ -242,17 +208,12 @@ int64_t element_size(const std::string& descr) {
 }
 
 // Reads `bytes` bytes of the array's data at element offset `first_byte` into dst.
-void read_at(const std::string& file, FILE* f, int64_t offset, void* dst, int64_t bytes) {
-  if (std::fseek(f, static_cast<long>(offset), SEEK_SET) != 0 ||
-      std::fread(dst, 1, static_cast<size_t>(bytes), f) != static_cast<size_t>(bytes))
-    fail_file(file, offset, "file ended early (changed while reading?)");
-}
+void read_at(InputFile& f, int64_t offset, void* dst, int64_t bytes) { f.read_exact_at(offset, dst, bytes); }
 
 std::vector<int32_t> read_npy_labels(const std::string& file, int64_t count, int num_classes) {
-  FilePtr f(std::fopen(file.c_str(), "rb"));
-  if (!f) fail_file(file, -1, std::string("cannot open: ") + std::strerror(errno));
+  InputFile f(file);
   int64_t size = 0;
-  NpyHeader h = read_npy_header(file, f.get(), &size);
+  NpyHeader h = read_npy_header(file, f, &size);
   const std::string& d = h.descr;
   const bool integer = d.size() == 3 && (d[1] == 'u' || d[1] == 'i') &&
                        (d[2] == '1' || d[2] == '2' || d[2] == '4' || d[2] == '8');
@@ -271,7 +232,7 @@ std::vector<int32_t> read_npy_labels(const std::string& file, int64_t count, int
               "data size " + std::to_string(size - h.data_offset) + " does not match the shape " +
                   dims_str(h.dims));
   std::vector<unsigned char> raw(static_cast<size_t>(count * es));
-  read_at(file, f.get(), h.data_offset, raw.data(), count * es);
+  read_at(f, h.data_offset, raw.data(), count * es);
   std::vector<int32_t> out(static_cast<size_t>(count));
   for (int64_t i = 0; i < count; ++i) {
     const unsigned char* b = raw.data() + i * es;
@@ -292,10 +253,9 @@ std::vector<int32_t> read_npy_labels(const std::string& file, int64_t count, int
 }  // namespace
 
 Dataset load_npy(const std::string& images, const std::string& labels, const Shape& input, int num_classes) {
-  FilePtr f(std::fopen(images.c_str(), "rb"));
-  if (!f) fail_file(images, -1, std::string("cannot open: ") + std::strerror(errno));
+  InputFile f(images);
   int64_t size = 0;
-  NpyHeader h = read_npy_header(images, f.get(), &size);
+  NpyHeader h = read_npy_header(images, f, &size);
   const std::string& d = h.descr;
   const bool u8 = d == "|u1" || d == "<u1" || d == ">u1" || d == "=u1";
   const bool f32 = d == "<f4";
@@ -345,7 +305,7 @@ Dataset load_npy(const std::string& images, const std::string& labels, const Sha
   ds.shape = input;
   if (f32) {
     ds.values.resize(static_cast<size_t>(n * per));
-    read_at(images, f.get(), h.data_offset, ds.values.data(), bytes);
+    read_at(f, h.data_offset, ds.values.data(), bytes);
     for (size_t i = 0; i < ds.values.size(); ++i)
       if (!std::isfinite(ds.values[i]))
         fail_file(images, h.data_offset + static_cast<int64_t>(i) * 4,
@@ -353,13 +313,13 @@ Dataset load_npy(const std::string& images, const std::string& labels, const Sha
                       std::to_string(i / static_cast<size_t>(per)) + " is not finite");
   } else if (nchw) {
     ds.pixels.resize(static_cast<size_t>(bytes));
-    read_at(images, f.get(), h.data_offset, ds.pixels.data(), bytes);
+    read_at(f, h.data_offset, ds.pixels.data(), bytes);
   } else {  // channels last: transposed image by image through one image's buffer
     ds.pixels.resize(static_cast<size_t>(bytes));
     std::vector<uint8_t> hwc(static_cast<size_t>(per));
     const int64_t plane = input.h * input.w;
     for (int64_t i = 0; i < n; ++i) {
-      read_at(images, f.get(), h.data_offset + i * per, hwc.data(), per);
+      read_at(f, h.data_offset + i * per, hwc.data(), per);
       uint8_t* dst = ds.pixels.data() + i * per;
       for (int64_t p = 0; p < plane; ++p)
         for (int64_t c = 0; c < input.c; ++c) dst[c * plane + p] = hwc[static_cast<size_t>(p * input.c + c)];

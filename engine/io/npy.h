@@ -6,15 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/io/files.h"  // write_output_file
+
 namespace cnnrun {
 
 std::string npy_bytes(const std::vector<int64_t>& dims, const float* data);
 // Reads a float32 .npy written by npy_bytes or numpy (tests, tools); throws on anything else.
 std::vector<float> read_npy(const std::string& file, std::vector<int64_t>* dims);
-
-// Writes bytes to `path` through a temporary file and rename, so an interrupted write never
-// leaves a half file, refusing a path that is one of `inputs` (the user's own files).
-void write_output_file(const std::string& path, const std::string& bytes,
-                       const std::vector<std::string>& inputs);
 
 }  // namespace cnnrun

@@ -13,6 +13,7 @@
 #include <set>
 
 #include "engine/core/error.h"
+#include "engine/io/files.h"
 #include "engine/io/weights.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -49,24 +50,16 @@ struct Entry {
 }  // namespace
 
 std::map<std::string, Tensor> read_safetensors(const std::string& file, bool skip_batch_counters) {
-  struct stat st;
-  if (::stat(file.c_str(), &st) != 0)
-    fail_file(file, -1, std::string("cannot open: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail_file(file, -1, "not a regular file");
-  const int64_t size = static_cast<int64_t>(st.st_size);
+  InputFile in(file);
+  const int64_t size = in.size();
   if (size < 8) fail_file(file, -1, "too short for a safetensors file (" + std::to_string(size) + " bytes)");
 
-  std::string bytes(static_cast<size_t>(size), '\0');
-  {
-    std::ifstream f(file, std::ios::binary);
-    if (!f) fail_file(file, -1, std::string("cannot open: ") + std::strerror(errno));
-    f.read(&bytes[0], static_cast<std::streamsize>(size));
-    if (f.gcount() != static_cast<std::streamsize>(size))
-      fail_file(file, f.gcount(), "file ended early while reading");
-  }
-
+  // The header first: its length and its tensors are checked before the data buffer is read, so
+  // a file that is not safetensors (or lies about its sizes) costs nothing to refuse.
+  unsigned char len8[8];
+  in.read_exact_at(0, len8, 8);
   uint64_t hlen = 0;
-  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | static_cast<unsigned char>(bytes[static_cast<size_t>(i)]);
+  for (int i = 7; i >= 0; --i) hlen = (hlen << 8) | len8[i];
   if (hlen > static_cast<uint64_t>(kMaxHeader))
     fail_file(file, 0,
               "header length " + std::to_string(hlen) +
@@ -78,6 +71,8 @@ std::map<std::string, Tensor> read_safetensors(const std::string& file, bool ski
                   std::to_string(size) + " bytes)");
   const int64_t data_start = 8 + static_cast<int64_t>(hlen);
   const int64_t buffer = size - data_start;
+  std::string header(static_cast<size_t>(hlen), '\0');
+  in.read_exact_at(8, &header[0], static_cast<int64_t>(hlen));
 
   std::vector<std::set<std::string>> keys;
   std::string dup;
@@ -94,7 +89,7 @@ std::map<std::string, Tensor> read_safetensors(const std::string& file, bool ski
   };
   json hdr;
   try {
-    hdr = json::parse(bytes.begin() + 8, bytes.begin() + data_start, cb);
+    hdr = json::parse(header.begin(), header.end(), cb);
   } catch (const json::exception& e) {
     fail_file(file, 8, std::string("header is not valid JSON: ") + e.what());
   }
@@ -182,9 +177,8 @@ std::map<std::string, Tensor> read_safetensors(const std::string& file, bool ski
   for (const auto& e : entries) {
     if (!e.keep) continue;
     Tensor t(e.dims);
-    const char* src = bytes.data() + data_start + e.begin;
-    // An empty tensor's vector has no storage: memcpy from/to null is undefined even for 0 bytes.
-    if (e.end > e.begin) std::memcpy(t.data.data(), src, static_cast<size_t>(e.end - e.begin));
+    // An empty tensor's vector has no storage: a read into null is undefined even for 0 bytes.
+    if (e.end > e.begin) in.read_exact_at(data_start + e.begin, t.data.data(), e.end - e.begin);
     for (size_t i = 0; i < t.data.size(); ++i)
       if (!std::isfinite(t.data[i]))
         fail_file(file, data_start + e.begin + 4 * static_cast<int64_t>(i),

@@ -41,9 +41,10 @@ std::unique_ptr<DataSource> memory_source(Dataset data);
 
 // What load_dataset reads, plus image folders (format "images"), which stream. `threads`: decode
 // workers (0 = hardware concurrency); `skip_bad`: an image folder leaves out images that cannot
-// be read (counted) instead of stopping at the first.
+// be read (counted) instead of stopping at the first. `max_images` > 0: the in-memory formats
+// read only the first max_images images (a run of --batch N needs no more).
 std::unique_ptr<DataSource> open_data(const Network& net, const AssetResolver& assets,
                                       const std::string& override_path, const std::string& format,
-                                      int threads, bool skip_bad = false);
+                                      int threads, bool skip_bad = false, int64_t max_images = 0);
 
 }  // namespace cnnrun

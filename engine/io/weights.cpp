@@ -105,15 +105,18 @@ void load_convnetjs(Network& net, const std::string& dir) {
 void load_convnetjs_json(Network& net, const std::string& file) {
   std::vector<Layer*> targets;
   std::vector<Shape> fc_inputs;
+  int64_t values = 0;
   for (auto& l : net.layers)
     if (l->has(kCapWeights)) {
+      for (const auto& spec : l->weight_specs(l->in_shapes))
+        values = checked_add(values, numel_of(spec.dims), "weight count");
       if (l->kind != LayerKind::kConv && l->kind != LayerKind::kFc)
         throw Error(file + ": layer '" + l->name + "' (" + l->type +
                     ") cannot take weights from a ConvNetJS snapshot");
       targets.push_back(l.get());
       if (l->kind == LayerKind::kFc) fc_inputs.push_back(spatial_input(net, *l));
     }
-  std::vector<ConvnetjsJsonLayer> layers = read_convnetjs_json(file, fc_inputs);
+  std::vector<ConvnetjsJsonLayer> layers = read_convnetjs_json(file, fc_inputs, values);
   if (layers.size() != targets.size())
     throw Error(file + ": the snapshot has " + std::to_string(layers.size()) +
                 " conv/fc layers, the netdef " + std::to_string(targets.size()));
@@ -208,10 +211,10 @@ void load_weights(Network& net, const AssetResolver& assets, const std::string& 
     }
   } else {
     std::error_code ec;
+    if (!fs::exists(override_path, ec) && !fs::is_symlink(override_path, ec))
+      throw Error("--weights " + override_path + ": no such file or directory");
     if (ends_with(override_path, ".json")) {
-      load_convnetjs_json(net, override_path);
-    } else if (ends_with(override_path, ".safetensors") || fs::is_regular_file(override_path, ec)) {
-      load_safetensors(net, override_path);
+      load_convnetjs_json(net, override_path);  // InputFile refuses directories, FIFOs, devices
     } else if (fs::is_directory(override_path, ec)) {
       if (ws.format != "convnetjs")
         throw Error(
@@ -219,7 +222,7 @@ void load_weights(Network& net, const AssetResolver& assets, const std::string& 
             ": a directory is read as ConvNetJS files, but the netdef has no convnetjs 'weights.files' map");
       load_convnetjs(net, override_path);
     } else {
-      throw Error("--weights " + override_path + ": no such file or directory");
+      load_safetensors(net, override_path);
     }
   }
   if (fold) fold_batchnorms(net, source);

@@ -26,13 +26,15 @@ std::map<std::string, Tensor> read_convnetjs_fc(const std::string& file, const S
 // the "weights" ({"weight", "bias"} in PyTorch layout) of its conv and fc layers in file order.
 // ConvNetJS keeps a Vol's value (x, y, d) at w[((sx * y) + x) * depth + d]: a conv filter is a
 // Vol of KW x KH x C; an fc filter a 1 x 1 x N Vol whose N inputs are the previous volume's w,
-// so `fc_inputs[i]` (the C x H x W that fc i reads) reorders them to CHW.
+// so `fc_inputs[i]` (the C x H x W that fc i reads) reorders them to CHW. A file much larger
+// than `max_values` weights (the netdef's count; 0 = no netdef) could need is refused unparsed.
 struct ConvnetjsJsonLayer {
   std::string type;  // "conv" or "fc"
   std::map<std::string, Tensor> tensors;
 };
 std::vector<ConvnetjsJsonLayer> read_convnetjs_json(const std::string& file,
-                                                    const std::vector<Shape>& fc_inputs);
+                                                    const std::vector<Shape>& fc_inputs,
+                                                    int64_t max_values = 0);
 
 // safetensors: all F32 tensors of the file by name ("conv1.weight"), dims as stored. Any other
 // dtype is an error, except that with skip_batch_counters PyTorch's integer batchnorm counters

@@ -52,6 +52,16 @@ void im2col(const ConvParams& p, const float* padded, int64_t c0, float* cols) {
 
 }  // namespace
 
+int64_t conv_workspace_floats(const Layer& l) {
+  const ConvParams& p = layer_as<ConvLayer>(l).p;
+  const bool pointwise = p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 &&
+                         p.pad_h == 0 && p.pad_w == 0;
+  if (pointwise) return 0;
+  const int64_t padded =
+      p.pad_h > 0 || p.pad_w > 0 ? p.in_c * (p.in_h + 2 * p.pad_h) * (p.in_w + 2 * p.pad_w) : 0;
+  return p.in_c * p.kernel_h * p.kernel_w * p.out_h * p.out_w + padded;
+}
+
 void forward_conv(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace& ws) {
   const ConvParams& p = layer_as<ConvLayer>(l).p;
   const int64_t cg = p.group_channels(), fg = p.group_filters();

@@ -6,6 +6,7 @@ directory and compares, so the committed files cannot drift from this script)"""
 import gzip
 import json
 import os
+import random
 import struct
 import sys
 
@@ -103,6 +104,7 @@ put(S + "truncated_data.safetensors", tensors(FC_OK)[:-50])
 put(S + "truncated_header.safetensors", tensors(FC_OK)[:60])
 put(S + "nan.safetensors", tensors([("fc.bias", [10], FC_B[:4] + [float("nan")] + FC_B[5:]), FC_OK[1]]))
 put(S + "inf.safetensors", tensors([FC_OK[0], ("fc.weight", [10, 3], FC_W[:29] + [float("-inf")])]))
+put(S + "huge_finite.safetensors", tensors([FC_OK[0], ("fc.weight", [10, 3], [3e38] * 30)]))
 put(S + "text_as_weights.txt", cnj([1, 1, 3, 10] + FC_W + FC_B))
 put(S + "bn_negative_var.safetensors", tensors(BN[:5] + [("b.running_var", [10], [2.0] * 9 + [-1.0])]))
 put(S + "bn_scale_overflow.safetensors", tensors(BN[:2] + [("b.weight", [10], [1.0] * 9 + [3e38])] + BN[3:5] +
@@ -129,6 +131,20 @@ put(C + "inf_overflow/c.txt", cnj([1, 1, 1, 10] + FC_W[:10] + FC_B[:9] + ["1e999
 put(C + "word/f.txt", cnj([3, 10] + FC_W[:12] + ["0.5x"] + FC_W[13:] + FC_B))
 put(C + "escape/c.txt", b"\x1b[31m1 1 1 10\n" + cnj(FC_W[:10] + FC_B).encode())
 put(C + "binary/c.txt", b"\x01\x01\x01\x0a" + f32(FC_W[:10] + FC_B))
+
+
+
+def snapshot_fc(weights, biases):
+    """A ConvNetJS JSON snapshot of one fc layer (net.toJSON() form), weights as [output][input]."""
+    vol = lambda vals: {"sx": 1, "sy": 1, "depth": len(vals), "w": {str(i): v for i, v in enumerate(vals)}}
+    return json.dumps({"layers": [{"layer_type": "input", "out_sx": 1, "out_sy": 1, "out_depth": 3},
+                                  {"layer_type": "fc", "filters": [vol(w) for w in weights], "biases": vol(biases)}]})
+
+
+FC_ROWS = [FC_W[3 * o:3 * o + 3] for o in range(10)]
+put(C + "json_1e39.json", snapshot_fc(FC_ROWS[:9] + [[0.5, 1e39, 0.5]], FC_B))
+put(C + "json_huge_filters.json",
+    '{"layers":[{"layer_type":"conv","filters":[{"sx":1048576,"sy":1048576,"depth":1,"w":[]}],"biases":{"w":[0]}}]}')
 
 # --- CIFAR-10 ----------------------------------------------------------------------------------
 REC = bytes([3]) + bytes((i * 7) % 256 for i in range(3072))
@@ -158,6 +174,12 @@ put(I + "label10-labels-idx1-ubyte", idx(LAB, [3], bytes([0, 10, 4])))
 put(I + "gz_truncated-images-idx3-ubyte.gz", gzip.compress(idx(IMG, [3, 2, 2], bytes(range(12))), mtime=0)[:30])
 GZ_OK = gzip.compress(idx(IMG, [3, 2, 2], bytes(range(12))), mtime=0)
 put(I + "gz_corrupt-images-idx3-ubyte.gz", GZ_OK[:-8] + bytes(b ^ 0xff for b in GZ_OK[-8:-4]) + GZ_OK[-4:])
+put(I + "gz_trailing-images-idx3-ubyte.gz", GZ_OK + b"appended")
+# A header claiming 1 x 2000 x 2000 with 4100 incompressible bytes: the gzip file could hold the
+# 4 MB claimed (the deflate bound), so only the shape check against the netdef, made before any
+# pixel is read, stops it (reading first would report a truncation instead).
+put(I + "gz_shape-images-idx3-ubyte.gz",
+    gzip.compress(idx(IMG, [1, 2000, 2000], random.Random(16).randbytes(4100)), mtime=0))
 put(I + "gz_bomb-images-idx3-ubyte.gz", gzip.compress(idx(IMG, [4000000, 100, 100], b""), mtime=0))
 
 # ONNX models, protobuf written by hand (field numbers from onnx.proto) so that this script needs
