@@ -360,30 +360,36 @@ TEST_CASE("harden: under a 1 GiB address-space limit a run cuts its blocks or fa
   // (1 GiB in all for a CPU-only build): the blocks are cut to fit and the run finishes with the
   // same answer as without the limit.
   const int64_t start = start_limit_kib(tmp);
-  REQUIRE(start > 0);
-  const std::string fits = std::to_string(std::max<int64_t>(start + 768 * 1024, 1024 * 1024));
-  Res free_run = run_cli(args + " --quiet --batch 16 --cycle", tmp);
-  INFO(free_run.err);
-  REQUIRE(free_run.rc == 0);
-  Res r = run_cli(args + " --batch 16 --cycle --threads 2", tmp, "> " + tmp + "/report.txt",
-                  "ulimit -v " + fits + "; ");
-  INFO(r.err);
-  CHECK(r.rc == 0);
-  const std::string report = read_file(tmp + "/report.txt");
-  CHECK(contains(report, "to fit host memory"));
-  CHECK(contains(report, "available by the address-space limit), blocks cut from 16 to"));
-  CHECK(contains(report, free_run.out.substr(free_run.out.find('('))));  // same (correct/images)
+  if (start < 0) {
+    // A sanitizer build reserves terabytes of shadow memory at start: no address-space limit fits.
+    MESSAGE(
+        "the limited runs are left out: cnnrun does not start under a 4 GiB address-space limit "
+        "(an ASan build)");
+  } else {
+    const std::string fits = std::to_string(std::max<int64_t>(start + 768 * 1024, 1024 * 1024));
+    Res free_run = run_cli(args + " --quiet --batch 16 --cycle", tmp);
+    INFO(free_run.err);
+    REQUIRE(free_run.rc == 0);
+    Res r = run_cli(args + " --batch 16 --cycle --threads 2", tmp, "> " + tmp + "/report.txt",
+                    "ulimit -v " + fits + "; ");
+    INFO(r.err);
+    CHECK(r.rc == 0);
+    const std::string report = read_file(tmp + "/report.txt");
+    CHECK(contains(report, "to fit host memory"));
+    CHECK(contains(report, "available by the address-space limit), blocks cut from 16 to"));
+    CHECK(contains(report, free_run.out.substr(free_run.out.find('('))));  // same (correct/images)
 
-  // 128 MiB beside what the binary needs to start cannot hold one image: one line naming the
-  // layer and the bytes, exit 1.
-  r = run_cli(args + " --quiet", tmp, "", "ulimit -v " + std::to_string(start + 128 * 1024) + "; ");
-  INFO(r.err);
-  CHECK(r.rc == 1);
-  CHECK(one_line(r.err) == 1);
-  CHECK(contains(r.err,
-                 "cnnrun: host memory: one image needs 246.0 MB for its layer outputs (the largest, "
-                 "layer 'wide' (conv), 245.8 MB)"));
-  CHECK(contains(r.err, "by the address-space limit"));
+    // 128 MiB beside what the binary needs to start cannot hold one image: one line naming the
+    // layer and the bytes, exit 1.
+    r = run_cli(args + " --quiet", tmp, "", "ulimit -v " + std::to_string(start + 128 * 1024) + "; ");
+    INFO(r.err);
+    CHECK(r.rc == 1);
+    CHECK(one_line(r.err) == 1);
+    CHECK(contains(r.err,
+                   "cnnrun: host memory: one image needs 246.0 MB for its layer outputs (the largest, "
+                   "layer 'wide' (conv), 245.8 MB)"));
+    CHECK(contains(r.err, "by the address-space limit"));
+  }
 
   // 2^62 cycled images: their predictions alone are more than any memory.
   r = run_cli(args + " --quiet --cycle --batch 4611686018427387904", tmp);
