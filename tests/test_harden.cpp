@@ -392,7 +392,7 @@ TEST_CASE("harden: under a 1 GiB address-space limit a run cuts its blocks or fa
   }
 
   // 2^62 cycled images: their predictions alone are more than any memory.
-  r = run_cli(args + " --quiet --cycle --batch 4611686018427387904", tmp);
+  Res r = run_cli(args + " --quiet --cycle --batch 4611686018427387904", tmp);
   INFO(r.err);
   CHECK(r.rc == 1);
   CHECK(contains(r.err,
