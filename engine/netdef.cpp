@@ -250,7 +250,8 @@ void parse_data(Network& net, const std::string& file, const YAML::Node& n) {
 // classes: a list of names in label order, a count (names "0".."N-1"), or a text file of one
 // name per line (blank lines and trailing spaces ignored), resolved like every netdef path.
 std::vector<std::string> parse_classes(const std::string& file, const std::string& dir, const YAML::Node& v) {
-  constexpr int64_t kMaxClasses = int64_t{1} << 24;
+  // 2^20 classes (ImageNet-21k has 21841) keep the names of a count within a few tens of MB.
+  constexpr int64_t kMaxClasses = int64_t{1} << 20;
   std::vector<std::string> out;
   if (v.IsScalar()) {
     int64_t count = 0;
