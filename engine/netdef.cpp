@@ -2,6 +2,7 @@
 // key. Checks happen here, at load, so nothing is discovered mid-run: syntax, duplicate and
 // unknown keys, layer types, parameters, names, inputs, cycles, shapes, class count.
 #include <yaml-cpp/depthguard.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -739,24 +740,50 @@ std::string dir_of(const std::string& path) {
   return p == std::string::npos ? "." : (p == 0 ? "/" : path.substr(0, p));
 }
 
+// Counts the documents of a YAML stream and keeps where each starts, building no nodes.
+class DocumentStarts : public YAML::EventHandler {
+ public:
+  std::vector<YAML::Mark> marks;
+  void OnDocumentStart(const YAML::Mark& mark) override { marks.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+  }
+  void OnMapEnd() override {}
+};
+
 Network parse_text(const std::string& text, const std::string& file, const std::string& dir) {
   YAML::Node root;
+  auto loc_of = [&](const YAML::Mark& m) {
+    return SourceLoc{file, m.is_null() ? 0 : m.line + 1, m.is_null() ? 0 : m.column + 1};
+  };
   try {
-    // Every document, so that a second one (after '---') is an error rather than silently
-    // ignored: half a netdef would run.
-    std::vector<YAML::Node> docs = YAML::LoadAll(text);
-    if (docs.size() > 1) {
-      const YAML::Mark m = docs[1].Mark();
-      fail_at({file, m.is_null() ? 0 : m.line + 1, m.is_null() ? 0 : m.column + 1}, "", "", "",
-              "a second YAML document follows the netdef (after '---'); a netdef is one document");
+    // The first document only: yaml-cpp 0.7's LoadAll loops forever, allocating, on some
+    // malformed text (", a'2- b\n..." reports a document without consuming a token, every
+    // time), so documents are never collected in an unbounded loop here.
+    root = YAML::Load(text);
+    if (root.IsMap()) {
+      // A second document (after '---') is an error rather than silently ignored: half a netdef
+      // would run. At most two documents are looked at, so the loop above cannot happen.
+      std::istringstream in(text);
+      YAML::Parser parser(in);
+      DocumentStarts starts;
+      for (int k = 0; k < 2 && parser.HandleNextDocument(starts); ++k) {
+      }
+      if (starts.marks.size() > 1)
+        fail_at(loc_of(starts.marks[1]), "", "", "",
+                "a second YAML document follows the netdef (after '---'); a netdef is one document");
     }
-    if (!docs.empty()) root = docs[0];
   } catch (const YAML::DeepRecursion& e) {
-    SourceLoc loc{file, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1};
-    fail_at(loc, "", "", "", "YAML nested more than " + std::to_string(e.depth()) + " levels deep");
+    fail_at(loc_of(e.mark), "", "", "",
+            "YAML nested more than " + std::to_string(e.depth()) + " levels deep");
   } catch (const YAML::Exception& e) {
-    SourceLoc loc{file, e.mark.is_null() ? 0 : e.mark.line + 1, e.mark.is_null() ? 0 : e.mark.column + 1};
-    fail_at(loc, "", "", "", "YAML syntax error: " + e.msg);
+    fail_at(loc_of(e.mark), "", "", "", "YAML syntax error: " + e.msg);
   }
   if (!root.IsMap())
     fail_at({file, 1, 1}, "", "", "", "expected a YAML mapping with input, classes and layers");

@@ -70,32 +70,44 @@ bool yaml_bool(const YAML::Node& n, bool& out, std::string& why) {
   return true;
 }
 
-static size_t edit_distance(const std::string& a, const std::string& b) {
+// Levenshtein distance, but only up to `limit`: a pair whose lengths differ by `limit` or more
+// is not compared, and a row whose smallest entry reaches `limit` ends the walk, so a long
+// name against a long list costs O(names * length * limit), not O(names * length^2).
+static size_t edit_distance(const std::string& a, const std::string& b, size_t limit) {
+  if ((a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) >= limit) return limit;
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
     cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j)
+    size_t row_min = cur[0];
+    for (size_t j = 1; j <= b.size(); ++j) {
       cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+      row_min = std::min(row_min, cur[j]);
+    }
+    if (row_min >= limit) return limit;
     std::swap(prev, cur);
   }
-  return prev[b.size()];
+  return std::min(prev[b.size()], limit);
 }
 
 std::string suggest(const std::string& key, const std::vector<std::string>& known) {
   if (known.empty()) return "; this takes no keys here";
+  // A misspelling is within 2 edits; keys longer than any name a user types get no guess.
+  constexpr size_t kMaxEdits = 3, kMaxKeyLength = 256, kMaxListed = 40;
   std::string best;
-  size_t best_d = 3;
-  for (const auto& k : known) {
-    size_t d = edit_distance(key, k);
-    if (d < best_d) {
-      best_d = d;
-      best = k;
+  size_t best_d = kMaxEdits;
+  if (key.size() <= kMaxKeyLength)
+    for (const auto& k : known) {
+      size_t d = edit_distance(key, k, best_d);
+      if (d < best_d) {
+        best_d = d;
+        best = k;
+      }
     }
-  }
   if (!best.empty()) return "; did you mean '" + best + "'?";
   std::string list;
-  for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+  for (size_t i = 0; i < known.size() && i < kMaxListed; ++i) list += (i ? ", " : "") + known[i];
+  if (known.size() > kMaxListed) list += ", ... (" + std::to_string(known.size()) + " in all)";
   return "; expected one of: " + list;
 }
 

@@ -57,7 +57,7 @@ void check(const Network& net) {
       FUZZ_CHECK(d->p.rate >= 0 && d->p.rate < 1);
     }
   }
-  FUZZ_CHECK(net.num_classes() >= 1 && net.num_classes() <= 256);
+  FUZZ_CHECK(net.num_classes() >= 1 && net.num_classes() <= (int64_t{1} << 20));
   FUZZ_CHECK(net.layers[static_cast<size_t>(net.output)]->out_shape.size() == net.num_classes());
 }
 
