@@ -1239,7 +1239,13 @@ ImportResult import_onnx_bytes(const std::string& bytes, const std::string& name
                                const ImportOptions& opt) {
   onnx::ModelProto m;
   int64_t opset = onnx_io::parse_model(bytes, name, m);
-  return Importer(m, opset, name, dir).run(opt);
+  ImportResult r = Importer(m, opset, name, dir).run(opt);
+  // What every caller relies on: the netdef parses and the tensors load into it, their values
+  // checked too (a negative variance, a NaN), so `cnnrun import` never writes a model that
+  // cnnrun then refuses. (Folding batchnorms, done when the model runs, checks the products.)
+  Network net = parse_netdef_string(r.netdef, name + " (imported)", dir.empty() ? "." : dir);
+  load_weights_from(net, r.tensors, name, /*fold=*/false);
+  return r;
 }
 
 ImportResult import_onnx_file(const std::string& path, const ImportOptions& opt) {
