@@ -2,17 +2,14 @@
 #include "engine/stream.h"
 
 #include <algorithm>
-#include <chrono>
 #include <future>
 
+#include "engine/core/clock.h"
 #include "engine/core/error.h"
 
 namespace cnnrun {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Block results folded into one: the first block's result (what ran, and how) with the later
 // blocks' counts, predictions (and values) appended and times summed.
@@ -66,7 +63,7 @@ RunResult run_source(Executor& ex, DataSource& src, const RunOptions& opt_in, bo
       }
     }
     if (!opt_in.want_probs) r.probs.clear();
-    st.wall_s = since(t0);
+    st.wall_s = seconds_since(t0);
     if (stats) *stats = st;
     return r;
   }
@@ -114,7 +111,7 @@ RunResult run_source(Executor& ex, DataSource& src, const RunOptions& opt_in, bo
     if (ahead.valid()) {
       const auto w = Clock::now();
       ahead.get();  // rethrows a decoding error, naming the file
-      st.wait_s += since(w);
+      st.wait_s += seconds_since(w);
       std::swap(cur, next);
     }
     first += n;
@@ -122,7 +119,7 @@ RunResult run_source(Executor& ex, DataSource& src, const RunOptions& opt_in, bo
   }
   if (out.images == 0)
     throw Error("no image of " + src.description() + " could be read; the first: " + src.first_skipped());
-  st.wall_s = since(t0);
+  st.wall_s = seconds_since(t0);
   st.decode_s = src.decode_seconds();
   st.decode_threads = src.decode_threads();
   st.skipped = src.skipped();

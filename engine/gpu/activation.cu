@@ -6,18 +6,11 @@
 
 #include "engine/gpu/activation.cuh"
 #include "engine/gpu/check.h"
+#include "engine/gpu/grid_stride.h"
 
 namespace cnnrun::gpu {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned grid_for(int64_t count) {
-  int64_t blocks = (count + kThreads - 1) / kThreads;
-  if (blocks > 65536) blocks = 65536;  // grid-stride loops cover the rest
-  return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
-}
 
 __global__ void act_kernel(const float* in, float* out, int64_t count, ActFn a) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
@@ -109,11 +102,11 @@ std::string act_fn_name(const ActFn& a) {
 void launch_act(const float* in, float* out, int64_t count, ActFn act, cudaStream_t s) {
   if (count <= 0) return;
   if (count % 4 == 0 && aligned16(in) && aligned16(out)) {
-    act4_kernel<<<grid_for(count / 4), kThreads, 0, s>>>(reinterpret_cast<const float4*>(in),
-                                                         reinterpret_cast<float4*>(out), count / 4, act);
+    act4_kernel<<<grid_stride_blocks(count / 4), kGridStrideThreads, 0, s>>>(
+        reinterpret_cast<const float4*>(in), reinterpret_cast<float4*>(out), count / 4, act);
     CUDA_CHECK_LAUNCH("act4_kernel");
   } else {
-    act_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, act);
+    act_kernel<<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(in, out, count, act);
     CUDA_CHECK_LAUNCH("act_kernel");
   }
 }
@@ -123,9 +116,9 @@ void launch_bias_act(float* y, const float* bias, int64_t n, int channels, int64
   const int64_t planes = n * channels;
   if (planes <= 0 || plane <= 0) return;
   if (!bias && act.kind == Act::kIdentity) return;
-  const int64_t bx = std::min<int64_t>((plane + kThreads - 1) / kThreads, 64);
+  const int64_t bx = std::min<int64_t>((plane + kGridStrideThreads - 1) / kGridStrideThreads, 64);
   const dim3 grid(static_cast<unsigned>(bx), static_cast<unsigned>(std::min<int64_t>(planes, 65535)));
-  bias_act_kernel<<<grid, kThreads, 0, s>>>(y, bias, planes, channels, plane, act);
+  bias_act_kernel<<<grid, kGridStrideThreads, 0, s>>>(y, bias, planes, channels, plane, act);
   CUDA_CHECK_LAUNCH("bias_act_kernel");
 }
 

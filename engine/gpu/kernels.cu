@@ -4,19 +4,12 @@
 // reference does as a separate multiply and add uses __fmul_rn/__fadd_rn, so nvcc cannot contract
 // it into an FMA and the results match bit for bit where the formula is the same.
 #include "engine/gpu/check.h"
+#include "engine/gpu/grid_stride.h"
 #include "engine/gpu/kernels.h"
 
 namespace cnnrun::gpu {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned grid_for(int64_t count) {
-  int64_t blocks = (count + kThreads - 1) / kThreads;
-  if (blocks > 65536) blocks = 65536;  // grid-stride loops cover the rest
-  return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
-}
 
 __global__ void preprocess_kernel(const uint8_t* __restrict__ in, float* __restrict__ out, int64_t count,
                                   int channels, int64_t plane, const float* __restrict__ scale,
@@ -96,14 +89,16 @@ __global__ void argmax_kernel(const float* __restrict__ in, int64_t n, int size,
 void launch_preprocess(const uint8_t* in, float* out, int64_t n, int channels, int64_t plane,
                        const float* scale, const float* shift, cudaStream_t s) {
   int64_t count = n * channels * plane;
-  preprocess_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, channels, plane, scale, shift);
+  preprocess_kernel<<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(in, out, count, channels, plane,
+                                                                             scale, shift);
   CUDA_CHECK_LAUNCH("preprocess_kernel");
 }
 
 void launch_channel_affine(const float* in, float* out, int64_t n, int channels, int64_t plane,
                            const float* scale, const float* shift, cudaStream_t s) {
   int64_t count = n * channels * plane;
-  affine_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, channels, plane, scale, shift);
+  affine_kernel<<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(in, out, count, channels, plane,
+                                                                         scale, shift);
   CUDA_CHECK_LAUNCH("affine_kernel");
 }
 
@@ -113,20 +108,22 @@ void launch_add(const float* const* in, int num_inputs, float* out, int64_t coun
     a.accumulate = done > 0;
     a.num = 0;
     while (done < num_inputs && a.num < kMaxAddInputs) a.in[a.num++] = in[done++];
-    add_kernel<<<grid_for(count), kThreads, 0, s>>>(out, count, a);
+    add_kernel<<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(out, count, a);
     CUDA_CHECK_LAUNCH("add_kernel");
   }
 }
 
 void launch_softmax(const float* in, float* out, int64_t n, int channels, int64_t plane, cudaStream_t s) {
   int64_t positions = n * plane;
-  softmax_kernel<<<grid_for(positions), kThreads, 0, s>>>(in, out, positions, channels, plane);
+  softmax_kernel<<<grid_stride_blocks(positions), kGridStrideThreads, 0, s>>>(in, out, positions, channels,
+                                                                              plane);
   CUDA_CHECK_LAUNCH("softmax_kernel");
 }
 
 void launch_argmax(const float* in, int64_t n, int size, int32_t* pred, const int32_t* labels, int64_t first,
                    int64_t label_count, unsigned long long* correct, cudaStream_t s) {
-  argmax_kernel<<<grid_for(n), kThreads, 0, s>>>(in, n, size, pred, labels, first, label_count, correct);
+  argmax_kernel<<<grid_stride_blocks(n), kGridStrideThreads, 0, s>>>(in, n, size, pred, labels, first,
+                                                                     label_count, correct);
   CUDA_CHECK_LAUNCH("argmax_kernel");
 }
 

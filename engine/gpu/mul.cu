@@ -2,20 +2,14 @@
 // one launch (their pointers by value in the kernel's arguments); more are folded in by further
 // launches that multiply into the output, which keeps the product's left-to-right order.
 #include "engine/gpu/check.h"
+#include "engine/gpu/grid_stride.h"
 #include "engine/gpu/mul.h"
 
 namespace cnnrun::gpu {
 
 namespace {
 
-constexpr int kThreads = 256;
 constexpr int kMaxIn = 8;
-
-unsigned grid_for(int64_t count) {
-  int64_t blocks = (count + kThreads - 1) / kThreads;
-  if (blocks > 65536) blocks = 65536;
-  return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
-}
 
 struct MulArgs {
   const float* in[kMaxIn];
@@ -57,7 +51,7 @@ void launch_mul(const std::vector<MulInput>& in, float* out, int64_t n, int chan
       a.per_channel[a.num] = in[done].per_channel ? 1 : 0;
       ++a.num, ++done;
     }
-    mul_kernel<<<grid_for(count), kThreads, 0, s>>>(out, count, plane, a);
+    mul_kernel<<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(out, count, plane, a);
     CUDA_CHECK_LAUNCH("mul_kernel");
   }
 }

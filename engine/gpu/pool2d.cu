@@ -9,19 +9,12 @@
 #include <climits>
 
 #include "engine/gpu/check.h"
+#include "engine/gpu/grid_stride.h"
 #include "engine/gpu/pool2d.h"
 
 namespace cnnrun::gpu {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned grid_for(int64_t count) {
-  int64_t blocks = (count + kThreads - 1) / kThreads;
-  if (blocks > 65536) blocks = 65536;
-  return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
-}
 
 struct Window {
   int start, end, divisor_len;
@@ -81,7 +74,7 @@ void launch_pool2d(const float* in, float* out, int64_t n, const Pool2dArgs& a, 
     throw Error("pool2d: window sizes and strides must be positive, pads not negative");
   const int64_t count = n * a.channels * int64_t(a.out_h) * a.out_w;
   if (count <= 0) return;
-  pool2d_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, a);
+  pool2d_kernel<<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(in, out, count, a);
   CUDA_CHECK_LAUNCH("pool2d_kernel");
 }
 

@@ -8,19 +8,12 @@
 //   as PyTorch computes them; i0 = min(int(src), in - 1), i1 = i0 + (i0 < in - 1),
 //   l1 = src - i0, l0 = 1 - l1, and out = l0y * (l0x * v00 + l1x * v01) + l1y * (l0x * v10 + l1x * v11).
 #include "engine/gpu/check.h"
+#include "engine/gpu/grid_stride.h"
 #include "engine/gpu/upsample.h"
 
 namespace cnnrun::gpu {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-unsigned grid_for(int64_t count) {
-  int64_t blocks = (count + kThreads - 1) / kThreads;
-  if (blocks > 65536) blocks = 65536;
-  return static_cast<unsigned>(blocks < 1 ? 1 : blocks);
-}
 
 struct Lerp {
   int i0, i1;
@@ -76,9 +69,9 @@ void launch_upsample(const float* in, float* out, int64_t n, const UpsampleArgs&
     throw Error("upsample: the output must be the input times positive integer factors");
   const int64_t count = n * a.channels * int64_t(a.out_h) * a.out_w;
   if (count <= 0) return;
-  upsample_kernel<<<grid_for(count), kThreads, 0, s>>>(in, out, count, a,
-                                                       upsample_ratio(a.in_h, a.factor_h, a.align_corners),
-                                                       upsample_ratio(a.in_w, a.factor_w, a.align_corners));
+  upsample_kernel<<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(
+      in, out, count, a, upsample_ratio(a.in_h, a.factor_h, a.align_corners),
+      upsample_ratio(a.in_w, a.factor_w, a.align_corners));
   CUDA_CHECK_LAUNCH("upsample_kernel");
 }
 

@@ -5,15 +5,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cctype>
-#include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
 #include <thread>
 
+#include "engine/core/clock.h"
 #include "engine/core/error.h"
 #include "engine/io/files.h"
 #include "engine/io/image.h"
@@ -269,7 +268,7 @@ class ImageSource : public DataSource {
     std::vector<std::pair<int64_t, std::string>> failed;
     double secs = 0;
     auto work = [&] {
-      auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = Clock::now();
       for (int64_t i; (i = next++) < n;) {
         try {
           load_image_file(list_.paths[static_cast<size_t>(first + i)], t_, out.pixels.data() + i * size);
@@ -279,7 +278,7 @@ class ImageSource : public DataSource {
         }
       }
       std::lock_guard<std::mutex> lock(mu);
-      secs += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      secs += seconds_since(t0);
     };
     const int T = static_cast<int>(std::min<int64_t>(threads_, std::max<int64_t>(n, 1)));
     std::vector<std::thread> pool;

@@ -5,9 +5,9 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "engine/core/error.h"
+#include "engine/io/files.h"
 
 namespace cnnrun::onnx_io {
 
@@ -84,19 +84,17 @@ std::string read_external(const onnx::TensorProto& t, const std::string& dir, co
     throw Error(where + ": external data location '" + location + "' lies outside the model's directory " +
                 root.string());
   if (!fs::is_regular_file(real, ec)) throw Error(where + ": external data '" + location + "' is not a file");
-  uint64_t size = fs::file_size(real, ec);
-  if (ec) throw Error(where + ": external data '" + location + "': " + ec.message());
+  // Through InputFile: opened once (a FIFO never blocks), recorded as an input of the run.
+  InputFile f(real.string());
+  const uint64_t size = static_cast<uint64_t>(f.size());
   if (length >= 0 && static_cast<uint64_t>(length) != want)
     throw Error(where + ": external data length " + std::to_string(length) + " bytes, the dims need " +
                 std::to_string(want));
   if (static_cast<uint64_t>(offset) > size || size - static_cast<uint64_t>(offset) < want)
     throw Error(where + ": external data '" + location + "' has " + std::to_string(size) + " bytes; offset " +
                 std::to_string(offset) + " + " + std::to_string(want) + " bytes do not fit");
-  std::ifstream f(real, std::ios::binary);
   std::string bytes(want, '\0');
-  f.seekg(offset);
-  f.read(bytes.data(), static_cast<std::streamsize>(want));
-  if (!f) throw Error(where + ": cannot read external data '" + location + "'");
+  if (want) f.read_exact_at(offset, bytes.data(), static_cast<int64_t>(want));
   return bytes;
 }
 
