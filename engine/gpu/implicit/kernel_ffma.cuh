@@ -7,6 +7,19 @@
 
 namespace cnnrun::gpu::implicit {
 
+// Filters 4*m4 .. 4*m4+3 (weights w4) times the thread's kPix input values b, into acc.
+template <int BM>
+__device__ __forceinline__ void fma_4_filters(float (&acc)[BM][kPix], int m4, float4 w4,
+                                              const float (&b)[kPix]) {
+#pragma unroll
+  for (int j = 0; j < kPix; ++j) {
+    acc[m4 * 4 + 0][j] = fmaf(w4.x, b[j], acc[m4 * 4 + 0][j]);
+    acc[m4 * 4 + 1][j] = fmaf(w4.y, b[j], acc[m4 * 4 + 1][j]);
+    acc[m4 * 4 + 2][j] = fmaf(w4.z, b[j], acc[m4 * 4 + 2][j]);
+    acc[m4 * 4 + 3][j] = fmaf(w4.w, b[j], acc[m4 * 4 + 3][j]);
+  }
+}
+
 template <int BM, int KWT, int EPI, bool U8>
 __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3)) ? 2 : 1)
     conv_implicit_kernel(ImplArgs a) {
@@ -85,19 +98,7 @@ __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3))
     int next_tile = tile, next_chunk = chunk + 1;
     if (next_chunk == a.chunks) next_chunk = 0, next_tile += gridDim.x;
     const bool has_next = next_tile < a.tiles;
-    // This stage's copies are done and visible, and every thread has finished reading the
-    // other buffer (the previous stage), which the next stage's copies now overwrite.
-    cp_async_wait_all();
-    __syncthreads();
-    if (has_next) {
-      if (U8) {
-        issue_weights<BM>(a, smem, next_chunk, buf ^ 1, mt);
-        issue_u8(a, raw, next_tile);
-        cp_async_commit();
-      } else {
-        issue_stage<BM>(a, smem, next_tile, next_chunk, buf ^ 1, mt);
-      }
-    }
+    issue_next_stage<BM, U8>(a, smem, raw, has_next, next_tile, next_chunk, buf, mt);
 
     const float* patch = smem + buf * a.stage_floats;
     const float* wsm = patch + a.patch_floats;
@@ -122,13 +123,7 @@ __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3))
 #pragma unroll
             for (int m4 = 0; m4 < BM / 4; ++m4) {
               const float4 w4 = *reinterpret_cast<const float4*>(wrow + kw * BM + m4 * 4);
-#pragma unroll
-              for (int j = 0; j < kPix; ++j) {
-                acc[m4 * 4 + 0][j] = fmaf(w4.x, b[j], acc[m4 * 4 + 0][j]);
-                acc[m4 * 4 + 1][j] = fmaf(w4.y, b[j], acc[m4 * 4 + 1][j]);
-                acc[m4 * 4 + 2][j] = fmaf(w4.z, b[j], acc[m4 * 4 + 2][j]);
-                acc[m4 * 4 + 3][j] = fmaf(w4.w, b[j], acc[m4 * 4 + 3][j]);
-              }
+              fma_4_filters(acc, m4, w4, b);
             }
           }
         } else {
@@ -140,13 +135,7 @@ __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3))
 #pragma unroll
             for (int m4 = 0; m4 < BM / 4; ++m4) {
               const float4 w4 = *reinterpret_cast<const float4*>(wrow + kw * BM + m4 * 4);
-#pragma unroll
-              for (int j = 0; j < kPix; ++j) {
-                acc[m4 * 4 + 0][j] = fmaf(w4.x, b[j], acc[m4 * 4 + 0][j]);
-                acc[m4 * 4 + 1][j] = fmaf(w4.y, b[j], acc[m4 * 4 + 1][j]);
-                acc[m4 * 4 + 2][j] = fmaf(w4.z, b[j], acc[m4 * 4 + 2][j]);
-                acc[m4 * 4 + 3][j] = fmaf(w4.w, b[j], acc[m4 * 4 + 3][j]);
-              }
+              fma_4_filters(acc, m4, w4, b);
             }
           }
         }
@@ -202,10 +191,7 @@ __global__ void __launch_bounds__(kThreads, (BM <= 16 || (BM == 20 && KWT != 3))
       }
     }
     if (!has_next) break;
-    if (U8) {
-      cp_async_wait_all();
-      store_u8(a, smem + (buf ^ 1) * a.stage_floats, next_tile, raw);
-    }
+    finish_next_stage<U8>(a, smem, raw, next_tile, buf);
     tile = next_tile, chunk = next_chunk, buf ^= 1;
   }
 }

@@ -107,17 +107,7 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
     int next_tile = tile, next_chunk = chunk + 1;
     if (next_chunk == a.chunks) next_chunk = 0, next_tile += gridDim.x;
     const bool has_next = next_tile < a.tiles;
-    cp_async_wait_all();
-    __syncthreads();
-    if (has_next) {
-      if (U8) {
-        issue_weights<8>(a, smem, next_chunk, buf ^ 1, 0);
-        issue_u8(a, raw, next_tile);
-        cp_async_commit();
-      } else {
-        issue_stage<8>(a, smem, next_tile, next_chunk, buf ^ 1, 0);
-      }
-    }
+    issue_next_stage<8, U8>(a, smem, raw, has_next, next_tile, next_chunk, buf, 0);
 
     const float* patch = smem + buf * a.stage_floats;
     const float4* wsm = reinterpret_cast<const float4*>(patch + a.patch_floats);
@@ -284,10 +274,7 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
       }
     }
     if (!has_next) break;
-    if (U8) {
-      cp_async_wait_all();
-      store_u8(a, smem + (buf ^ 1) * a.stage_floats, next_tile, raw);
-    }
+    finish_next_stage<U8>(a, smem, raw, next_tile, buf);
     tile = next_tile, chunk = next_chunk, buf ^= 1;
   }
 }

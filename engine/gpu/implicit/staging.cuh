@@ -137,4 +137,37 @@ __device__ __forceinline__ void store_u8(const ImplArgs& a, float* patch, int ti
   }
 }
 
+// The double-buffered walk both kernels make over their (tile, channel chunk) stages: a stage's
+// math reads buffer `buf` while the next stage's copies land in the other.
+
+// Before a stage's math: waits until this stage's copies are done and visible and every thread
+// has finished reading the other buffer (the previous stage), then issues the next stage's
+// copies into it when there is one.
+template <int BM, bool U8>
+__device__ __forceinline__ void issue_next_stage(const ImplArgs& a, float* smem, unsigned* raw, bool has_next,
+                                                 int next_tile, int next_chunk, int buf, int mt) {
+  cp_async_wait_all();
+  __syncthreads();
+  if (has_next) {
+    if (U8) {
+      issue_weights<BM>(a, smem, next_chunk, buf ^ 1, mt);
+      issue_u8(a, raw, next_tile);
+      cp_async_commit();
+    } else {
+      issue_stage<BM>(a, smem, next_tile, next_chunk, buf ^ 1, mt);
+    }
+  }
+}
+
+// After a stage's math, before the next stage becomes this one: uint8 input's pixels, copied
+// as raw bytes, are normalised into the next stage's buffer.
+template <bool U8>
+__device__ __forceinline__ void finish_next_stage(const ImplArgs& a, float* smem, const unsigned* raw,
+                                                  int next_tile, int buf) {
+  if (U8) {
+    cp_async_wait_all();
+    store_u8(a, smem + (buf ^ 1) * a.stage_floats, next_tile, raw);
+  }
+}
+
 }  // namespace cnnrun::gpu::implicit
