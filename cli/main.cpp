@@ -335,12 +335,7 @@ int run_network(const Options& o) {
     }
   };
 
-  // Preprocessed float32 inputs (a float32 .npy) run on the CPU engine: auto goes there, saying so.
-  std::string engine = o.engine;
-  if (engine == "auto" && whole && whole->preprocessed()) {
-    engine = "cpu";
-    rep.float_data_on_cpu = true;
-  }
+  const std::string engine = o.engine;
   g_stage = "running the network";
   check_results_fit(ro.batch, ro.want_probs, per, host_memory());
   std::unique_ptr<Executor> ex = make_executor(net, engine, rep.cpu_fallback);

@@ -100,6 +100,7 @@ struct ConvTuning {
 };
 
 struct GpuRunFacts {
+  bool float_input = false;        // the images were float32 values (a float .npy), not uint8 pixels
   bool resident = false;           // the pixels were on the GPU before the clock
   int64_t resident_images = 0;     // ... the distinct images uploaded
   int64_t resident_bytes = 0;      // ... and their bytes

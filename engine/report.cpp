@@ -102,6 +102,7 @@ namespace {
 
 void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
   // What the forward time covers, first.
+  const std::string what = g.float_input ? "float32 values" : "uint8 pixels";
   const std::string back =
       "the predictions (4 bytes per image)" +
       (g.probs_bytes > 0 ? " and the output values (" + std::to_string(g.probs_bytes) + " bytes per image)"
@@ -109,11 +110,12 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
       " copied to host memory";
   out.push_back(g.resident
                     ? "gpu: timed: forward, input resident on GPU: the " + std::to_string(g.resident_images) +
-                          " distinct images' uint8 pixels (" + std::to_string(g.resident_bytes) +
+                          " distinct images' " + what + " (" + std::to_string(g.resident_bytes) +
                           " bytes) were uploaded before the clock; each block's device-to-device copy "
-                          "of its pixels, preprocess, every layer, argmax and " +
+                          "of its " +
+                          what + ", " + (g.float_input ? "" : "preprocess, ") + "every layer, argmax and " +
                           back + " are timed"
-                    : "gpu: timed: end to end, from the uint8 pixels in host memory to " + back);
+                    : "gpu: timed: end to end, from the " + what + " in host memory to " + back);
   if (g.block_cut_from > 0)
     out.push_back(
         "gpu: block of " + std::to_string(g.block_cut_from) + " images cut to " + std::to_string(g.block) +
@@ -171,10 +173,6 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
 std::vector<std::string> report_notes(const Report& r) {
   std::vector<std::string> out;
   if (!r.cpu_fallback.empty()) out.push_back("no GPU (" + r.cpu_fallback + "): running the CPU engine");
-  if (r.float_data_on_cpu)
-    out.push_back(
-        "the data set holds preprocessed float32 values, which the GPU engine does not read: running the CPU "
-        "engine");
   if (r.validated_by_itself)
     out.push_back("--validate with the CPU engine compares the reference with itself");
   if (r.validated_stream_images)

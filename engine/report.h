@@ -19,7 +19,6 @@ struct Report {
   std::string data_description, weights_description;
   std::string cpu_fallback;             // why --engine auto ran the CPU ("" = it did not fall back)
   bool validated_by_itself = false;     // --validate with the CPU engine
-  bool float_data_on_cpu = false;       // --engine auto ran the CPU: the data set is preprocessed float32
   int64_t validated_stream_images = 0;  // --validate on a streamed data set: its first N images only
   std::vector<double> repeat_seconds;  // --repeat: every run's forward time (run.forward_seconds: the median)
   double load_data_s = 0, build_net_s = 0, load_weights_s = 0, total_s = 0;

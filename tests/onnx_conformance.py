@@ -22,8 +22,6 @@ import sys
 import tempfile
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
 
 RTOL, ATOL = 1e-5, 1e-6
 SKIP = 77
@@ -34,6 +32,8 @@ class Skip(Exception):
 
 
 def load_pb(path):
+    import onnx
+    from onnx import numpy_helper
     t = onnx.TensorProto()
     try:
         with open(path, "rb") as f:
@@ -56,15 +56,19 @@ def npy_header_ok(x):
     return x.dtype == np.float32 and x.ndim in (2, 4) and x.shape[0] >= 1
 
 
-def run_case(binary, case, engine, tmp):
-    """Returns (status, detail): status pass | fail | skip."""
+def prepare_sets(case, out):
+    """Writes each data set of `case` under out/<set>/ as model.onnx (the graph's other inputs made
+    initializers), x.npy (the first input) and want.npy (the expected output); raises Skip where
+    cnnrun cannot take the case. Needs the onnx package; checking the result needs only NumPy."""
+    import onnx
+    from onnx import numpy_helper
     model = onnx.load(os.path.join(case, "model.onnx"))
     init_names = {t.name for t in model.graph.initializer}
     graph_inputs = [i for i in model.graph.input if i.name not in init_names]
     sets = list(data_sets(case))
     if not sets:
         raise Skip("no test data set")
-    worst = 0.0
+    written = []
     for set_name, ins, outs in sets:
         if not ins:
             raise Skip("the case has no input")
@@ -82,21 +86,33 @@ def run_case(binary, case, engine, tmp):
             if not isinstance(v, np.ndarray):
                 raise Skip(f"input '{gi.name}' is not a tensor")
             m.graph.initializer.append(numpy_helper.from_array(v, gi.name))
-        path = os.path.join(tmp, "model.onnx")
-        onnx.save(m, path)
-        xin = os.path.join(tmp, "x.npy")
+        d = os.path.join(out, set_name)
+        os.makedirs(d, exist_ok=True)
+        onnx.save(m, os.path.join(d, "model.onnx"))
         # cnnrun holds an N x F batch as N x F x 1 x 1.
-        np.save(xin, np.ascontiguousarray(x.reshape(x.shape + (1, 1)) if x.ndim == 2 else x))
+        np.save(os.path.join(d, "x.npy"), np.ascontiguousarray(x.reshape(x.shape + (1, 1)) if x.ndim == 2 else x))
+        np.save(os.path.join(d, "want.npy"), outs[0].astype(np.float32))
+        written.append(d)
+    return written
+
+
+def check_prepared(binary, engine, set_dirs):
+    """Imports and runs each prepared data set (prepare_sets) on `engine`: (status, detail)."""
+    worst = 0.0
+    for d in set_dirs:
+        set_name = os.path.basename(d)
+        path = os.path.join(d, "model.onnx")
+        xin, want = os.path.join(d, "x.npy"), np.load(os.path.join(d, "want.npy"))
         # Import first: a refusal (every message starting with the model's path) is a skip with its
         # reason; a netdef the importer wrote that does not load or run is a failure.
-        netdef = os.path.join(tmp, "net.yaml")
+        netdef = os.path.join(d, "net.yaml")
         r = subprocess.run([binary, "import", path, netdef], capture_output=True, text=True)
         if r.returncode != 0:
             msg = r.stderr.strip()
             if msg.startswith("cnnrun: " + path + ": "):
                 raise Skip(msg[len("cnnrun: " + path + ": "):])
             return "fail", f"{set_name}: import failed: {msg}"
-        dump = os.path.join(tmp, "y.npy")
+        dump = os.path.join(d, "y.npy")
         r = subprocess.run([binary, netdef, "--data", xin, "--data-format", "npy", "--engine", engine, "--dump", dump,
                             "--quiet"], capture_output=True, text=True)
         if r.returncode != 0:
@@ -105,8 +121,8 @@ def run_case(binary, case, engine, tmp):
                 raise Skip(msg)
             return "fail", f"{set_name}: cnnrun failed: {msg}"
         ours = np.load(dump)
-        want = outs[0].astype(np.float32)
-        if want.ndim < 1 or want.shape[0] != x.shape[0] or ours.size != want.size:
+        n = np.load(xin, mmap_mode="r").shape[0]
+        if want.ndim < 1 or want.shape[0] != n or ours.size != want.size:
             return "fail", f"{set_name}: output {list(ours.shape)}, expected {list(want.shape)}"
         ours = ours.reshape(want.shape)
         bad = ~(np.abs(ours - want) <= ATOL + RTOL * np.abs(want))
@@ -116,7 +132,12 @@ def run_case(binary, case, engine, tmp):
             i = np.unravel_index(int(np.argmax(bad)), want.shape)
             return "fail", (f"{set_name}: {int(bad.sum())}/{want.size} values off, first at {list(i)}: "
                             f"{ours[i]:.9g} vs {want[i]:.9g}")
-    return "pass", f"{len(sets)} data set(s), max abs error {worst:.2e}"
+    return "pass", f"{len(set_dirs)} data set(s), max abs error {worst:.2e}"
+
+
+def run_case(binary, case, engine, tmp):
+    """Returns (status, detail): status pass | fail | skip."""
+    return check_prepared(binary, engine, prepare_sets(case, tmp))
 
 
 def one(binary, case, engine):
@@ -189,7 +210,35 @@ def main():
     ap.add_argument("--table", nargs="+")
     ap.add_argument("--doc")
     ap.add_argument("--list")
+    ap.add_argument("--export", metavar="DIR",
+                    help="write the cases of tests/onnx_cases.txt (CASE is their root) as model.onnx, x.npy and "
+                         "want.npy under DIR, for a machine without the onnx package or libonnx-testdata")
+    ap.add_argument("--exported", metavar="DIR", help="check every case --export wrote under DIR (NumPy only)")
     a = ap.parse_args()
+    if a.export:
+        listing = os.path.join(os.path.dirname(os.path.abspath(__file__)), "onnx_cases.txt")
+        names = [ln.strip() for ln in open(listing) if ln.strip() and not ln.startswith("#")]
+        for n in names:
+            try:
+                prepare_sets(os.path.join(a.case, n), os.path.join(a.export, n.replace("/", "_")))
+            except Skip as e:
+                print(f"{n}: skipped: {e}", file=sys.stderr)
+        print(f"{len(names)} cases written under {a.export}")
+        return 0
+    if a.exported:
+        counts = {"pass": 0, "fail": 0, "skip": 0}
+        for name in sorted(os.listdir(a.exported)):
+            root = os.path.join(a.exported, name)
+            try:
+                status, detail = check_prepared(a.binary, a.engine,
+                                                sorted(os.path.join(root, d) for d in os.listdir(root)))
+            except Skip as e:
+                status, detail = "skip", str(e)
+            counts[status] += 1
+            print(f"{status:4} {name}: {detail}")
+        print(f"{sum(counts.values())} cases on the {a.engine} engine: {counts['pass']} passed, {counts['fail']} failed, "
+              f"{counts['skip']} skipped")
+        return 1 if counts["fail"] else 0
     if a.table:
         return table(a.binary, a.table, a.doc, a.list)
     if not os.path.exists(os.path.join(a.case, "model.onnx")):

@@ -641,6 +641,77 @@ TEST_CASE("gpu: --resident gives the same predictions as copying from host memor
   }
 }
 
+TEST_CASE("gpu: float32 values (a float .npy) run as given: the uint8 run's results, and the reference's" *
+          doctest::skip(!gpu_present())) {
+  // The same images twice: as uint8 pixels (preprocessed on the GPU, or by the implicit kernel
+  // reading the bytes), and as the float32 values preprocess_images makes of them, which the GPU
+  // engine copies in as they are. Every algorithm, blocks that do not divide the batch, several
+  // streams, cycling, --resident; the float runs alternate with uint8 runs on one executor, so
+  // slots and graphs made for one kind of input are never used for the other.
+  Network net = parse_netdef_string(kSmallNet, "small");
+  random_weights(net, 41);
+  const Dataset u8 = gpu_random_data(net.input, 37, 10, 13);
+  Dataset f32 = u8;
+  f32.pixels.clear();
+  f32.values.resize(static_cast<size_t>(u8.count * u8.shape.size()));
+  preprocess_images(net, u8.pixels.data(), u8.count, f32.values.data());
+  REQUIRE(f32.preprocessed());
+
+  auto gpu = make_gpu_executor(net);
+  auto cpu = make_cpu_executor(net);
+  MaxErr err;
+  compare_layers(net, *gpu, *cpu, f32, 3, 30, "float32 input", err);
+  MESSAGE("float32 input, every layer against the CPU reference: max abs error " << err.abs << " ("
+                                                                                 << err.where << ")");
+  RunOptions co;
+  co.batch = u8.count;
+  co.want_probs = true;
+  const RunResult ref = cpu->run(f32, co);
+
+  const RunVariant variants[] = {
+      {100, 7, 3, true, "implicit"}, {101, 16, 2, true, "im2col"}, {90, 8, 4, true, "cudnn"},
+      {100, 9, 3, true, ""},         {37, 37, 1, false, ""},
+  };
+  for (const RunVariant& v : variants)
+    for (bool resident : {false, true}) {
+      INFO(v.what() << " resident " << resident);
+      RunOptions o = v.options();
+      o.resident = resident;
+      const RunResult rf = gpu->run(f32, o);
+      const RunResult ru = gpu->run(u8, o);
+      REQUIRE(rf.gpu);
+      CHECK(rf.gpu->float_input);
+      CHECK_FALSE(ru.gpu->float_input);
+      REQUIRE(rf.predictions.size() == static_cast<size_t>(v.batch));
+      REQUIRE(rf.probs.size() == static_cast<size_t>(v.batch * 10));
+      int64_t unclear = 0, differ = 0;
+      for (int64_t i = 0; i < v.batch; ++i) {
+        const size_t j = static_cast<size_t>(i % u8.count), k = static_cast<size_t>(i);
+        test::Compare vs_u8 =
+            test::compare(rf.probs.data() + k * 10, ru.probs.data() + k * 10, 10, kAtol, kRtol);
+        test::Compare vs_ref =
+            test::compare(rf.probs.data() + k * 10, ref.probs.data() + j * 10, 10, kAtol, kRtol);
+        CHECK(vs_u8.ok);
+        CHECK(vs_ref.ok);
+        // A prediction may differ only where the two best classes are within the tolerance.
+        std::vector<float> p(ref.probs.begin() + static_cast<std::ptrdiff_t>(j * 10),
+                             ref.probs.begin() + static_cast<std::ptrdiff_t>(j * 10 + 10));
+        std::sort(p.begin(), p.end());
+        const bool close = p[9] - p[8] < 1e-4f;
+        unclear += close;
+        differ += !close && rf.predictions[k] != ref.predictions[j];
+      }
+      CHECK(differ == 0);
+      MESSAGE(v.what() << " resident " << resident << ": " << unclear << " near-ties");
+    }
+  // Data that is neither: values of the wrong count are refused before anything runs.
+  Dataset short_values = f32;
+  short_values.values.resize(10);
+  RunOptions o;
+  o.batch = 2;
+  CHECK_THROWS_AS(gpu->run(short_values, o), Error);
+}
+
 TEST_CASE("the CPU executor refuses RunOptions::resident") {
   Network net = parse_netdef_string(kSmallNet, "small");
   random_weights(net, 1);

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -313,6 +314,76 @@ TEST_CASE("onnx: grouped and dilated conv, ceil_mode, Clip(0, 6), LeakyRelu, Mul
   load_weights_from(net, r.tensors, "m.onnx");
   CHECK(net.layers[static_cast<size_t>(net.output)]->out_shape == Shape{8, 8, 8});
   CHECK(net.num_classes() == 8 * 8 * 8);
+}
+
+namespace {
+
+// x -> 1x1 conv 'c' -> Gelu written with Erf: Mul(Mul(c, Add(Erf(c / sqrt 2), one)), half),
+// the scaling as Div by sqrt 2 or Mul by 1/sqrt 2, operands in either order.
+std::string gelu_erf_model(bool mul_form, bool swapped, float one, float half) {
+  ModelBuilder b(13);
+  b.input("x", {0, 3, 4, 4});
+  b.init("w", {3, 3, 1, 1}, test::random_floats(9, 11));
+  b.node("Conv", "conv", {"x", "w"}, {"c"});
+  if (mul_form) {
+    b.init("inv_sqrt2", {}, {0.70710678f});
+    b.node("Mul", "scale",
+           swapped ? std::vector<std::string>{"inv_sqrt2", "c"} : std::vector<std::string>{"c", "inv_sqrt2"},
+           {"d"});
+  } else {
+    b.init("sqrt2", {}, {1.41421356f});
+    b.node("Div", "scale", {"c", "sqrt2"}, {"d"});
+  }
+  b.node("Erf", "erf", {"d"}, {"e"});
+  b.init("one", {}, {one});
+  b.node("Add", "plus1",
+         swapped ? std::vector<std::string>{"one", "e"} : std::vector<std::string>{"e", "one"}, {"f"});
+  b.node("Mul", "times_x", swapped ? std::vector<std::string>{"f", "c"} : std::vector<std::string>{"c", "f"},
+         {"g"});
+  b.init("half", {}, {half});
+  b.node("Mul", "halve", {"g", "half"}, {"y"});
+  b.output("y");
+  return b.bytes();
+}
+
+}  // namespace
+
+TEST_CASE("onnx: Gelu written with Erf (torch.onnx before opset 20) imports as one exact gelu layer") {
+  for (bool mul_form : {false, true})
+    for (bool swapped : {false, true}) {
+      INFO("mul_form " << mul_form << " swapped " << swapped);
+      ImportResult r = import_onnx_bytes(gelu_erf_model(mul_form, swapped, 1.f, 0.5f), "m.onnx", "", {});
+      INFO(r.netdef);
+      CHECK(r.netdef.find("- {name: \"scale\", type: gelu}") != std::string::npos);
+      CHECK(r.netdef.find("Erf") == std::string::npos);
+      CHECK(r.netdef.find("times_x") == std::string::npos);
+      REQUIRE(r.notes.size() >= 1);
+      CHECK(r.notes.back().find("Gelu written with Erf, imported as one gelu layer") != std::string::npos);
+      Network net = parse_netdef_string(r.netdef, "m.yaml");
+      load_weights_from(net, r.tensors, "m.onnx");
+      REQUIRE(net.layers.size() == 2);
+      // The exact (erf) form, against the definition in double precision.
+      Dataset d = random_images({3, 4, 4}, 5, 3);
+      std::vector<Tensor> y = make_cpu_executor(net)->forward_layers(d, 0, 5, RunOptions{});
+      const Tensor& c = y[0];
+      const Tensor& g = y[1];
+      REQUIRE(c.data.size() == g.data.size());
+      double worst = 0;
+      for (size_t i = 0; i < c.data.size(); ++i) {
+        const double v = c.data[i], want = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+        worst = std::max(worst, std::fabs(g.data[i] - want) / std::max(1.0, std::fabs(want)));
+      }
+      CHECK(worst < 1e-6);
+    }
+  // Not Gelu (Add 2, or a factor 0.25): the Erf stays a node cnnrun has no layer for.
+  for (auto [one, half] : {std::pair<float, float>{2.f, 0.5f}, {1.f, 0.25f}}) {
+    try {
+      import_onnx_bytes(gelu_erf_model(false, false, one, half), "m.onnx", "", {});
+      FAIL("imported a chain that is not Gelu");
+    } catch (const Error& e) {
+      CHECK(std::string(e.what()).find("op Erf is not supported") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("onnx: bad models are one clear error naming the node or tensor") {

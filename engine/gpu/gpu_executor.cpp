@@ -100,14 +100,23 @@ class GpuExecutor : public Executor {
   std::vector<std::map<int64_t, std::unique_ptr<LtGemm>>> fc_plans_;  // per step, by images
   Precision prec_ = Precision::kFp32;  // the format the library plans are made for
   GpuTuning tuning_;                   // the call in progress's (run or forward_layers)
+  // The call's data set holds float32 values, already preprocessed (a float .npy): they are
+  // copied in as they are and no conv reads uint8 pixels.
+  bool float_input_ = false;
 
   const Step& step(int i) const { return plan_.steps[static_cast<size_t>(i)]; }
   ConvWeights& conv_weights(int i) const { return *weights_->step(i).conv; }
 
   // The options of a call: weights up (the 3xTF32 fragments packed as it asks), the library
   // plans for its precision.
-  void begin(const RunOptions& opt) {
+  void begin(const RunOptions& opt, const Dataset& data) {
     tuning_ = opt.tuning;
+    if (data.preprocessed() != float_input_) {  // the graphs and warm-up were for the other input
+      float_input_ = data.preprocessed();
+      pipeline_->drop_graphs();
+      warmed_slots_ = nullptr;
+    }
+    if (float_input_) tuning_.fuse_u8 = false;
     weights_->upload(net_, plan_, prec_, opt.tuning.pack_low);
     set_precision(opt.precision);
   }
@@ -184,7 +193,7 @@ class GpuExecutor : public Executor {
 
 SlotNeeds GpuExecutor::slot_needs() const {
   SlotNeeds needs;
-  needs.input_bytes = net_.input.size();
+  needs.input_bytes = net_.input.size() * (float_input_ ? int64_t{sizeof(float)} : 1);
   needs.buf_floats = plan_.buf_floats;
   for (const Step& st : plan_.steps)
     if (st.op == Op::kConv && conv_weights(st.layer).im2col)
@@ -198,6 +207,12 @@ SlotNeeds GpuExecutor::slot_needs() const {
 // Launches.
 
 void GpuExecutor::preprocess(Slot& s, int64_t n) const {
+  if (float_input_) {  // the user's values are the network's input
+    CUDA_CHECK(cudaMemcpyAsync(s.bufs[0].get(), s.in_u8.get(),
+                               static_cast<size_t>(n * net_.input.size()) * sizeof(float),
+                               cudaMemcpyDeviceToDevice, s.stream));
+    return;
+  }
   launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
                     net_.input.h * net_.input.w, weights_->pre_scale().as<float>(),
                     weights_->pre_shift().as<float>(), s.stream);
@@ -486,9 +501,6 @@ std::string GpuExecutor::step_algo(const Step& st) const {
 
 RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   check_ready(net_, data);
-  if (data.preprocessed())
-    throw Error("the GPU engine reads uint8 images; this data set holds preprocessed float32 values (" +
-                data.description + "): run it with --engine cpu");
   const int64_t batch = images_to_run(data, opt);
   if (opt.streams < 0) throw Error("streams must be positive, found " + std::to_string(opt.streams));
   if (opt.block < 0) throw Error("block must be positive, found " + std::to_string(opt.block));
@@ -498,7 +510,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   RunResult r;
   GpuRunFacts& facts = r.gpu.emplace();
   auto setup_t0 = Clock::now();
-  begin(opt);
+  begin(opt, data);
   r.precision = prec_;
   int64_t block = opt.block;
   if (block == 0) {  // near kDefaultBlock, cut into equal blocks
@@ -511,7 +523,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   // which are then sized around them).
   // A --gpu-memory cap covers them too: the slots get what they leave of it.
   const int64_t resident_count = std::min(batch, data.count);
-  const int64_t reserved = opt.resident && opt.gpu_memory > 0 ? resident_count * data.shape.size() : 0;
+  const int64_t reserved = opt.resident && opt.gpu_memory > 0 ? resident_count * data.bytes_per_image() : 0;
   if (reserved > 0 && reserved >= opt.gpu_memory)
     throw Error("--resident: the " + std::to_string(resident_count) + " distinct images take " +
                 std::to_string(reserved) + " bytes of GPU memory, and --gpu-memory allows only " +
@@ -541,8 +553,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   // Host memory the copies read: the data set's own pixels, page-locked in place (not with
   // --resident: the timed copies read device memory).
   const bool whole = opt.cycle || batch >= data.count;
-  const size_t reg_bytes = static_cast<size_t>((whole ? data.count : batch) * data.shape.size());
-  void* reg_ptr = const_cast<uint8_t*>(data.pixels.data());
+  const size_t reg_bytes = static_cast<size_t>((whole ? data.count : batch) * data.bytes_per_image());
+  void* reg_ptr = const_cast<uint8_t*>(data.image_bytes(0));
   bool registered = false, staged = false;
   if (!opt.resident) {
     cudaError_t re = cudaHostRegister(reg_ptr, reg_bytes, cudaHostRegisterDefault);
@@ -716,6 +728,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   facts.resident = opt.resident;
   facts.resident_images = opt.resident ? resident_count : 0;
   facts.resident_bytes = opt.resident ? static_cast<int64_t>(resident.bytes()) : 0;
+  facts.float_input = float_input_;
   facts.probs_bytes = opt.want_probs ? out_size * 4 : 0;
   facts.block = block;
   facts.blocks = nblocks;
@@ -739,13 +752,10 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
 std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t first, int64_t n,
                                                 const RunOptions& opt) {
   check_ready(net_, data);
-  if (data.preprocessed())
-    throw Error("the GPU engine reads uint8 images; this data set holds preprocessed float32 values (" +
-                data.description + "): run it with --engine cpu");
   check_range(data, first, n);
   if (opt.gpu_memory < 0)
     throw Error("gpu_memory must not be negative, found " + std::to_string(opt.gpu_memory));
-  begin(opt);
+  begin(opt, data);
   std::vector<Tensor> outs(plan_.steps.size());
   int64_t block = std::min(n, kDefaultBlock);
   if (n > 0) selector_.resolve(net_, plan_, opt.conv_algo, block, true);

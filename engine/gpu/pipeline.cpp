@@ -37,8 +37,8 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
   const int64_t want_blocks = (images + block - 1) / block;
   streams = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(streams, want_blocks)));
   const bool use_im2col = needs.im2col, use_cudnn = needs.cudnn;
-  if (!slots_.empty() && streams_ == streams && block_ == block && cap_ == cap && (col_ || !use_im2col) &&
-      (cudnn_ || !use_cudnn))
+  if (!slots_.empty() && streams_ == streams && block_ == block && cap_ == cap &&
+      input_bytes_ == needs.input_bytes && (col_ || !use_im2col) && (cudnn_ || !use_cudnn))
     return;
   slots_.clear();  // give the memory back before measuring what is free
 
@@ -100,6 +100,7 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
   streams_ = streams;
   block_ = block;
   cap_ = cap;
+  input_bytes_ = needs.input_bytes;
   col_ = use_im2col;
   cudnn_ = use_cudnn;
 }
@@ -107,7 +108,7 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
 // Images that do not fit in the free memory are an error, not a silent fallback to host copies,
 // since the run would then time something else than it says.
 DevBuf BlockPipeline::upload_resident(const Dataset& data, int64_t count) {
-  const size_t bytes = static_cast<size_t>(count * data.shape.size());
+  const size_t bytes = static_cast<size_t>(count * data.bytes_per_image());
   constexpr size_t kHeadroom = 512u << 20;  // as ensure_slots keeps back for the libraries
   size_t free_b = 0, total_b = 0;
   CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -120,13 +121,13 @@ DevBuf BlockPipeline::upload_resident(const Dataset& data, int64_t count) {
                 std::to_string(bytes) + " bytes of GPU memory, but only " + std::to_string(free_b) +
                 " of the " + device_ + "'s " + std::to_string(total_b) + " are free; run without --resident");
   DevBuf b(bytes);
-  CUDA_CHECK(cudaMemcpy(b.get(), data.pixels.data(), bytes, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(b.get(), data.image_bytes(0), bytes, cudaMemcpyHostToDevice));
   return b;
 }
 
 void BlockPipeline::copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged,
                             const uint8_t* resident) {
-  const size_t img = static_cast<size_t>(data.shape.size());
+  const size_t img = static_cast<size_t>(data.bytes_per_image());
   int64_t done = 0;
   while (done < n) {
     int64_t idx = (first + done) % data.count;
@@ -138,7 +139,7 @@ void BlockPipeline::copy_in(Slot& s, const Dataset& data, int64_t first, int64_t
       done += run;
       continue;
     }
-    const uint8_t* src = data.image(idx);
+    const uint8_t* src = data.image_bytes(idx);
     if (staged) {
       uint8_t* st = s.staging.as<uint8_t>() + static_cast<size_t>(done) * img;
       std::memcpy(st, src, static_cast<size_t>(run) * img);

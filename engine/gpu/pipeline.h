@@ -50,7 +50,7 @@ struct Slot {
 
 // What the slots must hold, per image and per stream.
 struct SlotNeeds {
-  int64_t input_bytes = 0;             // one image's uint8 pixels
+  int64_t input_bytes = 0;             // one image as the data set holds it (uint8 or float32)
   std::vector<int64_t> buf_floats;     // the plan's buffers, floats per image
   size_t max_col = 0;                  // the largest im2col column matrix of one image
   bool im2col = false, cudnn = false;  // some conv may run it: its workspace is needed
@@ -75,10 +75,11 @@ class BlockPipeline {
   int64_t block() const { return block_; }
   void drop_graphs();
 
-  // --resident: images 0..count-1 of the data set in device memory (slots of an earlier run that
+  // --resident: images 0..count-1 of the data set in device memory, as stored (slots of an earlier run that
   // leave too little room are given back first).
   DevBuf upload_resident(const Dataset& data, int64_t count);
-  // Raw pixels of images first..first+n-1 (modulo the count) into the slot's uint8 buffer: from
+  // Images first..first+n-1 (modulo the count), as stored (uint8 pixels or float32 values), into
+  // the slot's input buffer: from
   // host memory (through the slot's pinned staging buffer when `staged`), or device to device
   // from `resident`, which holds images 0..min(batch, count)-1.
   static void copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged,
@@ -93,6 +94,7 @@ class BlockPipeline {
   int64_t block_ = 0;
   int64_t cap_ = 0;  // the room under the cap (less the resident images) the slots were sized for
   bool col_ = false, cudnn_ = false;  // the slots have im2col / cuDNN workspaces
+  int64_t input_bytes_ = 0;           // per image of the slots' input buffers
 };
 
 }  // namespace cnnrun::gpu

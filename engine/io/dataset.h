@@ -26,6 +26,12 @@ struct Dataset {
   bool preprocessed() const { return !values.empty(); }
   const uint8_t* image(int64_t i) const { return pixels.data() + i * shape.size(); }
   const float* image_values(int64_t i) const { return values.data() + i * shape.size(); }
+  // One image as stored, uint8 pixels or float32 values: its size in bytes, and where image i's
+  // begin (what the GPU engine copies to the device as it is).
+  int64_t bytes_per_image() const { return shape.size() * (preprocessed() ? int64_t{sizeof(float)} : 1); }
+  const uint8_t* image_bytes(int64_t i) const {
+    return preprocessed() ? reinterpret_cast<const uint8_t*>(image_values(i)) : image(i);
+  }
 };
 
 // What a run needs of a data set. A loader reads no more than max_images images (0: all of

@@ -152,6 +152,9 @@ class Importer {
   void emit(LayerOut l, const Node& nd, int rank, const Shape& s);
   void node(Node& nd);
   bool fold(Node& nd);
+  bool gelu_erf(Node& nd);
+  const onnx::NodeProto* only_reader(const std::string& value, const char* op) const;
+  bool const_near(const std::string& value, double want) const;
   void conv(Node& nd, const Val& x);
   void pool(Node& nd, const Val& x, bool max);
   void gemm(Node& nd, const Val& x);
@@ -172,7 +175,9 @@ class Importer {
   std::map<std::string, Val> vals_;
   std::map<std::string, int> readers_;  // value -> number of node inputs (and graph outputs) reading it
   std::map<std::string, std::string> consumer_;  // value -> its one reading node's first output
-  std::set<std::string> fused_adds_;             // Add nodes (by first output) fused into a MatMul
+  // Nodes (by first output) folded into a layer emitted for another node: the Add of a MatMul's
+  // bias, the rest of a Gelu written with Erf.
+  std::set<std::string> absorbed_;
   std::vector<std::string> problems_;
   std::vector<LayerOut> layers_;
   std::set<std::string> layer_names_{"input"};
@@ -454,7 +459,7 @@ void Importer::matmul(Node& nd, const Val& x) {
     for (int64_t r = 0; r < o; ++r)
       bt.data[static_cast<size_t>(r)] = c.f[c.numel() == 1 ? 0 : static_cast<size_t>(r)];
     l.tensors.emplace_back("bias", add_tensor(bias_name, std::move(bt)));
-    fused_adds_.insert(add->output(0));
+    absorbed_.insert(add->output(0));
     emit(std::move(l), nd, 2, {o, 1, 1});
     vals_[add->output(0)] = vals_[y];
   } else {
@@ -617,6 +622,67 @@ void Importer::resize(Node& nd, const Val& x) {
 
 // Ops over constants only (the shape subgraphs), computed here. Returns false when the node is
 // not one of them or an input is not constant.
+// The one node reading `value`, when it is the only reader and of type `op`; else null.
+const onnx::NodeProto* Importer::only_reader(const std::string& value, const char* op) const {
+  auto r = readers_.find(value);
+  if (r == readers_.end() || r->second != 1) return nullptr;
+  for (const auto& n : g_.node())
+    for (const auto& in : n.input())
+      if (in == value) return n.op_type() == op && n.output_size() == 1 ? &n : nullptr;
+  return nullptr;  // a graph output
+}
+
+// A float scalar constant within float rounding of `want`.
+bool Importer::const_near(const std::string& value, double want) const {
+  auto it = vals_.find(value);
+  if (it == vals_.end() || it->second.kind != Val::kConst || it->second.c.is_int || it->second.c.numel() != 1)
+    return false;
+  return std::fabs(static_cast<double>(it->second.c.f[0]) - want) <= 1e-6 * std::fabs(want);
+}
+
+// Gelu written out with Erf, as exporters emit it where the opset has no Gelu (torch.onnx
+// before opset 20): y = Mul(Mul(x, Add(Erf(Div(x, sqrt 2)), 1)), 0.5), the Div possibly a Mul by
+// 1/sqrt 2, each Add and Mul's operands in either order, every intermediate read only by the
+// next node. Seen at its first node: the chain becomes one gelu layer (exact, the erf form) and
+// its other nodes are skipped. Anything else is left to the nodes' own handling.
+bool Importer::gelu_erf(Node& nd) {
+  const onnx::NodeProto& n0 = *nd.n;
+  if (n0.input_size() != 2 || n0.output_size() != 1) return false;
+  const Val* x = input(nd, 0);
+  std::string xname = n0.input(0), cname = n0.input(1);
+  if (n0.op_type() == "Mul" && (!x || x->kind != Val::kAct)) {
+    std::swap(xname, cname);
+    x = input(nd, 1);
+  }
+  if (!x || x->kind != Val::kAct) return false;
+  const bool scaled =
+      n0.op_type() == "Div" ? const_near(cname, std::sqrt(2.0)) : const_near(cname, std::sqrt(0.5));
+  if (!scaled) return false;
+  const onnx::NodeProto* erf = only_reader(n0.output(0), "Erf");
+  if (!erf) return false;
+  const onnx::NodeProto* add = only_reader(erf->output(0), "Add");
+  if (!add || add->input_size() != 2) return false;
+  const std::string& one = add->input(0) == erf->output(0) ? add->input(1) : add->input(0);
+  if (!const_near(one, 1.0)) return false;
+  const onnx::NodeProto* mx = only_reader(add->output(0), "Mul");
+  if (!mx || mx->input_size() != 2) return false;
+  const std::string& other = mx->input(0) == add->output(0) ? mx->input(1) : mx->input(0);
+  if (other != xname) return false;
+  const onnx::NodeProto* half = only_reader(mx->output(0), "Mul");
+  if (!half || half->input_size() != 2) return false;
+  const std::string& h = half->input(0) == mx->output(0) ? half->input(1) : half->input(0);
+  if (!const_near(h, 0.5)) return false;
+
+  const Val xv = *x;
+  LayerOut l{layer_name(nd), "gelu", {}, {xv.layer}, {}};
+  emit(std::move(l), nd, xv.rank, xv.shape);
+  for (const onnx::NodeProto* p : {erf, add, mx, half}) absorbed_.insert(p->output(0));
+  vals_[half->output(0)] = vals_[n0.output(0)];
+  res_.notes.push_back(nd.label + " .. " + half->op_type() + " '" + half->output(0) +
+                       "': Gelu written with Erf, imported as one gelu layer");
+  return true;
+}
+
 bool Importer::fold(Node& nd) {
   const std::string& op = nd.n->op_type();
   static const std::set<std::string> foldable = {"Shape",  "Gather",   "Unsqueeze", "Squeeze",
@@ -784,8 +850,9 @@ void Importer::node(Node& nd) {
     unsupported(nd, "op domain '" + n.domain() + "' is not supported");
     return;
   }
-  if (fused_adds_.count(n.output_size() ? n.output(0) : "")) return;  // inside a MatMul's fc
+  if (absorbed_.count(n.output_size() ? n.output(0) : "")) return;  // inside another node's layer
   if (fold(nd)) return;
+  if ((op == "Div" || op == "Mul") && gelu_erf(nd)) return;
 
   static const std::set<std::string> ops = {"Clip",
                                             "LeakyRelu",
