@@ -26,6 +26,8 @@ ln -sfn "$C/shared" "$(dirname "$SRC")/shared"
 [[ -L /usr/share/datasets/fashion-mnist ]] && rm /usr/share/datasets/fashion-mnist
 mkdir -p /usr/share/datasets/fashion-mnist && cp "$C"/fashion-mnist/* /usr/share/datasets/fashion-mnist/  # a copy: a link out of the root is refused
 [[ -n "${CUDNN_LIB:-}" ]] && export LD_LIBRARY_PATH=$CUDNN_LIB:${LD_LIBRARY_PATH:-}
+# The test fixtures need NumPy and Pillow: the python3 found first (PyTorch's venv on a GPU host).
+export CNNRUN_TEST_PYTHON=${CNNRUN_TEST_PYTHON:-$(command -v python3)}
 # The Debian libraries cnnrun links (libpng, libturbojpeg, libprotobuf), carried as $C/lib.
 [[ -d "$C/lib" ]] && export LD_LIBRARY_PATH=$C/lib:${LD_LIBRARY_PATH:-}
 cd "$SRC"

@@ -35,7 +35,7 @@ doctest::Contains has(const std::string& s) { return doctest::Contains(s.c_str()
 std::string python_refs(const std::string& args) {
   std::string out;
   const std::string cmd =
-      "/usr/bin/python3 " + std::string(CNNRUN_SOURCE_DIR) + "/tests/image_reference.py " + args;
+      test::python() + " " + std::string(CNNRUN_SOURCE_DIR) + "/tests/image_reference.py " + args;
   INFO(cmd);
   const int rc = test::run_command(cmd, &out);
   INFO(out);

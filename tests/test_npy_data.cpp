@@ -260,7 +260,7 @@ TEST_CASE("cli: the CIFAR-10 sample written by NumPy as .npy gives exactly the b
       "- "
       "np.float32(0.5))\n";
   test::write_file(d + "/w.py", py);
-  REQUIRE(test::run_command("/usr/bin/python3 " + d + "/w.py " + sample + " " + d, &out) == 0);
+  REQUIRE(test::run_command(test::python() + " " + d + "/w.py " + sample + " " + d, &out) == 0);
   const std::string net = std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml --assets " +
                           test::shared_dir() + " --engine cpu ";
   auto cnnrun = [&](const std::string& args) {

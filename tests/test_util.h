@@ -25,6 +25,12 @@ inline std::string shared_dir() {
   return e && *e ? e : std::string(CNNRUN_SOURCE_DIR) + "/../shared";
 }
 inline bool have_file(const std::string& p) { return std::ifstream(p).good(); }
+// The Python the test fixtures run (NumPy, Pillow): Debian's /usr/bin/python3, or
+// $CNNRUN_TEST_PYTHON (a GPU host whose system Python lacks NumPy, its PyTorch venv's has it).
+inline std::string python() {
+  const char* e = std::getenv("CNNRUN_TEST_PYTHON");
+  return e && *e ? e : "/usr/bin/python3";
+}
 
 // A fresh directory under /tmp for one test.
 std::string temp_dir(const std::string& tag);
