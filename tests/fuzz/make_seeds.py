@@ -154,3 +154,45 @@ if onnx is not None:
         [t("c1.w", [4, 3, 3, 3], 8), t("c2.w", [4, 3, 3, 3], 9), t("g.w", [10, 8], 10), t("g.b", [10], 11)])
     put("onnx/branches.onnx", helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)],
                                                 ir_version=6).SerializeToString())
+
+# npy: uint8 N x C x H x W and N x H x W x C images, float32 values, and int64 labels.
+try:
+    import numpy as np
+except ImportError:
+    np = None
+if np is not None:
+    import io
+
+    def npy(a):
+        b = io.BytesIO()
+        np.save(b, a)
+        return b.getvalue()
+
+    r = np.random.default_rng(5)
+    put("npy/nchw_u8.npy", npy(r.integers(0, 256, (2, 3, 4, 4), dtype=np.uint8)))
+    put("npy/nhwc_u8.npy", npy(r.integers(0, 256, (2, 4, 4, 3), dtype=np.uint8)))
+    put("npy/grey_u8.npy", npy(r.integers(0, 256, (3, 5, 5), dtype=np.uint8)))
+    put("npy/values_f32.npy", npy(r.standard_normal((2, 3, 4, 4)).astype(np.float32)))
+    put("npy/labels_i64.npy", npy(np.array([1, 0, 9, 3], dtype=np.int64)))
+
+# image: a PNG (palette and RGBA) and a JPEG (baseline and progressive, grey), small.
+try:
+    from PIL import Image
+except ImportError:
+    Image = None
+if Image is not None and np is not None:
+    import io
+
+    def img(im, fmt, **kw):
+        b = io.BytesIO()
+        im.save(b, fmt, **kw)
+        return b.getvalue()
+
+    r = np.random.default_rng(6)
+    rgb = Image.fromarray(r.integers(0, 256, (9, 12, 3), dtype=np.uint8), "RGB")
+    put("image/rgb.png", img(rgb, "PNG"))
+    put("image/rgba.png", img(rgb.convert("RGBA"), "PNG"))
+    put("image/palette.png", img(rgb.convert("P"), "PNG"))
+    put("image/baseline.jpg", img(rgb, "JPEG", quality=80))
+    put("image/progressive.jpg", img(rgb, "JPEG", quality=80, progressive=True))
+    put("image/grey.jpg", img(rgb.convert("L"), "JPEG", quality=80))
