@@ -106,6 +106,10 @@ struct GpuRunFacts {
   int64_t resident_bytes = 0;      // ... and their bytes
   int64_t probs_bytes = 0;         // per image, when the output values came back (want_probs)
   int64_t block_cut_from = 0;      // > 0: the block asked for, cut to `block` to fit memory
+  int64_t host_cut_from = 0;       // > 0: the block asked for, cut to fit the host memory the
+                                   // slots pin (predictions, output values, pixel staging)
+  int64_t host_pinned_bytes = 0;   // ... what the cut block's slots may pin at most
+  std::string host_limited_by;     // ... host_memory()'s limit ("MemAvailable", ...)
   int64_t cap_bytes = 0;           // > 0 with a cut: what --gpu-memory left for the slots
   int64_t cap_total_bytes = 0;     // ... of this whole cap (more when resident images took some)
   std::vector<ConvTuning> tuning;  // auto's searches, in layer order

@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "engine/core/error.h"
+#include "engine/core/memory.h"
 #include "engine/executor.h"
 #include "engine/gpu_api.h"
 #include "engine/io/files.h"
@@ -66,6 +67,18 @@ std::vector<std::string> others(const std::string& dir, const std::vector<std::s
 }
 
 }  // namespace
+
+TEST_CASE("harden: the GPU engine's page-locked host buffers are sized to the host memory budget") {
+  // images_fitting: the block the GPU engine keeps when each of its streams pins per_image bytes
+  // per image (predictions, output values, pixel staging) within half of host_memory().
+  CHECK(images_fitting(100, 3, 1000) == 3);
+  CHECK(images_fitting(100, 3, 299) == 0);  // not one image on every stream: the run is an error
+  CHECK(images_fitting(150528 + 4 + 4000, 3, int64_t{1} << 30) == 2316);  // ResNet-18 at 224, 1000 outputs
+  CHECK(images_fitting(1, 1, INT64_MAX) == INT64_MAX);
+  CHECK(images_fitting(0, 3, 1000) == 0);
+  CHECK(images_fitting(100, 0, 1000) == 0);
+  CHECK(images_fitting(100, 3, -1) == 0);
+}
 
 TEST_CASE("harden: an output never replaces a file the run read, whatever path names it") {
   std::string tmp = temp_dir("harden-inputs"), args = copy_net(tmp);

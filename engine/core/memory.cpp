@@ -90,4 +90,9 @@ HostMemory host_memory() {
   return m;
 }
 
+int64_t images_fitting(int64_t per_image, int streams, int64_t budget) {
+  if (per_image < 1 || streams < 1 || budget < 1) return 0;
+  return budget / per_image / streams;
+}
+
 }  // namespace cnnrun

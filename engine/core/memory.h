@@ -18,6 +18,10 @@ struct HostMemory {
 
 HostMemory host_memory();
 
+// The most images a block may hold when each of `streams` streams keeps `per_image` bytes per
+// image of host buffers, within `budget` bytes: 0 when not even one image fits.
+int64_t images_fitting(int64_t per_image, int streams, int64_t budget);
+
 // "1.5 GB", "12.0 MB", "512 bytes" (decimal units).
 std::string bytes_str(int64_t bytes);
 

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "engine/core/clock.h"
+#include "engine/core/memory.h"
 #include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
@@ -518,6 +519,29 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     block = (batch + nb - 1) / nb;
   }
   block = std::min(block, batch);
+  {
+    // Host memory the slots pin: each stream's predictions, the output values when asked, and
+    // the staging copy of a block's images where they cannot be page-locked in place (counted
+    // whenever they are not resident). The block is cut so that these fit in half of what this
+    // process may still take (the data set and the results are held beside them).
+    const int64_t out_values = net_.layers[static_cast<size_t>(net_.output)]->out_shape.size();
+    const int64_t per_image = int64_t{sizeof(int32_t)} +
+                              (opt.want_probs ? out_values * int64_t{sizeof(float)} : 0) +
+                              (opt.resident ? 0 : data.bytes_per_image());
+    const int streams = opt.streams > 0 ? opt.streams : kDefaultStreams;
+    const HostMemory mem = host_memory();
+    const int64_t fit = images_fitting(per_image, streams, mem.available / 2);
+    if (fit < 1)
+      throw Error("host memory: one image needs " + bytes_str(per_image) +
+                  " of page-locked buffers on each of " + std::to_string(streams) + " streams, but only " +
+                  mem.str());
+    if (block > fit) {
+      facts.host_cut_from = block;
+      facts.host_limited_by = mem.limited_by;
+      block = fit;
+      facts.host_pinned_bytes = block * per_image * streams;
+    }
+  }
   selector_.resolve(net_, plan_, opt.conv_algo, block, false);
   // --resident: the pixels every block reads, on the GPU before the clock (and before the slots,
   // which are then sized around them).
