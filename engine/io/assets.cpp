@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "engine/io/files.h"
+
 namespace cnnrun {
 
 namespace fs = std::filesystem;
@@ -17,16 +19,6 @@ fs::path real_dir(const std::string& dir) {
   fs::path p = fs::canonical(dir.empty() ? "." : dir, ec);
   if (ec || !fs::is_directory(p, ec)) return {};
   return p;
-}
-
-// Component-wise prefix test: "/a/bc" is not inside "/a/b".
-bool inside(const fs::path& real, const fs::path& root) {
-  auto r = root.begin(), p = real.begin();
-  for (; r != root.end(); ++r, ++p) {
-    if (r->empty()) continue;  // a trailing separator yields an empty last component
-    if (p == real.end() || *p != *r) return false;
-  }
-  return true;
 }
 
 std::string join_list(const std::vector<std::string>& v) {
@@ -66,7 +58,7 @@ std::string AssetResolver::resolve(const std::string& path, const SourceLoc& loc
 
   auto within_a_root = [&](const fs::path& real) {
     for (const auto& rr : real_roots)
-      if (!rr.empty() && inside(real, rr)) return true;
+      if (!rr.empty() && path_inside(real, rr)) return true;
     return false;
   };
 

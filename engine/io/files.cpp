@@ -412,4 +412,13 @@ void write_output_file(const std::string& path, const std::string& bytes,
   out.commit();
 }
 
+bool path_inside(const std::filesystem::path& real, const std::filesystem::path& root) {
+  auto r = root.begin(), p = real.begin();
+  for (; r != root.end(); ++r, ++p) {
+    if (r->empty()) continue;  // a trailing separator yields an empty last component
+    if (p == real.end() || *p != *r) return false;
+  }
+  return true;
+}
+
 }  // namespace cnnrun

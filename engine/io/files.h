@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -118,5 +119,10 @@ void write_output_file(const std::string& path, const std::string& bytes,
 // Writes all of `bytes` to a descriptor (a regular file or stdout), retrying short writes;
 // throws "<what>: write failed (<strerror>)".
 void write_all(int fd, const std::string& bytes, const std::string& what);
+
+// Whether the real (canonical) path `real` lies inside the real directory `root`, compared
+// component by component: "/a/bc" is not inside "/a/b". How paths written in a netdef or an ONNX
+// model are confined to their directories.
+bool path_inside(const std::filesystem::path& real, const std::filesystem::path& root);
 
 }  // namespace cnnrun

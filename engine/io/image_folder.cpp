@@ -36,15 +36,6 @@ namespace {
 
 bool has_image_extension(const fs::path& p) { return is_image_file_name(p.filename().string()); }
 
-bool inside(const fs::path& real, const fs::path& root) {
-  auto r = root.begin(), p = real.begin();
-  for (; r != root.end(); ++r, ++p) {
-    if (r->empty()) continue;
-    if (p == real.end() || *p != *r) return false;
-  }
-  return true;
-}
-
 struct Lister {
   std::vector<fs::path> confine;
   int64_t ignored = 0;
@@ -55,7 +46,7 @@ struct Lister {
     fs::path real = fs::canonical(p, ec);
     if (ec) throw Error(p.string() + ": cannot resolve (" + ec.message() + ")");
     for (const auto& r : confine)
-      if (inside(real, r)) return;
+      if (path_inside(real, r)) return;
     throw Error(p.string() + ": leads outside the asset roots (to " + real.string() +
                 "); a netdef may only read files inside them");
   }

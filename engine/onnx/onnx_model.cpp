@@ -30,16 +30,6 @@ size_t elem_size(int32_t dt) {
   }
 }
 
-// Component-wise prefix test on real paths: "/a/bc" is not inside "/a/b".
-bool inside(const fs::path& real, const fs::path& root) {
-  auto r = root.begin(), p = real.begin();
-  for (; r != root.end(); ++r, ++p) {
-    if (r->empty()) continue;
-    if (p == real.end() || *p != *r) return false;
-  }
-  return true;
-}
-
 int64_t parse_nonneg(const std::string& v, const std::string& where, const std::string& key) {
   if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
     throw Error(where + ": external_data " + key + " '" + v + "' is not a non-negative integer");
@@ -76,11 +66,11 @@ std::string read_external(const onnx::TensorProto& t, const std::string& dir, co
   fs::path real = fs::canonical(root / loc, ec);
   if (ec) {
     fs::path weak = fs::weakly_canonical(root / loc, ec);
-    if (!ec && !inside(weak, root))
+    if (!ec && !path_inside(weak, root))
       throw Error(where + ": external data location '" + location + "' lies outside the model's directory");
     throw Error(where + ": external data file '" + location + "' not found in " + root.string());
   }
-  if (!inside(real, root))
+  if (!path_inside(real, root))
     throw Error(where + ": external data location '" + location + "' lies outside the model's directory " +
                 root.string());
   if (!fs::is_regular_file(real, ec)) throw Error(where + ": external data '" + location + "' is not a file");
