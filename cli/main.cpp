@@ -459,9 +459,9 @@ int import_model(const Options& o, const std::string& model, const std::string& 
   ImportOptions io = import_options(o, base);
   io.weights_path = st.filename().string();
   ImportResult r = import_onnx_file(model, io);
-  // Checked as any netdef is, before anything is written.
+  // Parsed as the written netdef will be, where it will be, before anything is written (the
+  // importer has checked that its tensors load).
   Network net = parse_netdef_string(r.netdef, out, base);
-  load_weights_from(net, r.tensors, model, /*fold=*/false);
   if (!r.tensors.empty()) write_output_file(st.string(), safetensors_bytes(r.tensors), {model});
   write_output_file(out, r.netdef, {model});
   std::printf("wrote %s (%zu layers)%s\n", out.c_str(), net.layers.size(),

@@ -174,7 +174,7 @@ class Importer {
   std::string model_, dir_;
   std::map<std::string, Val> vals_;
   std::map<std::string, int> readers_;  // value -> number of node inputs (and graph outputs) reading it
-  std::map<std::string, std::string> consumer_;  // value -> its one reading node's first output
+  std::map<std::string, int> reader_;   // value -> index of a node reading it (the one where readers_ is 1)
   // Nodes (by first output) folded into a layer emitted for another node: the Add of a MatMul's
   // bias, the rest of a Gelu written with Erf.
   std::set<std::string> absorbed_;
@@ -440,19 +440,17 @@ void Importer::matmul(Node& nd, const Val& x) {
   l.tensors.emplace_back("weight", add_tensor(nd.n->input(1), std::move(wt)));
   // The Add that takes this MatMul's output and a constant bias, if it is the only reader.
   const std::string& y = nd.n->output(0);
-  const onnx::NodeProto* add = nullptr;
+  const onnx::NodeProto* add = only_reader(y, "Add");
   std::string bias_name;
-  if (readers_[y] == 1)
-    for (const auto& n2 : g_.node())
-      if (n2.op_type() == "Add" && n2.input_size() == 2 && (n2.input(0) == y || n2.input(1) == y)) {
-        const std::string& other = n2.input(0) == y ? n2.input(1) : n2.input(0);
-        auto it = vals_.find(other);
-        if (it != vals_.end() && it->second.kind == Val::kConst && !it->second.c.is_int &&
-            (it->second.c.numel() == o || it->second.c.numel() == 1) && n2.output_size() == 1) {
-          add = &n2;
-          bias_name = other;
-        }
-      }
+  if (add && add->input_size() == 2) {
+    bias_name = add->input(0) == y ? add->input(1) : add->input(0);
+    auto it = vals_.find(bias_name);
+    if (it == vals_.end() || it->second.kind != Val::kConst || it->second.c.is_int ||
+        (it->second.c.numel() != o && it->second.c.numel() != 1))
+      add = nullptr;
+  } else {
+    add = nullptr;
+  }
   if (add) {
     const Const& c = vals_[bias_name].c;
     Tensor bt({o});
@@ -626,10 +624,10 @@ void Importer::resize(Node& nd, const Val& x) {
 const onnx::NodeProto* Importer::only_reader(const std::string& value, const char* op) const {
   auto r = readers_.find(value);
   if (r == readers_.end() || r->second != 1) return nullptr;
-  for (const auto& n : g_.node())
-    for (const auto& in : n.input())
-      if (in == value) return n.op_type() == op && n.output_size() == 1 ? &n : nullptr;
-  return nullptr;  // a graph output
+  auto k = reader_.find(value);
+  if (k == reader_.end()) return nullptr;  // read by a graph output only
+  const onnx::NodeProto& n = g_.node(k->second);
+  return n.op_type() == op && n.output_size() == 1 ? &n : nullptr;
 }
 
 // A float scalar constant within float rounding of `want`.
@@ -1186,6 +1184,7 @@ ImportResult Importer::run(const ImportOptions& opt) {
     for (const auto& in : g_.node(i).input()) {
       if (in.empty()) continue;
       readers_[in]++;
+      reader_[in] = i;
       auto it = maker.find(in);
       if (it != maker.end()) {
         pending[static_cast<size_t>(i)]++;
