@@ -15,10 +15,12 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "engine/core/clock.h"
 #include "engine/core/memory.h"
+#include "engine/dist/ranks.h"
 #include "engine/executor.h"
 #include "engine/gpu_api.h"
 #include "engine/io/assets.h"
@@ -221,16 +223,18 @@ std::function<void(int64_t, int64_t)> progress_bar(const std::string& mode, bool
 }
 
 // --engine auto without a usable GPU runs the CPU engine and says why in `fallback`.
-std::unique_ptr<Executor> make_executor(const Network& net, const std::string& engine,
-                                        std::string& fallback) {
+// `local_rank`: an MPI rank's index on its machine, which picks its GPU (modulo the GPUs there).
+std::unique_ptr<Executor> make_executor(const Network& net, const std::string& engine, std::string& fallback,
+                                        int local_rank) {
   if (engine == "cpu") return make_cpu_executor(net);
   std::string why;
   bool gpu = gpu_available(&why);
+  const int device = gpu ? local_rank % std::max(1, gpu_device_count()) : 0;
   if (engine == "gpu") {
     if (!gpu) throw Error("--engine gpu: no usable GPU: " + why);
-    return make_gpu_executor(net);
+    return make_gpu_executor(net, device);
   }
-  if (gpu) return make_gpu_executor(net);
+  if (gpu) return make_gpu_executor(net, device);
   fallback = why;
   return make_cpu_executor(net);
 }
@@ -243,18 +247,168 @@ void print_stdout(const std::string& text) {
     throw Error(std::string("standard output: write failed (") + std::strerror(errno) + ")");
 }
 
-int run_network(const Options& o) {
+// MPI: every rank has got this far without an error, or every rank stops with the first failing
+// rank's error. A rank that failed joins this same step from main()'s handler, so the steps
+// line up; between two of them a rank makes no other collective call.
+void all_reached(Ranks& ranks) {
+  if (ranks.size() == 1) return;
+  const std::string e = ranks.first_error("");
+  if (!e.empty()) throw RanksFailed(e);
+}
+
+// This rank's part of an MPI run.
+struct RankPart {
+  int64_t run_images = 0;  // the run's images over all ranks (--batch N, else the data set's)
+  int64_t in_files = 0;    // the data set's images
+  Shard shard;             // this rank's images of the run
+};
+
+std::string batch_error(int64_t batch, int64_t count) {
+  return "--batch " + std::to_string(batch) + ": the data set has only " + std::to_string(count) +
+         " images; add --cycle to run them repeatedly";
+}
+
+// An MPI rank's data: the data set's size from its header (one image read) or its listing, the
+// run's images, this rank's contiguous shard of them, and a source of exactly the images the
+// shard runs (its bytes of record files, its part of an image folder). Cycled, image j of the
+// shard is the data set's (first + j) % count, as in a one-process run.
+std::unique_ptr<DataSource> open_rank_part(const Options& o, const Network& net, const AssetResolver& assets,
+                                           const Ranks& ranks, RankPart& part) {
+  open_data(net, assets, o.data, o.data_format, 1, o.skip_bad, 1, 0, &part.in_files);
+  const int64_t total = part.in_files;
+  part.run_images = o.batch ? o.batch : total;
+  if (part.run_images > total && !o.cycle) throw Error(batch_error(part.run_images, total));
+  if (part.run_images < ranks.size())
+    throw Error("the run has " + std::to_string(part.run_images) + " images for " +
+                std::to_string(ranks.size()) + " MPI ranks; every rank needs at least one");
+  part.shard = shard_of(part.run_images, ranks.rank(), ranks.size());
+  const int64_t a = part.shard.first % total, m = std::min(part.shard.count, total);
+  auto open = [&](int64_t n, int64_t first) {
+    return open_data(net, assets, o.data, o.data_format, o.decode_threads, o.skip_bad, n, first);
+  };
+  if (a + m <= total) return open(m, a);
+  // A cycled shard that runs past the data set's end: images a..count-1, then 0...
+  auto tail = open(total - a, a), head = open(a + m - total, 0);
+  if (!tail->whole() || !head->whole())
+    throw Error("--cycle needs a data set in memory; " + tail->description() + " is streamed from its files");
+  Dataset d = *tail->whole();
+  const Dataset& h = *head->whole();
+  d.count += h.count;
+  d.pixels.insert(d.pixels.end(), h.pixels.begin(), h.pixels.end());
+  d.values.insert(d.values.end(), h.values.begin(), h.values.end());
+  d.labels.insert(d.labels.end(), h.labels.begin(), h.labels.end());
+  d.paths.insert(d.paths.end(), h.paths.begin(), h.paths.end());
+  d.description += " and " + range_str(0, h.count, total);
+  return memory_source(std::move(d));
+}
+
+template <class T>
+std::string bytes_of(const std::vector<T>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
+template <class T>
+void append_bytes(std::vector<T>& v, const std::string& b) {
+  const size_t n = b.size() / sizeof(T), at = v.size();
+  v.resize(at + n);
+  std::memcpy(v.data() + at, b.data(), n * sizeof(T));
+}
+
+// MPI: the ranks' results combined as if one process had run (on rank 0: counts, scores,
+// predictions, output values, the predictions file's rows in data-set order, every rank's
+// times; on every rank: the validation, merged and judged again). `csv_rows`: this rank's rows.
+void combine_ranks(Ranks& ranks, Report& rep, const RankPart& part, double wall_s, int device,
+                   const std::string& csv_rows, std::string* all_csv_rows) {
+  RunResult& run = rep.run;
+  nlohmann::json me = {{"host", ranks.host()},
+                       {"engine", run.engine},
+                       {"device", device},
+                       {"first", part.shard.first},
+                       {"images", run.images},
+                       {"forward_s", run.forward_seconds},
+                       {"transfer_s", run.transfer_seconds},
+                       {"wall_s", wall_s}};
+  for (const auto& l : run.layers) me["layers"].push_back(l.seconds);
+  const std::string meta = me.dump(), preds = bytes_of(run.predictions), probs = bytes_of(run.probs);
+  std::vector<int64_t> counts = {run.images, run.correct, run.nonfinite_images, rep.stream.skipped};
+  Scores& sc = rep.scores;
+  counts.insert(counts.end(), {sc.images, sc.top1, sc.topk});
+  counts.insert(counts.end(), sc.per_class_images.begin(), sc.per_class_images.end());
+  counts.insert(counts.end(), sc.per_class_correct.begin(), sc.per_class_correct.end());
+  counts.insert(counts.end(), sc.confusion.begin(), sc.confusion.end());
+  Validation& v = rep.validation;
+  std::vector<double> worst;
+  if (rep.validated) {
+    counts.insert(counts.end(), {v.images, v.prediction_mismatches});
+    for (const auto& c : v.layers) {
+      counts.push_back(c.nonfinite);
+      worst.insert(worst.end(), {c.max_abs, c.max_ref});
+    }
+  }
+
+  all_reached(ranks);  // from here on only collective calls, until rank 0 writes the outputs
+  ranks.sum(counts);
+  ranks.max(worst);
+  const std::vector<std::string> metas = ranks.gather(meta), all_preds = ranks.gather(preds),
+                                 all_probs = ranks.gather(probs), rows = ranks.gather(csv_rows);
+
+  size_t i = 0;
+  auto next = [&] { return counts[i++]; };
+  run.images = next(), run.correct = next(), run.nonfinite_images = next(), rep.stream.skipped = next();
+  sc.images = next(), sc.top1 = next(), sc.topk = next();
+  for (auto* vec : {&sc.per_class_images, &sc.per_class_correct, &sc.confusion})
+    for (auto& x : *vec) x = next();
+  if (rep.validated) {
+    v.images = next(), v.prediction_mismatches = next();
+    for (size_t l = 0; l < v.layers.size(); ++l) {
+      v.layers[l].nonfinite = next();
+      v.layers[l].max_abs = worst[2 * l], v.layers[l].max_ref = worst[2 * l + 1];
+    }
+    judge(v, v.tolerance);
+  }
+  if (ranks.rank() != 0) return;
+  run.predictions.clear();
+  run.probs.clear();
+  for (size_t r = 0; r < metas.size(); ++r) {
+    append_bytes(run.predictions, all_preds[r]);
+    append_bytes(run.probs, all_probs[r]);
+    *all_csv_rows += rows[r];
+    const nlohmann::json m = nlohmann::json::parse(metas[r]);
+    RankFacts k;
+    k.rank = static_cast<int>(r);
+    k.host = m["host"];
+    k.engine = m["engine"];
+    k.device = m["device"];
+    k.first = m["first"];
+    k.images = m["images"];
+    k.forward_s = m["forward_s"];
+    k.wall_s = m["wall_s"];
+    // The run's time is the slowest rank's, and so are the layer times shown.
+    if (k.forward_s > run.forward_seconds || r == 0) {
+      run.forward_seconds = k.forward_s;
+      run.transfer_seconds = m["transfer_s"];
+      const auto& secs = m["layers"];
+      for (size_t l = 0; l < run.layers.size() && l < secs.size(); ++l) run.layers[l].seconds = secs[l];
+    }
+    rep.stream.wall_s = std::max(rep.stream.wall_s, k.wall_s);
+    rep.ranks.push_back(k);
+  }
+}
+
+int run_network(const Options& o, Ranks& ranks) {
   auto t_total = Clock::now();
   // The outputs are checked before anything is loaded: a path that cannot be written is an
   // error now, not after the run.
+  // With MPI ranks, rank 0 writes every output (its checks, and its report, stand for all).
+  const bool many = ranks.size() > 1, writer = ranks.rank() == 0;
   OutputFiles outs;
   for (const std::string& p : {o.netdef, o.data, o.weights}) outs.protect(p);
   const size_t kNone = static_cast<size_t>(-1);
   size_t dump_out = kNone, json_out = kNone;
-  if (!o.dump.empty()) dump_out = outs.add("--dump", o.dump);
-  if (!o.json.empty()) json_out = outs.add("--json", o.json);
+  if (!o.dump.empty() && writer) dump_out = outs.add("--dump", o.dump);
+  if (!o.json.empty() && writer) json_out = outs.add("--json", o.json);
   size_t predictions_out = kNone;
-  if (!o.predictions.empty()) predictions_out = outs.add("--predictions", o.predictions);
+  if (!o.predictions.empty() && writer) predictions_out = outs.add("--predictions", o.predictions);
   if (o.resident && o.engine == "auto") {  // --engine cpu --resident is refused in main()
     std::string why;
     if (!gpu_available(&why)) throw Error("--resident needs the GPU engine, and no GPU is usable: " + why);
@@ -281,8 +435,10 @@ int run_network(const Options& o) {
   t = Clock::now();
   g_stage = "loading the data";
   // Only the images the run reads: --batch N needs the first N (fewer when cycling a smaller set).
+  RankPart part;
   std::unique_ptr<DataSource> src =
-      open_data(net, assets, o.data, o.data_format, o.decode_threads, o.skip_bad, o.batch);
+      many ? open_rank_part(o, net, assets, ranks, part)
+           : open_data(net, assets, o.data, o.data_format, o.decode_threads, o.skip_bad, o.batch);
   rep.load_data_s = seconds_since(t);
   rep.data_description = src->description();
   rep.labelled = src->labelled();
@@ -297,10 +453,8 @@ int run_network(const Options& o) {
   outs.check_not_inputs();  // every input is open by now: refused before the run, not after
 
   RunOptions ro;
-  ro.batch = o.batch ? o.batch : count;
-  if (ro.batch > count && !o.cycle)
-    throw Error("--batch " + std::to_string(ro.batch) + ": the data set has only " + std::to_string(count) +
-                " images; add --cycle to run them repeatedly");
+  ro.batch = many ? part.shard.count : o.batch ? o.batch : count;
+  if (ro.batch > count && !o.cycle) throw Error(batch_error(ro.batch, count));
   ro.cycle = o.cycle;
   ro.want_probs = !o.dump.empty();
   ro.block = std::min(o.block, ro.batch);  // a block larger than the run is the run (no overflow)
@@ -313,7 +467,7 @@ int run_network(const Options& o) {
   ro.tuning = parse_gpu_off(o.gpu_off);
   ro.precision = *parse_precision(o.precision);  // checked by the option's validator
   ro.resident = o.resident;
-  ro.progress = progress_bar(o.progress, o.quiet);
+  if (writer) ro.progress = progress_bar(o.progress, o.quiet);  // MPI: rank 0's shard
   rep.distinct_images = std::min(ro.batch, count);
 
   // Top-k by default with more than 10 classes; the output values are needed for it and for
@@ -331,14 +485,19 @@ int run_network(const Options& o) {
     if (csv) {
       std::vector<int32_t> labels = block.labels;
       if (static_cast<int64_t>(labels.size()) > r.images) labels.resize(static_cast<size_t>(r.images));
-      csv->add(first, block.paths, labels, values, r.images, per);
+      csv->add(part.shard.first + first, block.paths, labels, values, r.images, per);
     }
   };
 
   const std::string engine = o.engine;
   g_stage = "running the network";
-  check_results_fit(ro.batch, ro.want_probs, per, host_memory());
-  std::unique_ptr<Executor> ex = make_executor(net, engine, rep.cpu_fallback);
+  // Rank 0 of an MPI run holds every rank's results.
+  check_results_fit(many && writer ? part.run_images : ro.batch, ro.want_probs, per, host_memory());
+  all_reached(ranks);  // every rank has its network, weights and data
+  std::unique_ptr<Executor> ex = make_executor(net, engine, rep.cpu_fallback, ranks.local_rank());
+  const int device =
+      rep.cpu_fallback.empty() && engine != "cpu" ? ranks.local_rank() % std::max(1, gpu_device_count()) : -1;
+  const auto t_run = Clock::now();
   rep.run = run_source(*ex, *src, ro, need_values, stream_block_images(net.input), on_block, &rep.stream);
   rep.scores = scorer.scores();
   rep.class_names = net.classes;
@@ -398,10 +557,27 @@ int run_network(const Options& o) {
     rep.validated = true;
     if (!rep.validation.pass) status = 3;
   }
+  const double run_wall_s = seconds_since(t_run);
+
+  std::string csv_bytes = csv ? csv->take() : std::string();
+  if (many) {
+    g_stage = "combining the ranks' results";
+    // Rank 0 keeps the file's header; every rank sends its rows, written in data-set order.
+    const size_t header = csv_bytes.find('\n') + 1;
+    std::string rows = csv ? csv_bytes.substr(header) : std::string();
+    csv_bytes.resize(csv ? header : 0);
+    combine_ranks(ranks, rep, part, run_wall_s, device, rows, &csv_bytes);
+    rep.distinct_images = std::min(part.run_images, part.in_files);
+    status = rep.validated && !rep.validation.pass ? 3 : 0;
+    if (!writer) {
+      all_reached(ranks);  // rank 0 has written the outputs
+      return status;
+    }
+  }
   rep.total_s = seconds_since(t_total);
 
   g_stage = "writing the outputs";
-  if (csv) outs.set(predictions_out, csv->take());
+  if (csv) outs.set(predictions_out, std::move(csv_bytes));
   if (dump_out != kNone) outs.set(dump_out, npy_bytes({rep.run.images, per}, rep.run.probs.data()));
   if (json_out != kNone) outs.set(json_out, report_json(rep));
   std::string text;
@@ -421,6 +597,7 @@ int run_network(const Options& o) {
   // Every output file is complete before the report is printed, and none is in place before the
   // report has arrived: a failure anywhere leaves all of them untouched.
   outs.commit([&] { print_stdout(text); });
+  all_reached(ranks);  // MPI: the others wait for rank 0's outputs
   if (status == 3 && rep.validation.nonfinite)
     std::fprintf(stderr, "cnnrun: validation failed: layer '%s' gives NaN or infinite values\n",
                  Error::one_line(rep.validation.first_failure).c_str());
@@ -487,6 +664,17 @@ const CLI::Validator kPositiveInt(
 }  // namespace
 
 int main(int argc, char** argv) {
+  // MPI first (when mpirun started this process): it may take its own arguments out of argv.
+  std::unique_ptr<Ranks> ranks;
+  try {
+    ranks = make_ranks(&argc, &argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cnnrun: %s\n", e.what());
+    return 1;
+  }
+  // With several ranks, rank 0 speaks for all: the others fail the same way, silently.
+  const bool speaker = ranks->rank() == 0;
+  if (!speaker && !std::freopen("/dev/null", "w", stdout)) return 1;
   CLI::App app{
       "cnnrun: run a convolutional network described in YAML over a data set, on the GPU or the CPU"};
   app.set_version_flag("--version", kVersion);
@@ -610,26 +798,40 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    std::fprintf(stderr, "cnnrun: %s (see cnnrun --help)\n", e.what());
+    if (speaker) std::fprintf(stderr, "cnnrun: %s (see cnnrun --help)\n", e.what());
     return 2;
   }
+  // An error on this rank: with MPI ranks, it joins the step the others wait at, and rank 0
+  // prints the first failing rank's error (every rank exits 1).
+  auto fail = [&](const std::string& msg) {
+    const std::string first = ranks->size() > 1 ? ranks->first_error(msg) : msg;
+    if (speaker) std::fprintf(stderr, "cnnrun: %s\n", first.c_str());
+    return 1;
+  };
   try {
     for (const char* opt : {"--json", "--dump"})
       if (app.count(opt) && (opt[2] == 'j' ? o.json : o.dump).empty()) {
-        std::fprintf(stderr, "cnnrun: %s: empty file name (see cnnrun --help)\n", opt);
+        if (speaker) std::fprintf(stderr, "cnnrun: %s: empty file name (see cnnrun --help)\n", opt);
         return 2;
       }
     for (const std::string& a : o.assets)
       if (a.empty()) {
-        std::fprintf(stderr,
-                     "cnnrun: --assets: empty directory name (it would make the current directory an asset "
-                     "root; write --assets . for that)\n");
+        if (speaker)
+          std::fprintf(stderr,
+                       "cnnrun: --assets: empty directory name (it would make the current directory an asset "
+                       "root; write --assets . for that)\n");
         return 2;
       }
+    if ((*conv || *imp) && ranks->size() > 1) {
+      if (speaker)
+        std::fprintf(stderr, "cnnrun: %s runs as one process, not under mpirun\n",
+                     *conv ? "convert" : "import");
+      return 2;
+    }
     if (*conv) return convert(conv_netdef, conv_out, o.weights, o.assets);
     if (*imp) return import_model(o, imp_model, imp_out);
     if (o.netdef.empty()) {
-      std::fprintf(stderr, "cnnrun: no netdef given (see cnnrun --help)\n");
+      if (speaker) std::fprintf(stderr, "cnnrun: no netdef given (see cnnrun --help)\n");
       return 2;
     }
     // The environment is read here, once: A/B benches set CNNRUN_GPU_OFF for a whole script.
@@ -639,31 +841,31 @@ int main(int argc, char** argv) {
         try {
           parse_gpu_off(o.gpu_off);
         } catch (const Error& e) {
-          std::fprintf(stderr, "cnnrun: CNNRUN_GPU_OFF=%s: %s\n", env, e.what());
+          if (speaker) std::fprintf(stderr, "cnnrun: CNNRUN_GPU_OFF=%s: %s\n", env, e.what());
           return 2;
         }
       }
     if (o.resident && o.engine == "cpu") {
-      std::fprintf(stderr, "cnnrun: --resident needs --engine gpu\n");
+      if (speaker) std::fprintf(stderr, "cnnrun: --resident needs --engine gpu\n");
       return 2;
     }
     if (o.precision != "fp32" && o.engine == "cpu") {
-      std::fprintf(stderr, "cnnrun: --precision %s needs --engine gpu: the CPU reference computes in FP32\n",
-                   o.precision.c_str());
+      if (speaker)
+        std::fprintf(stderr,
+                     "cnnrun: --precision %s needs --engine gpu: the CPU reference computes in FP32\n",
+                     o.precision.c_str());
       return 2;
     }
-    return run_network(o);
+    return run_network(o, *ranks);
+  } catch (const RanksFailed& e) {  // every rank has it: printed once
+    if (speaker) std::fprintf(stderr, "cnnrun: %s\n", e.what());
+    return 1;
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "cnnrun: out of host memory while %s (now %s)\n", g_stage,
-                 host_memory().str().c_str());
-    return 1;
+    return fail(std::string("out of host memory while ") + g_stage + " (now " + host_memory().str() + ")");
   } catch (const std::length_error&) {  // a std::vector past max_size(): a size no memory holds
-    std::fprintf(stderr,
-                 "cnnrun: out of host memory while %s: a buffer larger than any memory was asked for\n",
-                 g_stage);
-    return 1;
+    return fail(std::string("out of host memory while ") + g_stage +
+                ": a buffer larger than any memory was asked for");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "cnnrun: %s\n", e.what());
-    return 1;
+    return fail(e.what());
   }
 }

@@ -13,6 +13,11 @@ namespace cnnrun {
 // the reason in *why ("built without CUDA", "no CUDA device: <driver's words>").
 bool gpu_available(std::string* why);
 
-std::unique_ptr<Executor> make_gpu_executor(const Network& net);
+// CUDA devices this process sees (0 without a usable driver or without CUDA in the build).
+int gpu_device_count();
+
+// The GPU executor on CUDA device `device` (an MPI rank's: its rank on the machine modulo the
+// devices), made current on the calling thread, which then runs it.
+std::unique_ptr<Executor> make_gpu_executor(const Network& net, int device = 0);
 
 }  // namespace cnnrun

@@ -242,7 +242,21 @@ std::string report_text(const Report& r) {
   s += "Load network weights time: " + fmt("%.6f", r.load_weights_s) + " s\n\n";
   double thr = r.run.forward_seconds > 0 ? static_cast<double>(r.run.images) / r.run.forward_seconds : 0;
   s += "Net forward total time: " + fmt("%.6f", r.run.forward_seconds) + " s (" + fmt("%.0f", thr) +
-       " images/s)\n";
+       " images/s)" + (r.ranks.empty() ? "" : ", the slowest rank's; images/s over all ranks") + "\n";
+  if (!r.ranks.empty()) {
+    std::vector<std::string> hosts;
+    for (const auto& k : r.ranks)
+      if (std::find(hosts.begin(), hosts.end(), k.host) == hosts.end()) hosts.push_back(k.host);
+    s += "MPI: " + std::to_string(r.ranks.size()) + " ranks on " + std::to_string(hosts.size()) +
+         (hosts.size() == 1 ? " host" : " hosts") + ", each running a contiguous shard of the images:\n";
+    for (const auto& k : r.ranks)
+      s += "    rank " + std::to_string(k.rank) + " (" + k.host +
+           (k.device >= 0 ? ", GPU " + std::to_string(k.device) : std::string(", CPU")) + "): images " +
+           std::to_string(k.first) + ".." + std::to_string(k.first + k.images - 1) + ", forward " +
+           fmt("%.6f", k.forward_s) + " s (" +
+           fmt("%.0f", k.forward_s > 0 ? static_cast<double>(k.images) / k.forward_s : 0.0) +
+           " images/s), run " + fmt("%.3f", k.wall_s) + " s\n";
+  }
   double sum = 0;
   size_t wname = 4, walgo = 0;
   for (const auto& l : r.run.layers) {
@@ -344,6 +358,20 @@ std::string report_json(const Report& r) {
                 {"total_s", r.total_s}};
   j["throughput_images_per_s"] =
       r.run.forward_seconds > 0 ? static_cast<double>(r.run.images) / r.run.forward_seconds : 0.0;
+  if (!r.ranks.empty()) {
+    json ranks = json::array();
+    for (const auto& k : r.ranks)
+      ranks.push_back({{"rank", k.rank},
+                       {"host", k.host},
+                       {"engine", k.engine},
+                       {"device", k.device},
+                       {"first_image", k.first},
+                       {"images", k.images},
+                       {"forward_s", k.forward_s},
+                       {"images_per_s", k.forward_s > 0 ? static_cast<double>(k.images) / k.forward_s : 0.0},
+                       {"run_s", k.wall_s}});
+    j["mpi_ranks"] = ranks;
+  }
   json layers = json::array();
   for (const auto& l : r.run.layers)
     layers.push_back({{"name", l.name}, {"type", l.type}, {"algo", l.algo}, {"seconds", l.seconds}});

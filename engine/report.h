@@ -13,6 +13,15 @@
 
 namespace cnnrun {
 
+// One rank of an MPI run (mpirun -np N cnnrun ...): its part and its times.
+struct RankFacts {
+  int rank = 0;
+  std::string host, engine;  // engine: RunResult::engine ("gpu (NVIDIA H100 ...)"), device included
+  int device = -1;           // the CUDA device it ran on, -1 for the CPU
+  int64_t first = 0, images = 0;
+  double forward_s = 0, wall_s = 0;  // its forward time, and its whole run (data to predictions)
+};
+
 struct Report {
   std::string version;
   std::string netdef, net_name;
@@ -30,6 +39,9 @@ struct Report {
   RunResult run;
   bool validated = false;
   Validation validation;
+  // An MPI run: every rank in rank order (empty for one process). run.forward_seconds is then
+  // the slowest rank's, run.layers that rank's, and the throughput the aggregate.
+  std::vector<RankFacts> ranks;
 };
 
 std::string report_text(const Report& r);

@@ -69,6 +69,15 @@ Validation validate(Executor& test, Executor& ref, const Network& net, const Dat
             predicted_class(tb.ptr() + k * classes, classes))
           ++v.prediction_mismatches;
   }
+  judge(v, tolerance);
+  return v;
+}
+
+void judge(Validation& v, double tolerance) {
+  v.tolerance = tolerance;
+  v.pass = true;
+  v.nonfinite = false;
+  v.first_failure.clear();
   for (auto& c : v.layers) {
     if (!c.fused_into.empty()) continue;
     c.max_rel = c.max_abs / std::max(c.max_ref, 1e-30);
@@ -82,7 +91,6 @@ Validation validate(Executor& test, Executor& ref, const Network& net, const Dat
       if (!v.nonfinite) v.first_failure = c.name;
     }
   }
-  return v;
 }
 
 std::string first_nonfinite_layer(Executor& ex, const Network& net, const Dataset& data, int64_t n,

@@ -39,6 +39,11 @@ struct Validation {
 Validation validate(Executor& test, Executor& ref, const Network& net, const Dataset& data, int64_t n,
                     const RunOptions& opt = {}, int64_t chunk = 256);
 
+// Sets each layer's max_rel and pass, and the validation's pass, nonfinite and first_failure,
+// from the layers' max_abs, max_ref and nonfinite (validate() ends with it; ranks that validated
+// their shards merge those and judge again).
+void judge(Validation& v, double tolerance);
+
 // The first layer, in execution order, whose output holds a NaN or an infinity for any of images
 // [0, n) of `data` as `ex` computes them (a layer fused into its consumer is judged there), or
 // "" when none does. Runs forward_layers in chunks: the diagnosis of a run whose output was not

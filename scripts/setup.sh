@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 pkgs=(cmake g++ make pkg-config libyaml-cpp-dev libeigen3-dev doctest-dev zlib1g-dev
       nlohmann-json3-dev libcli11-dev libpng-dev libturbojpeg0-dev libprotobuf-dev protobuf-compiler
-      libonnx-dev)
+      libonnx-dev libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(python3 python3-numpy python3-torch python3-torchvision python3-pil python3-onnx libonnx-testdata
          dataset-fashion-mnist clang libclang-rt-14-dev)

@@ -296,3 +296,76 @@ TEST_CASE("real data: the CIFAR-10 sample and Fashion-MNIST") {
     for (int64_t c : per) CHECK(c == 1000);  // the test split is balanced
   }
 }
+
+TEST_CASE("cifar10: a range of images reads only those, across files, and says which") {
+  std::string d = test::temp_dir("cifar-range");
+  test::write_file(d + "/a.bin", cifar_records(0, 1500));
+  test::write_file(d + "/b.bin", cifar_records(1500, 700));
+  const std::vector<std::string> files = {d + "/a.bin", d + "/b.bin"};
+  for (auto [first, n] :
+       std::vector<std::pair<int64_t, int64_t>>{{0, 10}, {1400, 300}, {1500, 700}, {2199, 0}}) {
+    CAPTURE(first);
+    DataNeeds needs;
+    needs.first = first;
+    needs.max_images = n;
+    Dataset ds = load_cifar10(files, "train", 10, needs);
+    const int64_t count = n ? n : 2200 - first;
+    REQUIRE(ds.count == count);
+    CHECK(ds.first == first);
+    CHECK(ds.in_files == 2200);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < count; ++i) {
+      if (ds.labels[static_cast<size_t>(i)] != (first + i) % 10) ++bad;
+      for (int64_t j = 0; j < 3072; ++j) bad += ds.image(i)[j] != pix(first + i, j);
+    }
+    CHECK(bad == 0);
+    CHECK(ds.description == "cifar10: 2 files, 2200 images (" + range_str(first, count, 2200) + " read)");
+  }
+  DataNeeds past;
+  past.first = 2200;
+  CHECK_THROWS_WITH_AS(load_cifar10(files, "train", 10, past),
+                       has("holds 2200 images; image 2200 was asked for"), Error);
+  // A damaged record inside the range is reported at its own offset; one outside is not read.
+  std::string recs = cifar_records(0, 30);
+  recs[static_cast<size_t>(20 * 3073)] = 10;
+  test::write_file(d + "/c.bin", recs);
+  DataNeeds before;
+  before.max_images = 20;
+  CHECK(load_cifar10({d + "/c.bin"}, "train", 10, before).count == 20);
+  DataNeeds inside;
+  inside.first = 15;
+  CHECK_THROWS_WITH_AS(load_cifar10({d + "/c.bin"}, "train", 10, inside),
+                       has("byte " + std::to_string(20 * 3073) + ": label 10 of record 20"), Error);
+}
+
+TEST_CASE("idx: a range of images, plain and gzip, with the labels' matching range") {
+  std::string d = test::temp_dir("idx-range");
+  std::string im = idx_images(7, 4, 5), lb = idx_labels(7, 10);
+  test::write_file(d + "/im", im);
+  test::write_file(d + "/lb", lb);
+  write_gz(d + "/im.gz", im);
+  write_gz(d + "/lb.gz", lb);
+  for (const auto& suffix : {std::string(), std::string(".gz")}) {
+    CAPTURE(suffix);
+    DataNeeds needs;
+    needs.first = 2;
+    needs.max_images = 3;
+    Dataset ds = load_idx(d + "/im" + suffix, d + "/lb" + suffix, 10, nullptr, needs);
+    REQUIRE(ds.count == 3);
+    CHECK(ds.first == 2);
+    CHECK(ds.in_files == 7);
+    REQUIRE(ds.pixels.size() == 60);
+    for (size_t i = 0; i < 60; ++i) CHECK(ds.pixels[i] == static_cast<uint8_t>(im[16 + 40 + i]));
+    CHECK(ds.labels == std::vector<int32_t>{6, 9, 2});
+    CHECK(ds.description == "idx: " + d + "/im" + suffix + ", 7 images 1x4x5 (images 2..4 of 7 read)");
+    // To the end: the trailing-bytes check still applies.
+    needs.max_images = 0;
+    needs.first = 6;
+    CHECK(load_idx(d + "/im" + suffix, d + "/lb" + suffix, 10, nullptr, needs).labels ==
+          std::vector<int32_t>{8});
+  }
+  test::write_file(d + "/im-trail", im + "x");
+  DataNeeds tail;
+  tail.first = 5;
+  CHECK_THROWS_WITH_AS(load_idx(d + "/im-trail", d + "/lb", 10, nullptr, tail), has("trailing bytes"), Error);
+}

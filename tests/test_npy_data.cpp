@@ -292,3 +292,43 @@ TEST_CASE("cli: the CIFAR-10 sample written by NumPy as .npy gives exactly the b
                             &auto_out) == 0);
   CHECK(auto_out.find("Net accuracy: 78.25 % (939/1200)") != std::string::npos);
 }
+
+TEST_CASE("npy: a range of images (uint8 NCHW and NHWC, float32) with its labels") {
+  std::string d = test::temp_dir("npy-range");
+  const Shape in{3, 4, 5};
+  std::vector<int64_t> lab = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+  test::write_file(d + "/l.npy", npy("<i8", {9}, raw(lab)));
+  for (bool last : {false, true}) {
+    CAPTURE(last);
+    test::write_file(d + "/u.npy",
+                     npy("|u1", last ? std::vector<int64_t>{9, 4, 5, 3} : std::vector<int64_t>{9, 3, 4, 5},
+                         images(9, 3, 4, 5, last)));
+    DataNeeds needs;
+    needs.first = 4;
+    needs.max_images = 3;
+    Dataset ds = load_npy(d + "/u.npy", d + "/l.npy", in, 10, needs);
+    REQUIRE(ds.count == 3);
+    CHECK(ds.first == 4);
+    CHECK(ds.in_files == 9);
+    CHECK(ds.labels == std::vector<int32_t>{4, 5, 6});
+    int64_t bad = 0;
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t c = 0; c < 3; ++c)
+        for (int64_t y = 0; y < 4; ++y)
+          for (int64_t x = 0; x < 5; ++x) bad += ds.image(i)[(c * 4 + y) * 5 + x] != pix(4 + i, c, y, x);
+    CHECK(bad == 0);
+    CHECK(ds.description.find("(images 4..6 of 9 read)") != std::string::npos);
+  }
+  std::vector<float> f(9 * 60);
+  for (size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(i) * 0.5f;
+  test::write_file(d + "/f.npy", npy("<f4", {9, 3, 4, 5}, raw(f)));
+  DataNeeds needs;
+  needs.first = 7;
+  Dataset ds = load_npy(d + "/f.npy", "", in, 10, needs);
+  REQUIRE(ds.count == 2);
+  CHECK(ds.values.front() == f[7 * 60]);
+  CHECK(ds.values.back() == f.back());
+  needs.first = 9;
+  CHECK_THROWS_WITH_AS(load_npy(d + "/f.npy", "", in, 10, needs),
+                       has("holds 9 images; image 9 was asked for"), Error);
+}

@@ -59,10 +59,10 @@ constexpr int kTuneRepeats = 3;
 
 class GpuExecutor : public Executor {
  public:
-  explicit GpuExecutor(const Network& net)
+  GpuExecutor(const Network& net, int device)
       : net_(net), plan_(make_plan(net)), selector_(plan_.steps.size()), fc_plans_(plan_.steps.size()) {
-    CUDA_CHECK(cudaSetDevice(0));
-    CUDA_CHECK(cudaGetDeviceProperties(&prop_, 0));
+    CUDA_CHECK(cudaSetDevice(device));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop_, device));
     CUBLAS_CHECK(cublasLtCreate(&lt_));
     weights_ = std::make_unique<DeviceWeights>();
     pipeline_ = std::make_unique<BlockPipeline>(prop_.name);
@@ -850,10 +850,23 @@ bool gpu_available(std::string* why) {
   return true;
 }
 
-std::unique_ptr<Executor> make_gpu_executor(const Network& net) {
+int gpu_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+std::unique_ptr<Executor> make_gpu_executor(const Network& net, int device) {
   std::string why;
   if (!gpu_available(&why)) throw Error("--engine gpu: " + why);
-  return std::make_unique<gpu::GpuExecutor>(net);
+  const int count = gpu_device_count();
+  if (device < 0 || device >= count)
+    throw Error("--engine gpu: CUDA device " + std::to_string(device) + " asked for; this process sees " +
+                std::to_string(count));
+  return std::make_unique<gpu::GpuExecutor>(net, device);
 }
 
 }  // namespace cnnrun

@@ -119,7 +119,7 @@ Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string
   // Only the images the run needs are read. A netdef can list one big file many times: what the
   // rest adds up to must fit in memory, or the error should say so here rather than as a failed
   // (or, overcommitted, fatal) allocation.
-  const int64_t take = needs.max_images > 0 ? std::min(needs.max_images, total) : total;
+  const int64_t take = images_to_read(needs, total, paths[0]);
   const int64_t bytes = checked_mul(take, kPixels, "CIFAR-10 pixel bytes");
   const HostMemory mem = host_memory();
   if (checked_add(bytes, take, "CIFAR-10 bytes") > mem.available / 10 * 9)
@@ -129,27 +129,38 @@ Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string
   Dataset ds;
   ds.shape = cifar;
   ds.count = take;
+  ds.first = needs.first;
+  ds.in_files = total;
   ds.pixels.resize(static_cast<size_t>(bytes));
   ds.labels.resize(static_cast<size_t>(take));
 
   constexpr int64_t kChunkRecords = 1024;  // 3 MB per read
   std::vector<uint8_t> buf(static_cast<size_t>(kChunkRecords * kRecord));
-  int64_t img = 0;
+  int64_t img = 0, skip = needs.first;  // skip: records before the first one read
   for (size_t fi = 0; fi < paths.size() && img < take; ++fi) {
+    if (skip >= counts[fi]) {  // a file wholly before the range is not opened
+      skip -= counts[fi];
+      continue;
+    }
     const std::string& p = paths[fi];
     InputFile f(p);
-    const int64_t here = std::min(counts[fi], take - img);
+    const int64_t start = skip;  // this file's first record read
+    skip = 0;
+    f.skip(start * kRecord);
+    const int64_t here = std::min(counts[fi] - start, take - img);
     for (int64_t done = 0; done < here;) {
       int64_t n = std::min(kChunkRecords, here - done);
       size_t want = static_cast<size_t>(n * kRecord);
       size_t got = static_cast<size_t>(f.read(buf.data(), static_cast<int64_t>(want)));
       if (got != want)
-        fail_file(p, done * kRecord + static_cast<int64_t>(got), "file ended early (changed while reading?)");
+        fail_file(p, (start + done) * kRecord + static_cast<int64_t>(got),
+                  "file ended early (changed while reading?)");
       for (int64_t r = 0; r < n; ++r) {
         const uint8_t* rec = buf.data() + r * kRecord;
+        const int64_t record = start + done + r;
         if (rec[0] >= num_classes)
-          fail_file(p, (done + r) * kRecord,
-                    "label " + std::to_string(rec[0]) + " of record " + std::to_string(done + r) +
+          fail_file(p, record * kRecord,
+                    "label " + std::to_string(rec[0]) + " of record " + std::to_string(record) +
                         " is not below the " + std::to_string(num_classes) + " classes");
         ds.labels[static_cast<size_t>(img)] = rec[0];
         std::memcpy(ds.pixels.data() + img * kPixels, rec + 1, kPixels);
@@ -160,7 +171,7 @@ Dataset load_cifar10(const std::vector<std::string>& paths_in, const std::string
   }
   ds.description = "cifar10: " + (paths.size() == 1 ? paths[0] : std::to_string(paths.size()) + " files") +
                    ", " + std::to_string(total) + " images" +
-                   (take < total ? " (the first " + std::to_string(take) + " read)" : "");
+                   (take < total ? " (" + range_str(needs.first, take, total) + " read)" : "");
   return ds;
 }
 

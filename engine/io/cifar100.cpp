@@ -22,7 +22,7 @@ constexpr int64_t kRecord = kPixels + 2;
 }  // namespace
 
 Dataset load_cifar100(const std::vector<std::string>& paths_in, const std::string& split,
-                      const std::string& labels, int num_classes) {
+                      const std::string& labels, int num_classes, const DataNeeds& needs) {
   namespace fs = std::filesystem;
   if (paths_in.empty()) throw Error("cifar100: no data files given");
   if (labels != "fine" && labels != "coarse")
@@ -54,19 +54,28 @@ Dataset load_cifar100(const std::vector<std::string>& paths_in, const std::strin
     counts.push_back(size / kRecord);
     total = checked_add(total, size / kRecord, "CIFAR-100 image count");
   }
+  const int64_t take = images_to_read(needs, total, paths[0]);
   Dataset ds;
   ds.shape = {3, 32, 32};
-  ds.count = total;
-  ds.pixels.resize(static_cast<size_t>(checked_mul(total, kPixels, "CIFAR-100 pixel bytes")));
-  ds.labels.resize(static_cast<size_t>(total));
+  ds.count = take;
+  ds.first = needs.first;
+  ds.in_files = total;
+  ds.pixels.resize(static_cast<size_t>(checked_mul(take, kPixels, "CIFAR-100 pixel bytes")));
+  ds.labels.resize(static_cast<size_t>(take));
   constexpr int64_t kChunk = 1024;
   std::vector<uint8_t> buf(static_cast<size_t>(kChunk * kRecord));
-  int64_t img = 0;
-  for (size_t fi = 0; fi < paths.size(); ++fi) {
+  int64_t img = 0, skip = needs.first;  // skip: records before the first one read
+  for (size_t fi = 0; fi < paths.size() && img < take; ++fi) {
+    if (skip >= counts[fi]) {
+      skip -= counts[fi];
+      continue;
+    }
     const std::string& p = paths[fi];
     InputFile& f = *files[fi];
-    for (int64_t done = 0; done < counts[fi];) {
-      const int64_t n = std::min(kChunk, counts[fi] - done);
+    const int64_t start = skip, end = std::min(counts[fi], start + take - img);
+    skip = 0;
+    for (int64_t done = start; done < end;) {
+      const int64_t n = std::min(kChunk, end - done);
       f.read_exact_at(done * kRecord, buf.data(), n * kRecord);
       for (int64_t r = 0; r < n; ++r) {
         const uint8_t* rec = buf.data() + r * kRecord;
@@ -86,7 +95,8 @@ Dataset load_cifar100(const std::vector<std::string>& paths_in, const std::strin
   }
   ds.description = "cifar100 (" + labels +
                    " labels): " + (paths.size() == 1 ? paths[0] : std::to_string(paths.size()) + " files") +
-                   ", " + std::to_string(total) + " images";
+                   ", " + std::to_string(total) + " images" +
+                   (take < total ? " (" + range_str(needs.first, take, total) + " read)" : "");
   return ds;
 }
 

@@ -160,11 +160,12 @@ std::vector<std::string> data_paths(const Network& net, const AssetResolver& ass
 // DataNeeds: only the first max_images images (0: all), and the network's input shape, which
 // readers check from a header before a pixel is read (throwing DataShapeMismatch).
 Dataset load_format(const Network& net, const AssetResolver& assets, const std::string& override_path,
-                    const std::string& format, int64_t max_images) {
+                    const std::string& format, int64_t max_images, int64_t first) {
   const DataSpec& spec = net.data;
   const bool user = !override_path.empty();
   const int classes = net.num_classes();
   DataNeeds needs;
+  needs.first = first;
   needs.max_images = max_images;
   needs.shape = net.input;
   if (format == "cifar10")
@@ -172,7 +173,7 @@ Dataset load_format(const Network& net, const AssetResolver& assets, const std::
   if (format == "cifar100") {
     // --data without the netdef's cifar100 section: fine labels unless the network has 20 classes.
     const std::string labels = spec.format == "cifar100" ? spec.labels : classes == 20 ? "coarse" : "fine";
-    return load_cifar100(data_paths(net, assets, override_path), spec.split, labels, classes);
+    return load_cifar100(data_paths(net, assets, override_path), spec.split, labels, classes, needs);
   }
   if (format == "idx" || format == "npy") {
     std::string images, labels;
@@ -190,7 +191,7 @@ Dataset load_format(const Network& net, const AssetResolver& assets, const std::
       if (!spec.labels.empty()) labels = assets.resolve(spec.labels, spec.loc, "data labels file");
     }
     if (format == "idx") return load_idx(images, labels, classes, &net.input, needs);
-    return load_npy(images, labels, net.input, classes);
+    return load_npy(images, labels, net.input, classes, needs);
   }
   throw Error((user ? "--data-format" : net.source) + std::string(": unknown data format '") + format + "'");
 }
@@ -201,6 +202,21 @@ void check_shape(const Network& net, const std::string& override_path, const Sha
 }
 
 }  // namespace
+
+std::string range_str(int64_t first, int64_t count, int64_t in_files) {
+  if (first == 0) return "the first " + std::to_string(count);
+  return "images " + std::to_string(first) + ".." + std::to_string(first + count - 1) + " of " +
+         std::to_string(in_files);
+}
+
+int64_t images_to_read(const DataNeeds& needs, int64_t in_files, const std::string& what) {
+  if (needs.first < 0 || needs.max_images < 0) throw Error(what + ": negative image range");
+  if (needs.first > 0 && needs.first >= in_files)
+    throw Error(what + ": holds " + std::to_string(in_files) + " images; image " +
+                std::to_string(needs.first) + " was asked for");
+  const int64_t left = in_files - needs.first;
+  return needs.max_images > 0 ? std::min(needs.max_images, left) : left;
+}
 
 const std::vector<std::string>& data_formats() {
   static const std::vector<std::string> f = {"cifar10", "cifar100", "idx", "npy", "images"};
@@ -220,7 +236,8 @@ Dataset load_dataset(const Network& net, const AssetResolver& assets, const std:
 
 std::unique_ptr<DataSource> open_data(const Network& net, const AssetResolver& assets,
                                       const std::string& override_path, const std::string& format_override,
-                                      int threads, bool skip_bad, int64_t max_images) {
+                                      int threads, bool skip_bad, int64_t max_images, int64_t first,
+                                      int64_t* in_files) {
   std::string note;
   const std::string format = choose_format(net, override_path, format_override, &note);
   const bool user = !override_path.empty();
@@ -231,12 +248,13 @@ std::unique_ptr<DataSource> open_data(const Network& net, const AssetResolver& a
   if (!images) {
     Dataset ds;
     try {
-      ds = load_format(net, assets, override_path, format, max_images);
+      ds = load_format(net, assets, override_path, format, max_images, first);
     } catch (const DataShapeMismatch& e) {  // found from a header, before the pixels were read
       shape_mismatch(net, override_path, e.description, e.found);
     }
     check_shape(net, override_path, ds.shape, ds.description);
     ds.description += note;
+    if (in_files) *in_files = ds.in_files > 0 ? ds.in_files : ds.count;
     return memory_source(std::move(ds));
   }
   if (net.input.c != 1 && net.input.c != 3)
@@ -252,13 +270,30 @@ std::unique_ptr<DataSource> open_data(const Network& net, const AssetResolver& a
     confine.push_back(net.source_dir.empty() ? "." : net.source_dir);
   }
   ImageList list = list_images(paths[0], net.classes, confine);
+  const int64_t listed = static_cast<int64_t>(list.paths.size());
+  if (in_files) *in_files = listed;
+  std::string part;
+  if (first > 0 || (max_images > 0 && max_images < listed)) {  // a shard: only its files are read
+    DataNeeds range;
+    range.first = first;
+    range.max_images = max_images;
+    const int64_t take = images_to_read(range, listed, paths[0]);
+    auto cut = [&](auto& v) {
+      if (v.empty()) return;
+      v.erase(v.begin(), v.begin() + first);
+      v.resize(static_cast<size_t>(take));
+    };
+    cut(list.paths);
+    cut(list.labels);
+    part = " (" + range_str(first, take, listed) + ")";
+  }
   ImageTransform t;
   t.input = net.input;
   t.resize = net.pre.resize;
   t.crop_h = net.pre.crop_h;
   t.crop_w = net.pre.crop_w;
   std::string d =
-      "images: " + paths[0] + ", " + std::to_string(list.paths.size()) + " images (" + list.layout;
+      "images: " + paths[0] + ", " + std::to_string(listed) + " images" + part + " (" + list.layout;
   if (!list.label_rule.empty()) d += "; " + list.label_rule;
   if (list.labels.empty()) d += "; no labels";
   if (list.ignored) d += "; " + std::to_string(list.ignored) + " files without an image extension left out";

@@ -21,6 +21,9 @@ struct Dataset {
   std::vector<int32_t> labels;     // count, or empty: unlabelled (no accuracy)
   std::vector<std::string> paths;  // per image where the images are files, else empty
   std::string description;         // "cifar10: 2 files, 2000 images"
+  // Where these images are in the files: image 0 here is image `first` there, of `in_files`
+  // (a shard of an MPI run, or the first --batch N, reads only its part).
+  int64_t first = 0, in_files = 0;
 
   bool labelled() const { return !labels.empty(); }
   bool preprocessed() const { return !values.empty(); }
@@ -34,11 +37,14 @@ struct Dataset {
   }
 };
 
-// What a run needs of a data set. A loader reads no more than max_images images (0: all of
-// them; the rest of the files is not read), and refuses images of another shape than `shape`
-// (c == 0: any) from the header, before any pixel is read. What it would hold is checked against
-// the host memory available (engine/core/memory.h) before it is allocated.
+// What a run needs of a data set. A loader reads images first..first+max_images-1 (max_images
+// 0: to the end; the rest of the files is not read, its bytes skipped by seeking where the
+// format allows), and refuses images of another shape than `shape` (c == 0: any) from the
+// header, before any pixel is read. `first` at or past the files' count is an error. What it
+// would hold is checked against the host memory available (engine/core/memory.h) before it is
+// allocated.
 struct DataNeeds {
+  int64_t first = 0;
   int64_t max_images = 0;
   Shape shape;
 };
@@ -64,7 +70,7 @@ Dataset load_cifar10(const std::vector<std::string>& paths, const std::string& s
 // CIFAR-100 binary records (coarse label byte, fine label byte, 3072 pixel bytes). `paths` are
 // files, or one directory holding train.bin / test.bin (`split`); `labels` is "fine" or "coarse".
 Dataset load_cifar100(const std::vector<std::string>& paths, const std::string& split,
-                      const std::string& labels, int num_classes);
+                      const std::string& labels, int num_classes, const DataNeeds& needs = {});
 
 // IDX images (magic 0x00000803, N x H x W) and labels (0x00000801), plain or gzip (.gz, detected
 // by content). Counts must agree; truncation, wrong magic and labels >= num_classes are errors.
@@ -78,8 +84,10 @@ Dataset load_idx(const std::string& images, const std::string& labels, int num_c
 // N x H x W for one channel, or float32 N x C x H x W taken as already preprocessed; the layout
 // is the one that fits `input`. `labels` (may be empty: unlabelled) is a 1-D integer .npy of N
 // labels below num_classes. Wrong dtype, byte order, shape or size is an error naming the file.
-// Both files are opened through InputFile (regular files only, recorded as inputs).
-Dataset load_npy(const std::string& images, const std::string& labels, const Shape& input, int num_classes);
+// Both files are opened through InputFile (regular files only, recorded as inputs). `needs`:
+// the images to read (the labels file, 1 to 8 bytes an image, is read and checked whole).
+Dataset load_npy(const std::string& images, const std::string& labels, const Shape& input, int num_classes,
+                 const DataNeeds& needs = {});
 
 // Loads what the network's DataSpec names (paths resolved through `assets`), or `override_path`
 // when the user gave --data (a file/dir for cifar10; for idx and npy "IMAGES,LABELS", or the idx
@@ -94,5 +102,15 @@ const std::vector<std::string>& data_formats();
 // max_images > 0 reads only the first max_images images (a run of --batch N needs no more).
 Dataset load_dataset(const Network& net, const AssetResolver& assets, const std::string& override_path,
                      const std::string& format = "", int64_t max_images = 0);
+
+// The images first..first+count-1 of a data set's files, or count 0: to the end.
+struct ImageRange {
+  int64_t first = 0, count = 0;
+};
+// The first image and the count of an error message: "images 100..199 of 2000".
+std::string range_str(int64_t first, int64_t count, int64_t in_files);
+// Checks a DataNeeds against the images the files hold (`what`: the file, for the message) and
+// returns how many images to read.
+int64_t images_to_read(const DataNeeds& needs, int64_t in_files, const std::string& what);
 
 }  // namespace cnnrun

@@ -133,6 +133,13 @@ int InputFile::release() {
   return fd;
 }
 
+void InputFile::skip(int64_t n) {
+  if (n <= 0) return;
+  if (::lseek(fd_, static_cast<off_t>(n), SEEK_CUR) < 0)
+    fail_file(path_, pos_, "seek error: " + errno_text(errno));
+  pos_ += n;
+}
+
 int64_t InputFile::read(void* dst, int64_t n) {
   auto* p = static_cast<char*>(dst);
   int64_t done = 0;

@@ -43,6 +43,7 @@ class InputFile {
 
   const std::string& path() const { return path_; }
   int64_t size() const { return size_; }  // at open time
+  int64_t position() const { return pos_; }
   int fd() const { return fd_; }
   // Gives the descriptor away (to zlib's gzdopen); the caller closes it.
   int release();
@@ -50,6 +51,9 @@ class InputFile {
   // Reads up to n bytes at the current position; fewer only at the end of the file. Throws on
   // a read error, naming the file and the offset.
   int64_t read(void* dst, int64_t n);
+  // Moves the read position n bytes on without reading them (a shard of a data set starts
+  // there); past the end, the next read() returns 0.
+  void skip(int64_t n);
   // Reads n bytes at `offset`, or throws "file ended early" naming the offset.
   void read_exact_at(int64_t offset, void* dst, int64_t n);
   // The whole file if it holds at most max_bytes; otherwise throws "PATH: over <limit>; <why>".

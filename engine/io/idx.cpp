@@ -89,6 +89,27 @@ class IdxReader {
     return done;
   }
 
+  // Passes over n bytes of data: a plain file seeks, a gzip stream decompresses them into a
+  // scratch buffer. Returns the bytes passed (fewer only at the end of the data).
+  int64_t skip(int64_t n) {
+    if (!gzip_ && pending_n_ == 0) {
+      const int64_t left = std::max<int64_t>(0, file_size_ - in_.position());
+      const int64_t k = std::min(n, left);
+      in_.skip(k);
+      pos_ += k;
+      return k;
+    }
+    std::vector<uint8_t> scratch(static_cast<size_t>(std::min<int64_t>(n, int64_t{1} << 20)));
+    int64_t done = 0;
+    while (done < n) {
+      const int64_t k =
+          read(scratch.data(), std::min<int64_t>(n - done, static_cast<int64_t>(scratch.size())));
+      done += k;
+      if (k == 0) break;
+    }
+    return done;
+  }
+
   // Most data bytes after the header that this file could hold.
   int64_t max_payload(int64_t header) const {
     if (!gzip_) return std::max<int64_t>(0, file_size_ - header);
@@ -149,12 +170,13 @@ uint32_t be32(const uint8_t* p) {
 
 std::string where(const IdxReader& r) { return r.gzip() ? " (offset in the decompressed data)" : ""; }
 
-// Reads the header and the payload it announces, with its dimensions: all of it, or with
-// max_items > 0 only the first max_items items (the rest is not read, so not checked).
+// Reads the header and the payload it announces, with its dimensions: all of it, or items
+// first..first+max_items-1 (max_items 0: to the end; the rest is not read, so not checked).
 // `check(dims, where)` sees the dimensions before any payload is read.
 template <class Check>
 std::vector<uint8_t> read_idx(const std::string& path, uint32_t magic, int ndims, const char* kind,
-                              std::vector<int64_t>& dims, bool& gzip, int64_t max_items, Check check) {
+                              std::vector<int64_t>& dims, bool& gzip, int64_t first, int64_t max_items,
+                              Check check) {
   IdxReader r(path);
   gzip = r.gzip();
   const int64_t header = 4 + 4 * static_cast<int64_t>(ndims);
@@ -191,13 +213,20 @@ std::vector<uint8_t> read_idx(const std::string& path, uint32_t magic, int ndims
                   " data bytes, more than this file can hold" + where(r));
   }
   check(dims, where(r));
-  const int64_t items = max_items > 0 ? std::min(max_items, dims[0]) : dims[0];
-  const int64_t want = bytes / dims[0] * items;
+  DataNeeds range;
+  range.first = first;
+  range.max_images = max_items;
+  const int64_t items = images_to_read(range, dims[0], path);
+  const int64_t item_bytes = bytes / dims[0], want = item_bytes * items, skipped = item_bytes * first;
   const HostMemory mem = host_memory();
   if (want > mem.available / 10 * 9)
     fail_file(path, header,
               std::to_string(items) + " items of " + std::to_string(bytes / dims[0]) + " bytes = " +
                   bytes_str(want) + ", more than the host memory (" + mem.str() + ")" + where(r));
+  if (r.skip(skipped) < skipped)
+    fail_file(
+        path, header + skipped,
+        "truncated: the header announces " + dstr + " = " + std::to_string(bytes) + " data bytes" + where(r));
   std::vector<uint8_t> data;
   constexpr int64_t kStep = int64_t{64} << 20;
   int64_t have = 0;
@@ -207,12 +236,12 @@ std::vector<uint8_t> read_idx(const std::string& path, uint32_t magic, int ndims
     int64_t k = r.read(data.data() + have, n);
     have += k;
     if (k < n)
-      fail_file(path, header + have,
+      fail_file(path, header + skipped + have,
                 "truncated: the header announces " + dstr + " = " + std::to_string(bytes) +
-                    " data bytes, the file ends after " + std::to_string(have) + where(r));
+                    " data bytes, the file ends after " + std::to_string(skipped + have) + where(r));
   }
   uint8_t extra;
-  if (want == bytes && r.read(&extra, 1) != 0)
+  if (skipped + want == bytes && r.read(&extra, 1) != 0)
     fail_file(
         path, header + bytes,
         "trailing bytes after the " + std::to_string(bytes) + " data bytes the header announces" + where(r));
@@ -253,19 +282,20 @@ Dataset load_idx(const std::string& images, const std::string& labels, int num_c
                               s, "idx: " + images + ", " + std::to_string(d[0]) + " images " + s.str());
   };
   std::vector<uint8_t> pixels = four ? read_idx(images, 0x00000804, 4, "unsigned-byte images, 4 dimensions",
-                                                idims, igz, needs.max_images, check)
+                                                idims, igz, needs.first, needs.max_images, check)
                                      : read_idx(images, 0x00000803, 3, "unsigned-byte images, 3 dimensions",
-                                                idims, igz, needs.max_images, check);
+                                                idims, igz, needs.first, needs.max_images, check);
   std::vector<uint8_t> lab =
-      read_idx(labels, 0x00000801, 1, "unsigned-byte labels, 1 dimension", ldims, lgz, needs.max_images,
-               [](const std::vector<int64_t>&, const std::string&) {});
+      read_idx(labels, 0x00000801, 1, "unsigned-byte labels, 1 dimension", ldims, lgz, needs.first,
+               needs.max_images, [](const std::vector<int64_t>&, const std::string&) {});
   if (idims[0] != ldims[0])
     throw Error(images + " holds " + std::to_string(idims[0]) + " images but " + labels + " holds " +
                 std::to_string(ldims[0]) + " labels");
   for (size_t i = 0; i < lab.size(); ++i)
     if (lab[i] >= num_classes)
-      fail_file(labels, 8 + static_cast<int64_t>(i),
-                "label " + std::to_string(lab[i]) + " of image " + std::to_string(i) + " is not below the " +
+      fail_file(labels, 8 + needs.first + static_cast<int64_t>(i),
+                "label " + std::to_string(lab[i]) + " of image " +
+                    std::to_string(needs.first + static_cast<int64_t>(i)) + " is not below the " +
                     std::to_string(num_classes) + " classes" +
                     (lgz ? " (offset in the decompressed data)" : ""));
   Dataset ds;
@@ -287,8 +317,10 @@ Dataset load_idx(const std::string& images, const std::string& labels, int num_c
     }
   }
   ds.labels.assign(lab.begin(), lab.end());
+  ds.first = needs.first;
+  ds.in_files = idims[0];
   ds.description = "idx: " + images + ", " + std::to_string(idims[0]) + " images " + ds.shape.str();
-  if (ds.count < idims[0]) ds.description += " (the first " + std::to_string(ds.count) + " read)";
+  if (ds.count < idims[0]) ds.description += " (" + range_str(needs.first, ds.count, idims[0]) + " read)";
   return ds;
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "engine/core/error.h"
+#include "engine/core/memory.h"
 #include "engine/core/tensor.h"
 #include "engine/io/dataset.h"
 #include "engine/io/files.h"
@@ -252,7 +253,8 @@ std::vector<int32_t> read_npy_labels(const std::string& file, int64_t count, int
 
 }  // namespace
 
-Dataset load_npy(const std::string& images, const std::string& labels, const Shape& input, int num_classes) {
+Dataset load_npy(const std::string& images, const std::string& labels, const Shape& input, int num_classes,
+                 const DataNeeds& needs) {
   InputFile f(images);
   int64_t size = 0;
   NpyHeader h = read_npy_header(images, f, &size);
@@ -300,37 +302,53 @@ Dataset load_npy(const std::string& images, const std::string& labels, const Sha
     fail_file(images, h.data_offset,
               "data size " + std::to_string(size - h.data_offset) + " bytes does not match the shape " +
                   dims_str(s) + " (" + std::to_string(bytes) + " bytes): truncated or not this array");
+  // Only the images the run needs: their bytes are read at their offset, the rest is not read.
+  const int64_t take = images_to_read(needs, n, images);
+  const int64_t first = needs.first, at = h.data_offset + first * per * es, take_bytes = take * per * es;
   Dataset ds;
-  ds.count = n;
+  ds.count = take;
   ds.shape = input;
+  ds.first = first;
+  ds.in_files = n;
+  const HostMemory mem = host_memory();
+  if (take_bytes > mem.available / 10 * 9)
+    fail_file(images, at,
+              std::to_string(take) + " images = " + bytes_str(take_bytes) + ", more than the host memory (" +
+                  mem.str() + ")");
   if (f32) {
-    ds.values.resize(static_cast<size_t>(n * per));
-    read_at(f, h.data_offset, ds.values.data(), bytes);
+    ds.values.resize(static_cast<size_t>(take * per));
+    read_at(f, at, ds.values.data(), take_bytes);
     for (size_t i = 0; i < ds.values.size(); ++i)
       if (!std::isfinite(ds.values[i]))
-        fail_file(images, h.data_offset + static_cast<int64_t>(i) * 4,
+        fail_file(images, at + static_cast<int64_t>(i) * 4,
                   "value " + std::to_string(i % static_cast<size_t>(per)) + " of image " +
-                      std::to_string(i / static_cast<size_t>(per)) + " is not finite");
+                      std::to_string(first + static_cast<int64_t>(i / static_cast<size_t>(per))) +
+                      " is not finite");
   } else if (nchw) {
-    ds.pixels.resize(static_cast<size_t>(bytes));
-    read_at(f, h.data_offset, ds.pixels.data(), bytes);
+    ds.pixels.resize(static_cast<size_t>(take_bytes));
+    read_at(f, at, ds.pixels.data(), take_bytes);
   } else {  // channels last: transposed image by image through one image's buffer
-    ds.pixels.resize(static_cast<size_t>(bytes));
+    ds.pixels.resize(static_cast<size_t>(take_bytes));
     std::vector<uint8_t> hwc(static_cast<size_t>(per));
     const int64_t plane = input.h * input.w;
-    for (int64_t i = 0; i < n; ++i) {
-      read_at(f, h.data_offset + i * per, hwc.data(), per);
+    for (int64_t i = 0; i < take; ++i) {
+      read_at(f, at + i * per, hwc.data(), per);
       uint8_t* dst = ds.pixels.data() + i * per;
       for (int64_t p = 0; p < plane; ++p)
         for (int64_t c = 0; c < input.c; ++c) dst[c * plane + p] = hwc[static_cast<size_t>(p * input.c + c)];
     }
   }
-  if (!labels.empty()) ds.labels = read_npy_labels(labels, n, num_classes);
+  if (!labels.empty()) {
+    ds.labels = read_npy_labels(labels, n, num_classes);
+    ds.labels.erase(ds.labels.begin(), ds.labels.begin() + first);
+    ds.labels.resize(static_cast<size_t>(take));
+  }
   ds.description = "npy: " + images + ", " + std::to_string(n) + " images " + input.str() +
                    (f32    ? " float32 (preprocessed)"
                     : nhwc ? " uint8 (channels last)"
                            : " uint8") +
-                   (labels.empty() ? ", no labels" : "");
+                   (labels.empty() ? ", no labels" : "") +
+                   (take < n ? " (" + range_str(first, take, n) + " read)" : "");
   return ds;
 }
 

@@ -42,9 +42,13 @@ std::unique_ptr<DataSource> memory_source(Dataset data);
 // What load_dataset reads, plus image folders (format "images"), which stream. `threads`: decode
 // workers (0 = hardware concurrency); `skip_bad`: an image folder leaves out images that cannot
 // be read (counted) instead of stopping at the first. `max_images` > 0: the in-memory formats
-// read only the first max_images images (a run of --batch N needs no more).
+// read only max_images images (a run of --batch N needs no more); `first`: the source starts at
+// that image of the files (a rank's shard), its image 0 being theirs `first`. An image folder
+// with either lists only that part. `in_files`, when given, receives the images the files hold
+// (all of them, whatever part is read).
 std::unique_ptr<DataSource> open_data(const Network& net, const AssetResolver& assets,
                                       const std::string& override_path, const std::string& format,
-                                      int threads, bool skip_bad = false, int64_t max_images = 0);
+                                      int threads, bool skip_bad = false, int64_t max_images = 0,
+                                      int64_t first = 0, int64_t* in_files = nullptr);
 
 }  // namespace cnnrun

@@ -8,7 +8,9 @@ bool gpu_available(std::string* why) {
   return false;
 }
 
-std::unique_ptr<Executor> make_gpu_executor(const Network&) {
+int gpu_device_count() { return 0; }
+
+std::unique_ptr<Executor> make_gpu_executor(const Network&, int) {
   throw Error("--engine gpu: this cnnrun was built without CUDA (no CUDA toolkit or cuDNN at build time)");
 }
 
