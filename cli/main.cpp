@@ -62,7 +62,8 @@ struct Options {
   bool resident = false;        // --resident: the GPU times the forward pass from device memory
   int64_t validate_images = 0;  // 0 = all images of the run (up to the data set's size)
   int64_t block = 0;
-  int64_t gpu_memory_mib = 0;  // --gpu-memory; 0 = no cap
+  int64_t gpu_memory_mib = 0;     // --gpu-memory; 0 = no cap
+  int64_t pinned_memory_mib = 0;  // --pinned-memory; 0 = half of the host memory available
   int streams = 0, threads = 0;
   int repeat = 1;  // timed runs; the report keeps the median
   // What an ONNX model does not carry (cnnrun import, or running an .onnx directly).
@@ -463,6 +464,8 @@ int run_network(const Options& o, Ranks& ranks) {
   // MiB to bytes; a cap past 2^63 bytes is no cap (more than any GPU holds).
   constexpr int64_t kMaxMib = std::numeric_limits<int64_t>::max() >> 20;
   ro.gpu_memory = o.gpu_memory_mib > kMaxMib ? std::numeric_limits<int64_t>::max() : o.gpu_memory_mib << 20;
+  ro.pinned_memory =
+      o.pinned_memory_mib > kMaxMib ? std::numeric_limits<int64_t>::max() : o.pinned_memory_mib << 20;
   ro.conv_algo = *parse_conv_algo(o.conv_algo);  // checked by the option's validator
   ro.tuning = parse_gpu_off(o.gpu_off);
   ro.precision = *parse_precision(o.precision);  // checked by the option's validator
@@ -738,6 +741,10 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-memory", o.gpu_memory_mib,
                  "GPU memory in MiB the image buffers and workspaces may use; blocks are cut to fit "
                  "(default: what is free)")
+      ->check(kPositiveInt);
+  app.add_option("--pinned-memory", o.pinned_memory_mib,
+                 "GPU: host memory in MiB the streams may page-lock for predictions, output values and "
+                 "image staging; blocks are cut to fit (default: half of the host memory available)")
       ->check(kPositiveInt);
   app.add_flag("--resident", o.resident,
                "GPU: put the images in device memory before the clock, so the forward time starts there "

@@ -54,6 +54,10 @@ struct RunOptions {
   // GPU: at most this many bytes for the per-stream image buffers and workspaces (0 = no cap:
   // what is free); blocks are cut to fit it.
   int64_t gpu_memory = 0;
+  // GPU: at most this many bytes of page-locked host memory for the streams' buffers (the
+  // predictions, the output values, a block's images where they cannot be page-locked in place;
+  // 0 = half of what host_memory() says is available); blocks are cut to fit it.
+  int64_t pinned_memory = 0;
   GpuTuning tuning;  // GPU: optimisations on (all) or off, to measure them
   // GPU: run the first block once before the clock (kernel loading, library plans, the conv
   // search). run_source turns it off for a streamed data set's later blocks; the executor still

@@ -128,8 +128,10 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
   if (g.host_cut_from > 0)
     out.push_back("gpu: block of " + std::to_string(g.host_cut_from) + " images cut to " +
                   std::to_string(g.block) + " so that the streams' page-locked host buffers (" +
-                  bytes_str(g.host_pinned_bytes) + ") fit in half the host memory " + g.host_limited_by +
-                  " leaves");
+                  bytes_str(g.host_pinned_bytes) + ") fit " +
+                  (g.host_limited_by == "--pinned-memory"
+                       ? std::string("in what --pinned-memory allows")
+                       : "in half the host memory " + g.host_limited_by + " leaves"));
   for (bool earlier : {false, true})
     for (const ConvTuning& t : g.tuning)
       if (t.earlier == earlier) out.push_back(tuning_note(t));

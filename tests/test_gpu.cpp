@@ -11,6 +11,7 @@
 #include <optional>
 #include <sstream>
 
+#include "engine/core/memory.h"
 #include "engine/gpu_api.h"
 #include "engine/io/dataset.h"
 #include "engine/network.h"
@@ -412,6 +413,50 @@ TEST_CASE("gpu: an image that cannot fit in GPU memory is a clear error" * docte
   RunOptions o;
   o.batch = 1;
   CHECK_THROWS_WITH_AS(gpu->run(data, o), doctest::Contains("GPU memory: one image needs"), Error);
+}
+
+TEST_CASE("gpu: a pinned_memory cap cuts the block to the page-locked host buffers it allows" *
+          doctest::skip(!gpu_present())) {
+  Network net = parse_netdef_string(kSmallNet, "small");
+  random_weights(net, 17);
+  Dataset data = gpu_random_data(net.input, 37, 10, 5);
+  auto gpu = make_gpu_executor(net);
+  RunOptions free_run;
+  free_run.batch = 2000;
+  free_run.cycle = true;
+  free_run.block = 2000;
+  free_run.want_probs = true;
+  free_run.conv_algo = ConvAlgo::kImplicit;
+  RunResult a = gpu->run(data, free_run);
+  REQUIRE(a.gpu);
+  CHECK(a.gpu->host_cut_from == 0);
+  // Per image: its prediction (4 bytes), its output values and its pixels' staging copy, on each
+  // of the 3 streams.
+  const int64_t out = net.layers[static_cast<size_t>(net.output)]->out_shape.size();
+  const int64_t per_image = 4 + out * 4 + data.shape.size();
+  RunOptions capped = free_run;
+  capped.pinned_memory = 64 << 10;
+  RunResult b = gpu->run(data, capped);
+  REQUIRE(b.gpu);
+  CHECK(b.gpu->host_cut_from == 2000);
+  CHECK(b.gpu->block == (64 << 10) / per_image / 3);
+  CHECK(b.gpu->host_pinned_bytes <= capped.pinned_memory);
+  CHECK(b.gpu->host_limited_by == "--pinned-memory");
+  CHECK(a.predictions == b.predictions);
+  REQUIRE(a.probs.size() == b.probs.size());
+  CHECK(test::compare(b.probs.data(), a.probs.data(), a.probs.size(), 1e-6, 1e-5).ok);
+  capped.pinned_memory = 1000;  // not one image on each of 3 streams
+  std::string what;
+  try {
+    gpu->run(data, capped);
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  CHECK_MESSAGE(what.find("host memory: one image needs " + bytes_str(per_image)) != std::string::npos, what);
+  CHECK_MESSAGE(what.find("but --pinned-memory allows " + bytes_str(1000)) != std::string::npos, what);
+  RunResult c = gpu->run(data, free_run);  // the cap is gone with the options
+  CHECK(c.gpu->host_cut_from == 0);
+  CHECK(c.predictions == a.predictions);
 }
 
 TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too small a cap is an error" *

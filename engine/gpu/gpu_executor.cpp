@@ -530,14 +530,19 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
                               (opt.resident ? 0 : data.bytes_per_image());
     const int streams = opt.streams > 0 ? opt.streams : kDefaultStreams;
     const HostMemory mem = host_memory();
-    const int64_t fit = images_fitting(per_image, streams, mem.available / 2);
+    const bool capped = opt.pinned_memory > 0 && opt.pinned_memory < mem.available / 2;
+    const int64_t budget = capped ? opt.pinned_memory : mem.available / 2;
+    if (opt.pinned_memory < 0)
+      throw Error("pinned_memory must not be negative, found " + std::to_string(opt.pinned_memory));
+    const int64_t fit = images_fitting(per_image, streams, budget);
     if (fit < 1)
       throw Error("host memory: one image needs " + bytes_str(per_image) +
-                  " of page-locked buffers on each of " + std::to_string(streams) + " streams, but only " +
-                  mem.str());
+                  " of page-locked buffers on each of " + std::to_string(streams) + " streams, but " +
+                  (capped ? "--pinned-memory allows " + bytes_str(budget)
+                          : "half of the host memory is only " + bytes_str(budget) + " (" + mem.str() + ")"));
     if (block > fit) {
       facts.host_cut_from = block;
-      facts.host_limited_by = mem.limited_by;
+      facts.host_limited_by = capped ? "--pinned-memory" : mem.limited_by;
       block = fit;
       facts.host_pinned_bytes = block * per_image * streams;
     }
