@@ -288,6 +288,34 @@ std::pair<int64_t, int64_t> ParamReader::get_pair(const std::string& key, std::p
   return get_pair(key, min_value);
 }
 
+std::pair<double, double> ParamReader::get_number_pair(const std::string& key) {
+  impl_->used.insert(key);
+  YAML::Node n = impl_->get(key);
+  const std::string want = "a number or a list [height, width]";
+  if (!n) {
+    defer(key, "missing; expected " + want);
+    return {1, 1};
+  }
+  double a = 0, b = 0;
+  std::string why;
+  if (n.IsSequence()) {
+    if (n.size() != 2) {
+      defer(key, "expected " + want + ", found a list of " + std::to_string(n.size()));
+      return {1, 1};
+    }
+    if (!yaml_double(impl_->value(n[0]), a, why) || !yaml_double(impl_->value(n[1]), b, why)) {
+      defer(key, why);
+      return {1, 1};
+    }
+    return {a, b};
+  }
+  if (!yaml_double(n, a, why)) {
+    defer(key, why);
+    return {1, 1};
+  }
+  return {a, a};
+}
+
 double ParamReader::get_double(const std::string& key, double def) {
   impl_->used.insert(key);
   YAML::Node n = impl_->get(key);

@@ -41,6 +41,8 @@ class ParamReader {
   std::pair<int64_t, int64_t> get_pair(const std::string& key, int64_t min_value = 1);
   std::pair<int64_t, int64_t> get_pair(const std::string& key, std::pair<int64_t, int64_t> def,
                                        int64_t min_value);
+  // A number x meaning (x, x), or a two-element list [h, w] of numbers (required).
+  std::pair<double, double> get_number_pair(const std::string& key);
   double get_double(const std::string& key, double def);
   bool get_bool(const std::string& key, bool def);
   std::string get_string(const std::string& key, const std::string& def);

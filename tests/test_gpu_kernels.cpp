@@ -20,6 +20,7 @@
 #include "engine/gpu/mul.h"
 #include "engine/gpu/pool2d.h"
 #include "engine/gpu/upsample.h"
+#include "engine/layers/upsample.h"
 #include "tests/test_util.h"
 
 using namespace cnnrun;
@@ -295,30 +296,44 @@ TEST_CASE("gpu: mul kernel with per-channel broadcast" * doctest::skip(!gpu_pres
   check_close(download(a, full, st.s), want, 0, 0, "in place");
 }
 
-TEST_CASE("gpu: upsample kernel: nearest and bilinear, align_corners" * doctest::skip(!gpu_present())) {
+TEST_CASE("gpu: upsample kernel: nearest and bilinear, align_corners, whole and fractional factors, sizes" *
+          doctest::skip(!gpu_present())) {
   Stream st;
+  // Per axis: a scale (size 0) or a size (scale 0).
   struct Case {
-    int h, w, fh, fw;
+    int h, w;
+    double sh, sw;
+    int size_h, size_w;
   };
-  const Case cases[] = {{4, 4, 2, 2}, {5, 7, 2, 2}, {3, 5, 3, 3}, {1, 1, 4, 4},
-                        {6, 4, 1, 3}, {7, 7, 1, 1}, {2, 9, 5, 2}};
+  const Case cases[] = {{4, 4, 2, 2, 0, 0}, {5, 7, 2, 2, 0, 0},     {3, 5, 3, 3, 0, 0},
+                        {1, 1, 4, 4, 0, 0}, {6, 4, 1, 3, 0, 0},     {7, 7, 1, 1, 0, 0},
+                        {2, 9, 5, 2, 0, 0}, {5, 7, 1.5, 0.5, 0, 0}, {9, 3, 1.3333, 2.4, 0, 0},
+                        {4, 6, 0, 0, 7, 3}, {5, 5, 0, 0, 10, 15},   {3, 8, 2.6, 0.7, 0, 0}};
   uint32_t seed = 80;
   for (const Case& k : cases)
     for (int mode = 0; mode < 3; ++mode) {  // nearest, bilinear, bilinear with align_corners
+      const bool ac = mode == 2;
+      const UpsampleAxis ay = upsample_axis(k.h, k.sh, k.size_h, ac),
+                         ax = upsample_axis(k.w, k.sw, k.size_w, ac);
       UpsampleArgs a;
-      a.channels = 3, a.in_h = k.h, a.in_w = k.w, a.factor_h = k.fh, a.factor_w = k.fw;
-      a.out_h = k.h * k.fh, a.out_w = k.w * k.fw;
-      a.bilinear = mode > 0, a.align_corners = mode == 2;
+      a.channels = 3, a.in_h = k.h, a.in_w = k.w, a.out_h = int(ay.out), a.out_w = int(ax.out);
+      a.factor_h = int(ay.factor), a.factor_w = int(ax.factor), a.ratio_h = ay.ratio, a.ratio_w = ax.ratio;
+      a.bilinear = mode > 0, a.align_corners = ac;
       const int n = 2;
       std::vector<float> x = test::random_floats(size_t(n) * 3 * k.h * k.w, seed++, -1.f, 1.f);
       std::vector<double> want;
-      // PyTorch's source coordinate, the ratio in float as it computes it, the rest in double.
-      auto src = [&](int o, int in, int factor, double& l1) {
-        const int out = in * factor;
-        const float ratio =
-            a.align_corners ? (out > 1 ? float(in - 1) / float(out - 1) : 0.f) : 1.f / float(factor);
-        const double s = a.align_corners ? double(ratio) * o : std::max(double(ratio) * (o + 0.5) - 0.5, 0.0);
-        const int i0 = std::min(int(s), in - 1);
+      // Plain loops: PyTorch's source coordinate from the axis's float ratio, the rest in double.
+      auto nearest = [](int o, const UpsampleAxis& ax_) {
+        if (ax_.factor > 0) return int(o / ax_.factor);
+        return std::min(int(std::floor(float(o) * ax_.ratio)), int(ax_.in) - 1);
+      };
+      auto src = [&](int o, const UpsampleAxis& ax_, double& l1) {
+        if (ax_.out == ax_.in) {
+          l1 = 0;
+          return o;
+        }
+        const double s = ac ? double(ax_.ratio) * o : std::max(double(ax_.ratio) * (o + 0.5) - 0.5, 0.0);
+        const int i0 = std::min(int(s), int(ax_.in) - 1);
         l1 = s - i0;
         return i0;
       };
@@ -327,11 +342,11 @@ TEST_CASE("gpu: upsample kernel: nearest and bilinear, align_corners" * doctest:
           for (int ox = 0; ox < a.out_w; ++ox) {
             auto at = [&](int y, int xx) { return double(x[(size_t(nc) * k.h + y) * k.w + xx]); };
             if (!a.bilinear) {
-              want.push_back(at(oy / k.fh, ox / k.fw));
+              want.push_back(at(nearest(oy, ay), nearest(ox, ax)));
               continue;
             }
             double ly, lx;
-            const int y0 = src(oy, k.h, k.fh, ly), x0 = src(ox, k.w, k.fw, lx);
+            const int y0 = src(oy, ay, ly), x0 = src(ox, ax, lx);
             const int y1 = y0 + (y0 < k.h - 1), x1 = x0 + (x0 < k.w - 1);
             want.push_back((1 - ly) * ((1 - lx) * at(y0, x0) + lx * at(y0, x1)) +
                            ly * ((1 - lx) * at(y1, x0) + lx * at(y1, x1)));
@@ -342,7 +357,7 @@ TEST_CASE("gpu: upsample kernel: nearest and bilinear, align_corners" * doctest:
       what << (mode == 0   ? "nearest "
                : mode == 1 ? "bilinear "
                            : "bilinear align_corners ")
-           << k.h << "x" << k.w << " x" << k.fh << "," << k.fw;
+           << k.h << "x" << k.w << " -> " << a.out_h << "x" << a.out_w;
       check_close(download(out, want.size(), st.s), want, 2e-6, 1e-5, what.str());
     }
   // An output that is not the input times the factors is refused, not read out of bounds.

@@ -824,8 +824,24 @@ TEST_CASE("cpu upsample: nearest and bilinear, with and without align_corners") 
   CHECK(layer_error("type: upsample, scale: 2, align_corners: true", in)
             .find("key 'align_corners': only bilinear upsampling takes 'align_corners'") !=
         std::string::npos);
-  CHECK(layer_error("type: upsample, scale: 1.5", in).find("key 'scale': expected an integer") !=
+  // Fractional factors and sizes (values against PyTorch in tests/upsample_crosscheck.py).
+  CHECK(net_with("type: upsample, scale: 1.5", in).layers[0]->out_shape == Shape{1, 6, 6});
+  CHECK(net_with("type: upsample, scale: [0.5, 2.6]", in).layers[0]->out_shape == Shape{1, 2, 10});
+  CHECK(net_with("type: upsample, size: [3, 9], mode: bilinear", in).layers[0]->out_shape == Shape{1, 3, 9});
+  CHECK(net_with("type: upsample, size: 5", in).layers[0]->out_shape == Shape{1, 5, 5});
+  CHECK(layer_error("type: upsample, scale: 2, size: 8", in).find("give 'scale' or 'size', not both") !=
         std::string::npos);
+  CHECK(layer_error("type: upsample, scale: 0", in).find("key 'scale': expected a positive factor") !=
+        std::string::npos);
+  CHECK(layer_error("type: upsample, scale: [2, -1]", in).find("expected a positive factor") !=
+        std::string::npos);
+  CHECK(layer_error("type: upsample, scale: .nan", in).find("key 'scale': expected a number") !=
+        std::string::npos);
+  CHECK(
+      layer_error("type: upsample, scale: 0.2", in).find("upsampling a length of 4 by 0.2 gives no output") !=
+      std::string::npos);
+  CHECK(layer_error("type: upsample, size: [0, 2]", in).find("key 'size'") != std::string::npos);
+  CHECK(layer_error("type: upsample", in).find("key 'scale': missing") != std::string::npos);
   CHECK(layer_error("type: upsample, scale_factor: 2", in)
             .find("PyTorch's 'scale_factor' is 'scale' in a netdef") != std::string::npos);
 }

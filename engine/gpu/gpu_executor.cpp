@@ -338,7 +338,8 @@ void GpuExecutor::run_step(const Step& st, Slot& s, int64_t n) {
       a.in_w = static_cast<int>(st.in_shape.w), a.out_h = static_cast<int>(st.out_shape.h);
       a.out_w = static_cast<int>(st.out_shape.w);
       a.bilinear = p.mode == UpsampleMode::kBilinear, a.align_corners = p.align_corners;
-      a.factor_h = static_cast<int>(p.scale_h), a.factor_w = static_cast<int>(p.scale_w);
+      a.factor_h = static_cast<int>(p.y.factor), a.factor_w = static_cast<int>(p.x.factor);
+      a.ratio_h = p.y.ratio, a.ratio_w = p.x.ratio;
       return launch_upsample(buf(st.ins[0]), buf(st.out), n, a, s.stream);
     }
     case Op::kAffine:

@@ -1,12 +1,11 @@
 // Upsampling: one thread per output value in a grid-stride loop. The source coordinates are
-// the CPU reference's (engine/layers/upsample.h), computed in float with rounded intrinsics so
-// the chosen source pixels and weights are the same:
-// - nearest: src = dst / factor (integers; PyTorch's floor(dst * float(1 / factor)) equals it
-//   wherever float(1 / factor) is not below 1 / factor, and the language's definition is exact);
-// - bilinear: ratio = (in - 1) / (out - 1) with align_corners (0 for one output), src = ratio *
-//   dst; else ratio = 1 / factor, src = max(ratio * (dst + 0.5) - 0.5, 0), both ratios in float
-//   as PyTorch computes them; i0 = min(int(src), in - 1), i1 = i0 + (i0 < in - 1),
-//   l1 = src - i0, l0 = 1 - l1, and out = l0y * (l0x * v00 + l1x * v01) + l1y * (l0x * v10 + l1x * v11).
+// the CPU reference's (engine/layers/upsample.h), with the ratios it computed on the host, in
+// float with rounded intrinsics so the chosen source pixels and weights are the same:
+// - nearest: src = dst / factor for a whole factor, else min(floor(dst * ratio), in - 1);
+// - bilinear: src = ratio * dst with align_corners, else max(ratio * (dst + 0.5) - 0.5, 0)
+//   (an axis whose length does not change: src = dst);
+//   i0 = min(int(src), in - 1), i1 = i0 + (i0 < in - 1), l1 = src - i0, l0 = 1 - l1, and
+//   out = l0y * (l0x * v00 + l1x * v01) + l1y * (l0x * v10 + l1x * v11).
 #include "engine/gpu/check.h"
 #include "engine/gpu/grid_stride.h"
 #include "engine/gpu/upsample.h"
@@ -20,7 +19,8 @@ struct Lerp {
   float l0, l1;
 };
 
-__device__ __forceinline__ Lerp linear_src(int dst, float scale, int in, bool align_corners) {
+__device__ __forceinline__ Lerp linear_src(int dst, float scale, int in, int out, bool align_corners) {
+  if (in == out) return Lerp{dst, dst, 1.f, 0.f};  // a length that does not change is copied
   float src = align_corners ? __fmul_rn(scale, static_cast<float>(dst))
                             : __fadd_rn(__fmul_rn(scale, __fadd_rn(static_cast<float>(dst), 0.5f)), -0.5f);
   if (!align_corners && src < 0.f) src = 0.f;
@@ -32,8 +32,13 @@ __device__ __forceinline__ Lerp linear_src(int dst, float scale, int in, bool al
   return r;
 }
 
+__device__ __forceinline__ int nearest_src(int dst, int factor, float ratio, int in) {
+  if (factor > 0) return dst / factor;
+  return min(static_cast<int>(floorf(__fmul_rn(static_cast<float>(dst), ratio))), in - 1);
+}
+
 __global__ void upsample_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t count,
-                                UpsampleArgs a, float ratio_h, float ratio_w) {
+                                UpsampleArgs a) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int ox = static_cast<int>(i % a.out_w);
@@ -41,11 +46,12 @@ __global__ void upsample_kernel(const float* __restrict__ in, float* __restrict_
     const int64_t nc = i / (int64_t(a.out_w) * a.out_h);
     const float* src = in + nc * a.in_h * a.in_w;
     if (!a.bilinear) {
-      out[i] = __ldg(src + (oy / a.factor_h) * a.in_w + ox / a.factor_w);
+      out[i] = __ldg(src + nearest_src(oy, a.factor_h, a.ratio_h, a.in_h) * a.in_w +
+                     nearest_src(ox, a.factor_w, a.ratio_w, a.in_w));
       continue;
     }
-    const Lerp y = linear_src(oy, ratio_h, a.in_h, a.align_corners);
-    const Lerp x = linear_src(ox, ratio_w, a.in_w, a.align_corners);
+    const Lerp y = linear_src(oy, a.ratio_h, a.in_h, a.out_h, a.align_corners);
+    const Lerp x = linear_src(ox, a.ratio_w, a.in_w, a.out_w, a.align_corners);
     const float v00 = __ldg(src + y.i0 * a.in_w + x.i0), v01 = __ldg(src + y.i0 * a.in_w + x.i1);
     const float v10 = __ldg(src + y.i1 * a.in_w + x.i0), v11 = __ldg(src + y.i1 * a.in_w + x.i1);
     const float top = __fadd_rn(__fmul_rn(x.l0, v00), __fmul_rn(x.l1, v01));
@@ -56,22 +62,14 @@ __global__ void upsample_kernel(const float* __restrict__ in, float* __restrict_
 
 }  // namespace
 
-// The output-to-input coordinate ratio, in float as PyTorch's area_pixel_compute_scale.
-static float upsample_ratio(int in, int factor, bool align_corners) {
-  const int out = in * factor;
-  if (align_corners) return out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) : 0.f;
-  return 1.f / static_cast<float>(factor);
-}
-
 void launch_upsample(const float* in, float* out, int64_t n, const UpsampleArgs& a, cudaStream_t s) {
-  if (a.in_h < 1 || a.in_w < 1 || a.channels < 1 || a.factor_h < 1 || a.factor_w < 1 ||
-      a.out_h != a.in_h * a.factor_h || a.out_w != a.in_w * a.factor_w)
-    throw Error("upsample: the output must be the input times positive integer factors");
+  if (a.in_h < 1 || a.in_w < 1 || a.channels < 1 || a.out_h < 1 || a.out_w < 1 || a.factor_h < 0 ||
+      a.factor_w < 0 || (a.factor_h > 0 && a.out_h != a.in_h * a.factor_h) ||
+      (a.factor_w > 0 && a.out_w != a.in_w * a.factor_w) || !(a.ratio_h >= 0.f) || !(a.ratio_w >= 0.f))
+    throw Error("upsample: sizes, factors and ratios do not describe an upsampling");
   const int64_t count = n * a.channels * int64_t(a.out_h) * a.out_w;
   if (count <= 0) return;
-  upsample_kernel<<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(
-      in, out, count, a, upsample_ratio(a.in_h, a.factor_h, a.align_corners),
-      upsample_ratio(a.in_w, a.factor_w, a.align_corners));
+  upsample_kernel<<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(in, out, count, a);
   CUDA_CHECK_LAUNCH("upsample_kernel");
 }
 

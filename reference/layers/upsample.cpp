@@ -1,6 +1,6 @@
-// Upsampling by integer factors: nearest copies input (y / scale_h, x / scale_w); bilinear
-// blends the four inputs around the source position upsample_tap() gives (PyTorch's
-// half-pixel or align_corners rule), rows first weighted as PyTorch writes it:
+// Upsampling (engine/layers/upsample.h says where each output comes from): nearest copies the
+// input upsample_nearest() names; bilinear blends the four inputs around the source position
+// upsample_tap() gives, rows first weighted as PyTorch writes it:
 // (1-wy) * ((1-wx) a + wx b) + wy * ((1-wx) c + wx d).
 #include "engine/layers/upsample.h"
 
@@ -20,10 +20,10 @@ void forward_upsample(const Layer& l, const std::vector<const float*>& in, int64
       for (int64_t ox = 0; ox < os.w; ++ox) {
         float v;
         if (p.mode == UpsampleMode::kNearest) {
-          v = src[(oy / p.scale_h) * is.w + ox / p.scale_w];
+          v = src[upsample_nearest(oy, p.y) * is.w + upsample_nearest(ox, p.x)];
         } else {
-          const LerpTap ty = upsample_tap(oy, is.h, p.scale_h, p.align_corners);
-          const LerpTap tx = upsample_tap(ox, is.w, p.scale_w, p.align_corners);
+          const LerpTap ty = upsample_tap(oy, p.y, p.align_corners);
+          const LerpTap tx = upsample_tap(ox, p.x, p.align_corners);
           const float* r0 = src + ty.i0 * is.w;
           const float* r1 = src + ty.i1 * is.w;
           v = (1.f - ty.w1) * ((1.f - tx.w1) * r0[tx.i0] + tx.w1 * r0[tx.i1]) +
