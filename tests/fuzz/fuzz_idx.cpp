@@ -54,9 +54,15 @@ struct Companions {
 void as_images(const std::string& path, const std::string& labels, const uint8_t* data, size_t size) {
   try {
     Dataset ds = load_idx(path, labels, 10);
-    FUZZ_CHECK(size >= 16 && ds.count == be32(data + 4) && ds.shape.c == 1);
-    FUZZ_CHECK(ds.shape.h == be32(data + 8) && ds.shape.w == be32(data + 12));
-    FUZZ_CHECK(ds.pixels.size() == size - 16 && std::memcmp(ds.pixels.data(), data + 16, size - 16) == 0);
+    FUZZ_CHECK(size >= 16 && ds.count == be32(data + 4));
+    if (be32(data) == 0x804) {  // colour, N x H x W x C or N x C x H x W: the bytes, maybe transposed
+      FUZZ_CHECK(size >= 20 && ds.pixels.size() == size - 20);
+      FUZZ_CHECK(static_cast<size_t>(ds.shape.size()) ==
+                 size_t{be32(data + 8)} * be32(data + 12) * be32(data + 16));
+    } else {
+      FUZZ_CHECK(ds.shape.c == 1 && ds.shape.h == be32(data + 8) && ds.shape.w == be32(data + 12));
+      FUZZ_CHECK(ds.pixels.size() == size - 16 && std::memcmp(ds.pixels.data(), data + 16, size - 16) == 0);
+    }
   } catch (const Error& e) {
     fuzz::check_message(e);
   }
