@@ -52,6 +52,7 @@ struct Options {
   std::string data, data_format, weights, json, dump, conv_algo = "auto";
   std::string gpu_off;             // --gpu-off LIST (else $CNNRUN_GPU_OFF)
   std::string precision = "fp32";  // --precision
+  std::string layout = "auto";     // --layout
   std::string predictions;         // --predictions FILE.csv
   int top_k = 0;                   // --top-k; 0 = 5 with more than 10 classes, else 1
   int decode_threads = 0;          // --decode-threads; 0 = all cores
@@ -469,6 +470,7 @@ int run_network(const Options& o, Ranks& ranks) {
   ro.conv_algo = *parse_conv_algo(o.conv_algo);  // checked by the option's validator
   ro.tuning = parse_gpu_off(o.gpu_off);
   ro.precision = *parse_precision(o.precision);  // checked by the option's validator
+  ro.layout = *parse_layout(o.layout);
   ro.resident = o.resident;
   if (writer) ro.progress = progress_bar(o.progress, o.quiet);  // MPI: rank 0's shard
   rep.distinct_images = std::min(ro.batch, count);
@@ -736,6 +738,11 @@ int main(int argc, char** argv) {
                  "(default, 3xTF32 on tensor cores), tf32, fp16 or bf16; --validate then allows 16 of its "
                  "unit roundoffs")
       ->check(CLI::IsMember({"fp32", "tf32", "fp16", "bf16"}));
+  app.add_option("--layout", o.layout,
+                 "GPU: how activations are stored: nchw (FP32 NCHW, every conv algorithm), nhwc (channels "
+                 "last in the precision's format, FP16/BF16/FP32, convs through cuDNN) or auto (default: "
+                 "nhwc at tf32/fp16/bf16 for networks of wide convs, docs/performance.md)")
+      ->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
   app.add_option("--block", o.block, "images per block (default: chosen from memory)")->check(kPositiveInt);
   app.add_option("--streams", o.streams, "GPU streams (default 3)")->check(CLI::Range(1, 64));
   app.add_option("--gpu-memory", o.gpu_memory_mib,
@@ -854,6 +861,12 @@ int main(int argc, char** argv) {
       }
     if (o.resident && o.engine == "cpu") {
       if (speaker) std::fprintf(stderr, "cnnrun: --resident needs --engine gpu\n");
+      return 2;
+    }
+    if (o.layout == "nhwc" && o.engine == "cpu") {
+      if (speaker)
+        std::fprintf(stderr, "cnnrun: --layout %s needs --engine gpu: the CPU reference is FP32 NCHW\n",
+                     o.layout.c_str());
       return 2;
     }
     if (o.precision != "fp32" && o.engine == "cpu") {

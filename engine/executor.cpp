@@ -14,6 +14,24 @@ bool GpuTuning::operator==(const GpuTuning& o) const {
          pack_low == o.pack_low;
 }
 
+const char* layout_name(Layout l) {
+  switch (l) {
+    case Layout::kNchw:
+      return "nchw";
+    case Layout::kNhwc:
+      return "nhwc";
+    case Layout::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+std::optional<Layout> parse_layout(const std::string& s) {
+  for (Layout l : {Layout::kAuto, Layout::kNchw, Layout::kNhwc})
+    if (s == layout_name(l)) return l;
+  return std::nullopt;
+}
+
 GpuTuning parse_gpu_off(const std::string& list) {
   GpuTuning t;
   const std::pair<const char*, bool GpuTuning::*> names[] = {

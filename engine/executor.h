@@ -36,6 +36,21 @@ extern const char* const kGpuOffNames;
 // name and the known ones.
 GpuTuning parse_gpu_off(const std::string& list);
 
+// GPU: how the activations between layers are stored (--layout).
+// - kNchw: FP32 N x C x H x W; every convolution algorithm (implicit, im2col, cudnn, depthwise).
+// - kNhwc: channels last (N x H x W x C) in the precision's storage format (FP16 for fp16, BF16
+//   for bf16, else FP32), every convolution through cuDNN, where tensor cores read it directly;
+//   fully-connected layers and softmax read FP32 NCHW copies (engine/gpu/plan.h, NhwcLayout).
+// - kAuto (measured on the model zoo, H100, docs/performance.md): kNhwc at tf32, fp16 and bf16
+//   when the network can run it and some conv the implicit kernel does not fuse with a 2x2
+//   max-pool reads 32 channels or more; but kNchw at tf32 and bf16 for networks with grouped
+//   convolutions (cuDNN's channels-last grouped kernels are fast in FP16 only, and our depthwise
+//   kernel is NCHW), at fp32, whenever --conv-algo names another algorithm than cudnn or a
+//   netdef pins one.
+enum class Layout { kAuto, kNchw, kNhwc };
+const char* layout_name(Layout l);  // "auto", "nchw", "nhwc"
+std::optional<Layout> parse_layout(const std::string& s);
+
 struct RunOptions {
   int64_t batch = 0;  // images to run: dataset images 0..batch-1, modulo count when cycling
   bool cycle = false;
@@ -47,6 +62,7 @@ struct RunOptions {
   // GPU: the operands' format the convolutions and fully-connected layers may round to
   // (engine/core/precision.h); the CPU executor computes in FP32 and rejects anything else.
   Precision precision = Precision::kFp32;
+  Layout layout = Layout::kAuto;  // GPU: see Layout
   // GPU: upload the images the run reads (0..min(batch, count)-1) to device memory before the
   // clock, so that the forward time has no host-to-device copy in it; the predictions (and the
   // output values, with want_probs) still come back to host memory. The CPU executor rejects it.
@@ -114,6 +130,8 @@ struct GpuRunFacts {
                                    // slots pin (predictions, output values, pixel staging)
   int64_t host_pinned_bytes = 0;   // ... what the cut block's slots may pin at most
   std::string host_limited_by;     // ... host_memory()'s limit ("MemAvailable", ...)
+  int64_t cudnn_cut_from = 0;      // > 0: the block asked for, cut so that every tensor a cuDNN
+  std::string cudnn_cut_layer;     // convolution reads or writes holds < 2^31 values (this layer's)
   int64_t cap_bytes = 0;           // > 0 with a cut: what --gpu-memory left for the slots
   int64_t cap_total_bytes = 0;     // ... of this whole cap (more when resident images took some)
   std::vector<ConvTuning> tuning;  // auto's searches, in layer order

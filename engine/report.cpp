@@ -125,6 +125,11 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
                         ? " left of its " + std::to_string(g.cap_total_bytes) + " beside the resident images)"
                         : std::string(")"))
              : std::string(" to fit free GPU memory")));
+  if (g.cudnn_cut_from > 0)
+    out.push_back("gpu: block of " + std::to_string(g.cudnn_cut_from) + " images cut to " +
+                  std::to_string(g.block) + ": cuDNN's tensors hold fewer than 2^31 values, and layer '" +
+                  g.cudnn_cut_layer + "' has " + std::to_string(g.cudnn_cut_from) +
+                  " images' worth beyond that");
   if (g.host_cut_from > 0)
     out.push_back("gpu: block of " + std::to_string(g.host_cut_from) + " images cut to " +
                   std::to_string(g.block) + " so that the streams' page-locked host buffers (" +

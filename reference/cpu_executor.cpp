@@ -239,6 +239,8 @@ class CpuExecutor : public Executor {
     if (opt.precision != Precision::kFp32)
       throw Error(std::string("--precision ") + precision_name(opt.precision) +
                   " needs --engine gpu: the CPU reference computes in FP32");
+    if (opt.layout == Layout::kNhwc)
+      throw Error("--layout nhwc needs --engine gpu: the CPU reference is FP32 NCHW");
   }
 
   static int thread_count(int asked, int64_t images, int64_t block) {

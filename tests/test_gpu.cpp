@@ -547,13 +547,26 @@ TEST_CASE("gpu: a block larger than GPU memory is cut to fit, with the same pred
   RunOptions big;
   big.batch = 300;
   big.block = 1000;
+  big.conv_algo = ConvAlgo::kIm2col;  // cuDNN would cut the block first (below)
   if (shrink) big.gpu_memory = int64_t{512} << 20;
   RunResult a = gpu->run(data, big);
   REQUIRE(a.gpu);
   // The block asked for is first held to the batch (300), then cut to what fits.
   CHECK_MESSAGE(a.gpu->block_cut_from == 300, "the block was not cut");
   CHECK(a.gpu->block < 300);
+  CHECK(a.gpu->cudnn_cut_from == 0);
   if (shrink) CHECK(a.gpu->cap_bytes > 0);
+  if (!shrink) {
+    // Through cuDNN, whose tensors hold fewer than 2^31 values: 256 x 512 x 512 a image allows
+    // 31 images a block, fewer than memory would.
+    RunOptions dnn = big;
+    dnn.conv_algo = ConvAlgo::kCudnn;
+    RunResult c = gpu->run(data, dnn);
+    CHECK(c.gpu->cudnn_cut_from == 300);
+    CHECK(c.gpu->cudnn_cut_layer == "c1");
+    CHECK(c.gpu->block <= 31);
+    CHECK(c.predictions.size() == 300);
+  }
   RunOptions small = big;
   small.block = 8;
   small.gpu_memory = 0;

@@ -11,6 +11,7 @@
 
 #include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
+#include "engine/gpu/nhwc.h"
 
 #define CUDNN_CHECK(call) ::cnnrun::gpu::check_cudnn((call), #call, __FILE__, __LINE__)
 
@@ -79,34 +80,60 @@ struct CudnnConv::Impl {
   cudnnMathType_t math = CUDNN_FMA_MATH;  // the picked algorithm's (set on the descriptor)
   bool fused = false;
   Precision prec = Precision::kFp32;
+  bool nhwc = false;  // channels-last tensors in the precision's storage format
+
+  cudnnDataType_t dtype() const {
+    if (!nhwc) return CUDNN_DATA_FLOAT;
+    return prec == Precision::kFp16   ? CUDNN_DATA_HALF
+           : prec == Precision::kBf16 ? CUDNN_DATA_BFLOAT16
+                                      : CUDNN_DATA_FLOAT;
+  }
+  cudnnTensorFormat_t format() const { return nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
+  bool half_data() const { return dtype() != CUDNN_DATA_FLOAT; }
 
   // The math type the descriptor allows for the precision.
   cudnnMathType_t allowed() const {
+    if (half_data()) return CUDNN_TENSOR_OP_MATH;
     return prec == Precision::kFp32   ? CUDNN_FMA_MATH
            : prec == Precision::kFp16 ? CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION
                                       : CUDNN_DEFAULT_MATH;
   }
-  // Whether a search result's math type stays within the precision: FMA math always; TF32
-  // tensor cores (default / tensor-op math on float data) unless FP32; conversion to FP16 only
-  // for FP16.
+  // Whether a search result's math type stays within the precision: FMA math always; on FP16 or
+  // BF16 tensors any (they are the precision's own format); TF32 tensor cores (default /
+  // tensor-op math on float data) unless FP32; conversion to FP16 only for FP16.
   bool math_ok(cudnnMathType_t t) const {
-    if (t == CUDNN_FMA_MATH) return true;
+    if (t == CUDNN_FMA_MATH || half_data()) return true;
     if (prec == Precision::kFp32) return false;
     return t != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || prec == Precision::kFp16;
   }
 
-  // cudnnConvolutionBiasActivationForward: IMPLICIT_PRECOMP_GEMM, with a ReLU or nothing after.
+  // cudnnConvolutionBiasActivationForward: IMPLICIT_PRECOMP_GEMM on FP32 NCHW tensors, with a
+  // ReLU or nothing after.
   bool fusable() const {
-    return algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM &&
+    return !nhwc && algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM &&
            (act.kind == Act::kRelu || act.kind == Act::kIdentity);
+  }
+
+  // The filter and convolution descriptors for the format (the tensors' follow in set_n).
+  void describe() {
+    CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, dtype(), format(), static_cast<int>(p.filters),
+                                           static_cast<int>(p.group_channels()), static_cast<int>(p.kernel_h),
+                                           static_cast<int>(p.kernel_w)));
+    CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
+        conv, static_cast<int>(p.pad_h), static_cast<int>(p.pad_w), static_cast<int>(p.stride_h),
+        static_cast<int>(p.stride_w), static_cast<int>(p.dilation_h), static_cast<int>(p.dilation_w),
+        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, static_cast<int>(p.groups)));
+    CUDNN_CHECK(cudnnSetConvolutionMathType(conv, allowed()));
+    n_set = -1;
   }
 
   void set_n(int64_t n) {
     if (n == n_set) return;
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(n),
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, format(), dtype(), static_cast<int>(n),
                                            static_cast<int>(p.in_c), static_cast<int>(p.in_h),
                                            static_cast<int>(p.in_w)));
-    CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, static_cast<int>(n),
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, format(), dtype(), static_cast<int>(n),
                                            static_cast<int>(p.filters), static_cast<int>(p.out_h),
                                            static_cast<int>(p.out_w)));
     n_set = n;
@@ -123,17 +150,9 @@ CudnnConv::CudnnConv(const ConvParams& p, ActFn act) : impl_(std::make_unique<Im
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&m.w));
   CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&m.conv));
   CUDNN_CHECK(cudnnCreateActivationDescriptor(&m.actd));
-  CUDNN_CHECK(cudnnSetFilter4dDescriptor(m.w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW,
-                                         static_cast<int>(p.filters), static_cast<int>(p.group_channels()),
-                                         static_cast<int>(p.kernel_h), static_cast<int>(p.kernel_w)));
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(m.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
                                          static_cast<int>(p.filters), 1, 1));
-  CUDNN_CHECK(cudnnSetConvolution2dDescriptor(m.conv, static_cast<int>(p.pad_h), static_cast<int>(p.pad_w),
-                                              static_cast<int>(p.stride_h), static_cast<int>(p.stride_w),
-                                              static_cast<int>(p.dilation_h), static_cast<int>(p.dilation_w),
-                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-  CUDNN_CHECK(cudnnSetConvolutionGroupCount(m.conv, static_cast<int>(p.groups)));
-  CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, CUDNN_FMA_MATH));
+  m.describe();
   CUDNN_CHECK(cudnnSetActivationDescriptor(
       m.actd, act.kind == Act::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
       CUDNN_NOT_PROPAGATE_NAN, 0.0));
@@ -159,8 +178,8 @@ static bool fp32_accurate(cudnnConvolutionFwdAlgo_t a) {
 
 bool CudnnConv::found() const { return impl_->found; }
 
-void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w,
-                     float* y, void* ws, size_t ws_bytes) {
+void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w, void* y,
+                     void* ws, size_t ws_bytes) {
   Impl& m = *impl_;
   m.set_n(n);
   CUDNN_CHECK(cudnnSetStream(H(h), s));
@@ -190,16 +209,17 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const floa
   m.found = true;
 }
 
-void CudnnConv::set_precision(Precision p) {
+void CudnnConv::set_format(Precision p, bool nhwc) {
   Impl& m = *impl_;
-  if (p == m.prec) return;
+  if (p == m.prec && nhwc == m.nhwc) return;
   m.prec = p;
+  m.nhwc = nhwc;
   m.found = false;
-  CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, m.allowed()));
+  m.describe();
 }
 
-void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w,
-                        const float* bias, float* y, void* ws, size_t ws_bytes) {
+void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w,
+                        const float* bias, void* y, void* ws, size_t ws_bytes) {
   Impl& m = *impl_;
   if (!m.found) throw Error("cudnn convolution: forward before find");
   m.set_n(n);
@@ -233,7 +253,7 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const f
     if (m.algo == was)
       throw Error("cudnn convolution: " + std::string(algo_str(m.algo)) + " needs " + std::to_string(need) +
                   " bytes of workspace for " + std::to_string(n) + " images, " + std::to_string(ws_bytes) +
-                  " reserved, and no other FP32 algorithm fits");
+                  " reserved, and no other algorithm within " + precision_name(m.prec) + " fits");
     CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, m.math));
   }
   const float one = 1.f, zero = 0.f;
@@ -244,16 +264,26 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const f
   } else {
     CUDNN_CHECK(
         cudnnConvolutionForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes, &zero, m.y, y));
-    launch_bias_act(y, bias, n, static_cast<int>(m.p.filters), m.p.out_h * m.p.out_w, m.act, s);
+    if (m.nhwc)
+      launch_bias_act_nhwc(y, storage_of(m.prec), bias, n * m.p.out_h * m.p.out_w,
+                           static_cast<int>(m.p.filters), m.act, s);
+    else
+      launch_bias_act(static_cast<float*>(y), bias, n, static_cast<int>(m.p.filters), m.p.out_h * m.p.out_w,
+                      m.act, s);
   }
 }
 
 std::string CudnnConv::algo_name() const {
   const Impl& m = *impl_;
   if (!m.found) return "cudnn";
-  const char* math = m.math == CUDNN_FMA_MATH                          ? ""
-                     : m.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? " [fp16 tensor cores]"
-                                                                       : " [tf32 tensor cores allowed]";
+  const std::string math = m.nhwc ? std::string(" [") + storage_name(storage_of(m.prec)) + " NHWC" +
+                                        (m.math == CUDNN_FMA_MATH ? ""
+                                         : m.half_data()          ? ", tensor cores"
+                                                                  : ", tf32 tensor cores allowed") +
+                                        "]"
+                           : m.math == CUDNN_FMA_MATH                        ? ""
+                           : m.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? " [fp16 tensor cores]"
+                                                                             : " [tf32 tensor cores allowed]";
   const std::string act = m.act.kind == Act::kIdentity ? "" : "+" + act_fn_name(m.act);
   return std::string("cudnn:") + algo_str(m.algo) + (m.p.groups > 1 ? "[groups]" : "") +
          (m.fused ? "(fused bias" + act + ")" : "+bias" + act + " kernel") + math;

@@ -40,19 +40,24 @@ class CudnnConv {
   CudnnConv& operator=(const CudnnConv&) = delete;
 
   // cuDNN's own search (cudnnFindConvolutionForwardAlgorithmEx) on real buffers for n images,
-  // once per layer shape; only FMA-math (no TF32) results within ws_bytes of workspace count.
-  void find(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w, float* y,
-            void* ws, size_t ws_bytes);
+  // once per layer shape; only results within the precision's math (FP32: FMA only, no TF32)
+  // and ws_bytes of workspace count. x, w, y are in the layout and format set_format chose.
+  void find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w, void* y, void* ws,
+            size_t ws_bytes);
   bool found() const;
-  // y = act(conv(x) + bias): fused in one cuDNN call for IMPLICIT_PRECOMP_GEMM with a ReLU or
-  // no activation, otherwise cudnnConvolutionForward and one bias+activation kernel.
-  void forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, const float* w,
-               const float* bias, float* y, void* ws, size_t ws_bytes);
+  // y = act(conv(x) + bias) (bias FP32): fused in one cuDNN call for IMPLICIT_PRECOMP_GEMM with a
+  // ReLU or no activation on FP32 NCHW, otherwise cudnnConvolutionForward and one
+  // bias+activation pass (channels-last: launch_bias_act_nhwc).
+  void forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w,
+               const float* bias, void* y, void* ws, size_t ws_bytes);
   std::string algo_name() const;
-  // The arithmetic cuDNN may use from now on (the next forward searches again): FP32 is FMA
-  // math only; TF32 (and BF16, which cuDNN's float path does not offer: TF32 is within what it
-  // allows) default math, TF32 tensor cores allowed; FP16 tensor-op math with conversion.
-  void set_precision(Precision p);
+  // The arithmetic and tensors cuDNN works with from now on (the next forward searches again).
+  // FP32 NCHW tensors (nhwc false): FP32 is FMA math only; TF32 (and BF16, which cuDNN's float
+  // path does not offer: TF32 is within what it allows) default math, TF32 tensor cores
+  // allowed; FP16 tensor-op math with conversion. Channels-last (nhwc true): x, w (K x R x S x
+  // C) and y in the precision's storage format (FP16, BF16, else FP32), FP32 accumulation,
+  // tensor-op math for FP16/BF16, default math for TF32, FMA math for FP32.
+  void set_format(Precision p, bool nhwc);
 
  private:
   struct Impl;

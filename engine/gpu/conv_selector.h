@@ -32,6 +32,8 @@ class ConvSelector {
   bool any_auto() const { return any_auto_; }
   // Whether some conv runs `algo`, or is left to auto (which may pick it).
   bool may_use(const Plan& plan, ConvAlgo algo) const;
+  // Whether conv step i runs `algo`, or is left to auto.
+  bool may_use_at(int i, ConvAlgo algo) const { return chosen(i) == ConvAlgo::kAuto || chosen(i) == algo; }
   // What resolve(forced, any_tuning) would choose for step i, without choosing (kAuto: auto's
   // search has not run for it).
   ConvAlgo would_choose(const Network& net, const Step& st, ConvAlgo forced) const;

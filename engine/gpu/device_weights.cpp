@@ -1,6 +1,7 @@
 #include "engine/gpu/device_weights.h"
 
 #include "engine/gpu/conv2d_implicit.h"
+#include "engine/gpu/nhwc.h"
 #include "engine/layers/batchnorm.h"
 #include "engine/layers/fc.h"
 
@@ -74,7 +75,7 @@ void DeviceWeights::upload(const Network& net, const Plan& plan, Precision preci
         c.im2col->set_precision(precision);
       }
       c.cudnn = std::make_unique<CudnnConv>(p, act_fn(st.act));
-      c.cudnn->set_precision(precision);
+      c.cudnn->set_format(precision, false);
       c.dw = depthwise_plan(p);
     } else if (st.op == Op::kFc) {
       const auto& fp = layer_as<FcLayer>(l).p;
@@ -90,7 +91,46 @@ void DeviceWeights::upload(const Network& net, const Plan& plan, Precision preci
       sw.shift = gpu::upload(shift.data(), shift.size());
     }
   }
+  // Every copy above has landed before any stream reads the weights: a pageable cudaMemcpy may
+  // return before its DMA completes, and the slots' streams do not wait for the legacy stream.
+  CUDA_CHECK(cudaDeviceSynchronize());
   uploaded_ = true;
+}
+
+void DeviceWeights::upload_nhwc(const Network& net, const Plan& plan, Precision precision) {
+  const Storage t = storage_of(precision);
+  cudaStream_t s = nullptr;
+  for (size_t i = 0; i < plan.steps.size(); ++i) {
+    ConvWeights* c = steps_[i].conv.get();
+    if (!c || c->w_nhwc[static_cast<int>(precision)].get()) continue;
+    const ConvParams& p = plan.steps[i].conv;
+    const float* w = net.layers[static_cast<size_t>(plan.steps[i].layer)]->weight("weight").ptr();
+    const int64_t K = p.filters, C = p.group_channels(), R = p.kernel_h, S = p.kernel_w;
+    std::vector<float> krsc(static_cast<size_t>(K * R * S * C));
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t ch = 0; ch < C; ++ch)
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t q = 0; q < S; ++q)
+            krsc[static_cast<size_t>(((k * R + r) * S + q) * C + ch)] =
+                w[static_cast<size_t>(((k * C + ch) * R + r) * S + q)];
+    // The copy and the conversion in one stream's order: a pageable cudaMemcpy may return before
+    // its DMA lands, and this non-blocking stream would not wait for it (a conversion that read
+    // half-copied filters made ResNet-18's FP16 convs wrong every other process).
+    DevBuf f32(krsc.size() * sizeof(float));
+    DevBuf& out = c->w_nhwc[static_cast<int>(precision)];
+    out.alloc(krsc.size() * static_cast<size_t>(storage_bytes(t)));
+    if (!s) CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    try {
+      CUDA_CHECK(
+          cudaMemcpyAsync(f32.get(), krsc.data(), krsc.size() * sizeof(float), cudaMemcpyHostToDevice, s));
+      launch_to_storage(f32.as<float>(), out.get(), t, static_cast<int64_t>(krsc.size()), s);
+      CUDA_CHECK(cudaStreamSynchronize(s));
+    } catch (...) {
+      cudaStreamDestroy(s);
+      throw;
+    }
+  }
+  if (s) CUDA_CHECK(cudaStreamDestroy(s));
 }
 
 }  // namespace cnnrun::gpu

@@ -27,6 +27,9 @@ struct ConvWeights {
   std::unique_ptr<Im2colConv> im2col;    // null when im2col cannot run the conv (grouped)
   std::unique_ptr<CudnnConv> cudnn;
   DepthwisePlan dw;  // dw.cfg.ok when the depthwise kernel can run it
+  // Channels-last cuDNN's filters, K x KH x KW x C/groups in each Precision's storage format
+  // (nhwc.h), made on a run's first use of --layout nhwc at that precision.
+  DevBuf w_nhwc[4];
 };
 
 // One step's weights: conv's above, fc's matrix and bias, an unfolded batchnorm's affine.
@@ -41,6 +44,8 @@ class DeviceWeights {
   // pack_low: how the 3xTF32 fragments are packed (uploaded again when a later call differs).
   void upload(const Network& net, const Plan& plan, Precision precision, bool pack_low);
   bool uploaded() const { return uploaded_; }
+  // Every conv's channels-last filters for `precision` (after upload; once per precision).
+  void upload_nhwc(const Network& net, const Plan& plan, Precision precision);
 
   StepWeights& step(int i) { return steps_[static_cast<size_t>(i)]; }
   const StepWeights& step(int i) const { return steps_[static_cast<size_t>(i)]; }

@@ -9,6 +9,7 @@
 // auto's picks for a block size, the slots, and the library plans for one precision.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -24,6 +25,7 @@
 #include "engine/gpu/gemm.h"
 #include "engine/gpu/kernels.h"
 #include "engine/gpu/mul.h"
+#include "engine/gpu/nhwc.h"
 #include "engine/gpu/pipeline.h"
 #include "engine/gpu/plan.h"
 #include "engine/gpu/pool2d.h"
@@ -56,11 +58,18 @@ Pool2dArgs pool_args(const PoolParams& p, const Shape& in, const Shape& out) {
 }
 
 constexpr int kTuneRepeats = 3;
+// --layout auto: channels last pays when some conv outside the implicit kernel's fused pools reads
+// at least this many channels (LeNet-5's 6 and 16 ran faster NCHW; ResNet's 64 and more, NHWC).
+constexpr int64_t kNhwcMinChannels = 32;
 
 class GpuExecutor : public Executor {
  public:
   GpuExecutor(const Network& net, int device)
-      : net_(net), plan_(make_plan(net)), selector_(plan_.steps.size()), fc_plans_(plan_.steps.size()) {
+      : net_(net),
+        plan_(make_plan(net)),
+        nhwc_layout_(make_nhwc_layout(net, plan_)),
+        selector_(plan_.steps.size()),
+        fc_plans_(plan_.steps.size()) {
     CUDA_CHECK(cudaSetDevice(device));
     CUDA_CHECK(cudaGetDeviceProperties(&prop_, device));
     CUBLAS_CHECK(cublasLtCreate(&lt_));
@@ -81,7 +90,7 @@ class GpuExecutor : public Executor {
     const Step& s = step(index);
     const Step* conv = s.op == Op::kConv ? &s : nullptr;
     if (s.op == Op::kFused && step(s.fused_producer).op == Op::kConv) conv = &step(s.fused_producer);
-    if (conv && fuses_pool(*conv, selector_.would_choose(net_, *conv, opt.conv_algo), opt.tuning))
+    if (conv && fuses_pool(*conv, selector_.would_choose(net_, *conv, conv_algo_for(opt)), opt.tuning))
       return net_.layers[static_cast<size_t>(conv->pool_layer)]->name;
     return s.fused_consumer >= 0 ? net_.layers[static_cast<size_t>(s.fused_consumer)]->name : "";
   }
@@ -95,17 +104,75 @@ class GpuExecutor : public Executor {
   cudaDeviceProp prop_{};
   cublasLtHandle_t lt_ = nullptr;
   Plan plan_;
+  NhwcLayout nhwc_layout_;
   ConvSelector selector_;
   std::unique_ptr<DeviceWeights> weights_;
   std::unique_ptr<BlockPipeline> pipeline_;
   std::vector<std::map<int64_t, std::unique_ptr<LtGemm>>> fc_plans_;  // per step, by images
   Precision prec_ = Precision::kFp32;  // the format the library plans are made for
+  bool nhwc_ = false;                  // ... and the layout (--layout nhwc)
   GpuTuning tuning_;                   // the call in progress's (run or forward_layers)
   // The call's data set holds float32 values, already preprocessed (a float .npy): they are
   // copied in as they are and no conv reads uint8 pixels.
   bool float_input_ = false;
 
   const Step& step(int i) const { return plan_.steps[static_cast<size_t>(i)]; }
+
+  // Whether a call with `opt` stores its activations channels last (RunOptions::layout); *why:
+  // the error for an explicit --layout nhwc the network or --conv-algo cannot have.
+  bool nhwc_for(const RunOptions& opt, std::string* why) const {
+    const bool cudnn_only = opt.conv_algo == ConvAlgo::kAuto || opt.conv_algo == ConvAlgo::kCudnn;
+    if (opt.layout == Layout::kNchw) return false;
+    if (opt.layout == Layout::kNhwc) {
+      if (!nhwc_layout_.ok)
+        *why = "--layout nhwc: " + nhwc_layout_.why;
+      else if (!cudnn_only)
+        *why = std::string("--layout nhwc runs every convolution through cuDNN; --conv-algo ") +
+               conv_algo_name(opt.conv_algo) + " needs --layout nchw";
+      return why->empty();
+    }
+    // auto: the rule Layout's comment gives (engine/executor.h), measured on the model zoo.
+    if (opt.precision == Precision::kFp32 || !nhwc_layout_.ok || !cudnn_only) return false;
+    bool wide = false, grouped = false;
+    for (const Step& st : plan_.steps) {
+      if (st.op != Op::kConv) continue;
+      const ConvAlgo pin = net_.layers[static_cast<size_t>(st.layer)]->algo;
+      if (pin != ConvAlgo::kAuto && pin != ConvAlgo::kCudnn) return false;  // the netdef wants NCHW
+      wide = wide || (st.pool_layer < 0 && st.conv.in_c >= kNhwcMinChannels);
+      grouped = grouped || st.conv.groups > 1;
+    }
+    return wide && (!grouped || opt.precision == Precision::kFp16);
+  }
+  bool nhwc_for(const RunOptions& opt) const {
+    std::string why;
+    return nhwc_for(opt, &why);
+  }
+  // The conv algorithm a call forces: channels last runs every conv through cuDNN.
+  ConvAlgo conv_algo_for(const RunOptions& opt) const {
+    return nhwc_for(opt) ? ConvAlgo::kCudnn : opt.conv_algo;
+  }
+  Storage storage() const { return nhwc_ ? storage_of(prec_) : Storage::kF32; }
+  // Buffer b holds channels-last values this call.
+  bool is_nhwc(int b) const {
+    return nhwc_ && static_cast<size_t>(b) < nhwc_layout_.nhwc.size() &&
+           nhwc_layout_.nhwc[static_cast<size_t>(b)];
+  }
+  // The most images a block may hold so that every tensor of a conv cuDNN may run holds fewer
+  // than 2^31 values (its descriptors count in int); *layer: the conv that sets the limit.
+  int64_t cudnn_block_limit(std::string* layer) const {
+    int64_t most = std::numeric_limits<int64_t>::max();
+    for (const Step& st : plan_.steps) {
+      if (st.op != Op::kConv || !selector_.may_use_at(st.layer, ConvAlgo::kCudnn)) continue;
+      const int64_t big = std::max(st.in_shape.size(), st.out_shape.size());
+      const int64_t fit = std::max<int64_t>(1, std::numeric_limits<int32_t>::max() / big);
+      if (fit < most) most = fit, *layer = net_.layers[static_cast<size_t>(st.layer)]->name;
+    }
+    return most;
+  }
+  // The buffer argmax and the host read the network output from (FP32 NCHW).
+  int output_buf() const {
+    return nhwc_ && nhwc_layout_.out_f32 >= 0 ? nhwc_layout_.out_f32 : step(net_.output).out;
+  }
   ConvWeights& conv_weights(int i) const { return *weights_->step(i).conv; }
 
   // The options of a call: weights up (the 3xTF32 fragments packed as it asks), the library
@@ -118,22 +185,30 @@ class GpuExecutor : public Executor {
       warmed_slots_ = nullptr;
     }
     if (float_input_) tuning_.fuse_u8 = false;
+    std::string why;
+    const bool nhwc = nhwc_for(opt, &why);
+    if (!why.empty()) throw Error(why);
     weights_->upload(net_, plan_, prec_, opt.tuning.pack_low);
-    set_precision(opt.precision);
+    set_format(opt.precision, nhwc);
+    if (nhwc_) weights_->upload_nhwc(net_, plan_, prec_);
   }
-  // The operands' format from now on: plans made for another are dropped (cuBLASLt's, cuDNN's
-  // search, auto's picks, the captured graphs).
-  void set_precision(Precision p) {
-    if (p == prec_) return;
+  // The operands' format and the activations' layout from now on: plans made for others are
+  // dropped (cuBLASLt's, cuDNN's search, auto's picks, the captured graphs, the warm-up).
+  void set_format(Precision p, bool nhwc) {
+    if (p == prec_ && nhwc == nhwc_) return;
+    if (p != prec_) {
+      for (auto& m : fc_plans_) m.clear();
+      selector_.forget_picks();
+    }
     prec_ = p;
-    for (auto& m : fc_plans_) m.clear();
-    selector_.forget_picks();
+    nhwc_ = nhwc;
     for (const Step& st : plan_.steps) {
       if (st.op != Op::kConv) continue;
       if (conv_weights(st.layer).im2col) conv_weights(st.layer).im2col->set_precision(p);
-      conv_weights(st.layer).cudnn->set_precision(p);
+      conv_weights(st.layer).cudnn->set_format(p, nhwc);
     }
     pipeline_->drop_graphs();
+    warmed_slots_ = nullptr;
   }
 
   bool uses_tc(const Step& st, ConvAlgo algo) const {  // needs the weights uploaded
@@ -174,6 +249,7 @@ class GpuExecutor : public Executor {
   void preprocess(Slot& s, int64_t n) const;
   void run_layers(Slot& s, int64_t n, bool events, int ev_base);
   void run_step(const Step& st, Slot& s, int64_t n);
+  void run_step_nhwc(const Step& st, Slot& s, int64_t n);
   void run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo);
   void time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo);
   float time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo, cudaEvent_t e0, cudaEvent_t e1);
@@ -196,6 +272,12 @@ SlotNeeds GpuExecutor::slot_needs() const {
   SlotNeeds needs;
   needs.input_bytes = net_.input.size() * (float_input_ ? int64_t{sizeof(float)} : 1);
   needs.buf_floats = plan_.buf_floats;
+  if (nhwc_) {  // channels-last buffers in the storage format, then the FP32 NCHW copies
+    const int64_t bytes = storage_bytes(storage());
+    for (size_t b = 0; b < needs.buf_floats.size(); ++b)
+      if (is_nhwc(static_cast<int>(b))) needs.buf_floats[b] = (needs.buf_floats[b] * bytes + 3) / 4;
+    for (int64_t f : nhwc_layout_.copy_floats) needs.buf_floats.push_back(f);
+  }
   for (const Step& st : plan_.steps)
     if (st.op == Op::kConv && conv_weights(st.layer).im2col)
       needs.max_col = std::max(needs.max_col, conv_weights(st.layer).im2col->col_bytes_per_image());
@@ -208,6 +290,16 @@ SlotNeeds GpuExecutor::slot_needs() const {
 // Launches.
 
 void GpuExecutor::preprocess(Slot& s, int64_t n) const {
+  if (nhwc_) {
+    const int C = static_cast<int>(net_.input.c);
+    const int64_t plane = net_.input.h * net_.input.w;
+    if (float_input_)
+      launch_nchw_to_nhwc(s.in_u8.as<float>(), s.bufs[0].get(), storage(), n, C, plane, s.stream);
+    else
+      launch_preprocess_nhwc(s.in_u8.as<uint8_t>(), s.bufs[0].get(), storage(), n, C, plane,
+                             weights_->pre_scale().as<float>(), weights_->pre_shift().as<float>(), s.stream);
+    return;
+  }
   if (float_input_) {  // the user's values are the network's input
     CUDA_CHECK(cudaMemcpyAsync(s.bufs[0].get(), s.in_u8.get(),
                                static_cast<size_t>(n * net_.input.size()) * sizeof(float),
@@ -257,13 +349,17 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(),
                         s.lt_ws.bytes(), s.stream);
       return;
-    case ConvAlgo::kCudnn:
+    case ConvAlgo::kCudnn: {
       if (!s.cudnn) s.cudnn = std::make_unique<CudnnHandle>();
+      const void* xs = s.bufs[static_cast<size_t>(st.ins[0])].get();
+      void* ys = s.bufs[static_cast<size_t>(st.out)].get();
+      const void* ws = nhwc_ ? c.w_nhwc[static_cast<int>(prec_)].get() : c.w.get();
       if (!c.cudnn->found())
-        c.cudnn->find(*s.cudnn, s.stream, n, x, c.w.as<float>(), y, s.cudnn_ws.get(), s.cudnn_ws.bytes());
-      c.cudnn->forward(*s.cudnn, s.stream, n, x, c.w.as<float>(), c.bias.as<float>(), y, s.cudnn_ws.get(),
+        c.cudnn->find(*s.cudnn, s.stream, n, xs, ws, ys, s.cudnn_ws.get(), s.cudnn_ws.bytes());
+      c.cudnn->forward(*s.cudnn, s.stream, n, xs, ws, c.bias.as<float>(), ys, s.cudnn_ws.get(),
                        s.cudnn_ws.bytes());
       return;
+    }
     case ConvAlgo::kAuto:
       break;
   }
@@ -284,6 +380,72 @@ void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
                             ps.out_shape),
                   s.stream);
   }
+}
+
+// Channels last: the storage-format passes of nhwc.h; a fully-connected layer or a softmax runs
+// the FP32 NCHW step on a copy of its input (NhwcLayout::f32_in).
+void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
+  auto buf = [&](int b) { return s.bufs[static_cast<size_t>(b)].get(); };
+  const Layer& l = *net_.layers[static_cast<size_t>(st.layer)];
+  const StepWeights& w = weights_->step(st.layer);
+  const Storage t = storage();
+  const bool in_nhwc = !st.ins.empty() && is_nhwc(st.ins[0]);
+  const int C = static_cast<int>(st.out_shape.c);
+  const int64_t pixels = n * st.out_shape.h * st.out_shape.w;
+  switch (st.op) {
+    case Op::kIdentity:
+    case Op::kFused:
+      return;
+    case Op::kConv:
+      return run_conv(st, s, n, selector_.chosen(st.layer));
+    case Op::kFc:
+    case Op::kSoftmax: {
+      const int copy = nhwc_layout_.f32_in[static_cast<size_t>(st.layer)];
+      if (copy < 0) break;  // its input is FP32 NCHW already
+      const Shape& in = nhwc_layout_.shape[static_cast<size_t>(st.ins[0])];
+      launch_nhwc_to_nchw(buf(st.ins[0]), t, s.bufs[static_cast<size_t>(copy)].as<float>(), n,
+                          static_cast<int>(in.c), in.h * in.w, s.stream);
+      Step from_copy = st;
+      from_copy.ins[0] = copy;
+      return run_step(from_copy, s, n);
+    }
+    case Op::kAct:
+      if (!in_nhwc) break;
+      return launch_act_storage(buf(st.ins[0]), buf(st.out), t, n * st.out_shape.size(), act_fn(st.act),
+                                s.stream);
+    case Op::kPool:
+      return launch_pool2d_nhwc(buf(st.ins[0]), buf(st.out), t, n,
+                                pool_args(layer_as<PoolLayer>(l).p, st.in_shape, st.out_shape), s.stream);
+    case Op::kAffine:
+      if (!in_nhwc) break;
+      return launch_affine_nhwc(buf(st.ins[0]), buf(st.out), t, pixels, C, w.scale.as<float>(),
+                                w.shift.as<float>(), s.stream);
+    case Op::kAdd: {
+      if (!in_nhwc) break;
+      std::vector<const void*> in;
+      for (int b : st.ins) in.push_back(buf(b));
+      return launch_add_storage(in, buf(st.out), t, n * st.out_shape.size(), s.stream);
+    }
+    case Op::kMul: {
+      if (!in_nhwc) break;
+      const MulParams& p = layer_as<MulLayer>(l).p;
+      std::vector<MulInputNhwc> in;
+      for (size_t k = 0; k < st.ins.size(); ++k) in.push_back({buf(st.ins[k]), p.broadcast[k]});
+      return launch_mul_nhwc(in, buf(st.out), t, n, C, st.out_shape.h * st.out_shape.w, s.stream);
+    }
+    case Op::kConcat: {
+      int offset = 0;
+      for (size_t k = 0; k < st.ins.size(); ++k) {
+        const int ck = static_cast<int>(l.in_shapes[k].c);
+        launch_concat_nhwc(buf(st.ins[k]), ck, buf(st.out), C, offset, t, pixels, s.stream);
+        offset += ck;
+      }
+      return;
+    }
+    case Op::kUpsample:
+      throw Error("layer '" + l.name + "': upsample has no channels-last kernel");  // NhwcLayout refuses it
+  }
+  run_step(st, s, n);  // FP32 NCHW operands
 }
 
 void GpuExecutor::run_step(const Step& st, Slot& s, int64_t n) {
@@ -374,7 +536,17 @@ void GpuExecutor::run_layers(Slot& s, int64_t n, bool events, int ev_base) {
   if (!input_fused()) preprocess(s, n);
   if (events) record(s.ev[static_cast<size_t>(ev_base - 1)], s.stream);
   for (size_t i = 0; i < plan_.steps.size(); ++i) {
-    run_step(plan_.steps[i], s, n);
+    if (nhwc_)
+      run_step_nhwc(plan_.steps[i], s, n);
+    else
+      run_step(plan_.steps[i], s, n);
+    if (nhwc_ && static_cast<int>(i) == net_.output && nhwc_layout_.out_f32 >= 0) {
+      const int b = step(net_.output).out;
+      const Shape& sh = nhwc_layout_.shape[static_cast<size_t>(b)];
+      launch_nhwc_to_nchw(s.bufs[static_cast<size_t>(b)].get(), storage(),
+                          s.bufs[static_cast<size_t>(nhwc_layout_.out_f32)].as<float>(), n,
+                          static_cast<int>(sh.c), sh.h * sh.w, s.stream);
+    }
     if (events) record(s.ev[static_cast<size_t>(ev_base) + i], s.stream);
   }
 }
@@ -548,7 +720,12 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
       facts.host_pinned_bytes = block * per_image * streams;
     }
   }
-  selector_.resolve(net_, plan_, opt.conv_algo, block, false);
+  selector_.resolve(net_, plan_, conv_algo_for(opt), block, false);
+  if (const int64_t most = cudnn_block_limit(&facts.cudnn_cut_layer); block > most) {
+    facts.cudnn_cut_from = block;
+    block = most;
+    selector_.resolve(net_, plan_, conv_algo_for(opt), block, false);  // auto's picks are per block size
+  }
   // --resident: the pixels every block reads, on the GPU before the clock (and before the slots,
   // which are then sized around them).
   // A --gpu-memory cap covers them too: the slots get what they leave of it.
@@ -578,7 +755,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   const int64_t nblocks = (batch + block - 1) / block;
   const Layer& out_layer = *net_.layers[static_cast<size_t>(net_.output)];
   const int64_t out_size = out_layer.out_shape.size();
-  const int out_buf = step(net_.output).out;
+  const int out_buf = output_buf();
 
   // Host memory the copies read: the data set's own pixels, page-locked in place (not with
   // --resident: the timed copies read device memory).
@@ -745,6 +922,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   r.engine = "gpu (" + std::string(prop_.name) + ", sm_" + std::to_string(prop_.major) +
              std::to_string(prop_.minor) + ", " + std::to_string(S) + (S == 1 ? " stream" : " streams") +
              ", blocks of " + std::to_string(block) + " images" +
+             (nhwc_ ? std::string(", ") + storage_name(storage()) + " NHWC activations" : std::string()) +
              (opt.resident ? ", input resident on GPU)" : ")");
   for (size_t i = 0; i < L; ++i) {
     const Layer& l = *net_.layers[i];
@@ -788,7 +966,12 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
   begin(opt, data);
   std::vector<Tensor> outs(plan_.steps.size());
   int64_t block = std::min(n, kDefaultBlock);
-  if (n > 0) selector_.resolve(net_, plan_, opt.conv_algo, block, true);
+  if (n > 0) selector_.resolve(net_, plan_, conv_algo_for(opt), block, true);
+  std::string unused;
+  if (const int64_t most = cudnn_block_limit(&unused); block > most) {
+    block = most;
+    selector_.resolve(net_, plan_, conv_algo_for(opt), block, true);
+  }
   auto alloc = [&] {  // the layers this call materialises (fusions depend on the algorithms)
     for (size_t i = 0; i < plan_.steps.size(); ++i)
       if (fused_into(static_cast<int>(i), opt).empty()) {
@@ -806,6 +989,7 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
   if (selector_.any_auto())
     search(s, data, std::min(block, n), nullptr);  // else no warm-up: nothing is timed
   alloc();
+  DevBuf f32;  // channels last: a layer's FP32 NCHW copy on its way to the host
   for (int64_t done = 0; done < n; done += block) {
     const int64_t m = std::min(block, n - done);
     BlockPipeline::copy_in(s, data, first + done, m, false);
@@ -813,10 +997,20 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
     for (size_t i = 0; i < plan_.steps.size(); ++i) {
       if (outs[i].data.empty()) continue;
       const size_t size = static_cast<size_t>(plan_.steps[i].out_shape.size());
-      CUDA_CHECK(cudaMemcpyAsync(outs[i].ptr() + static_cast<size_t>(done) * size,
-                                 s.bufs[static_cast<size_t>(plan_.steps[i].out)].get(),
+      const int b = plan_.steps[i].out;
+      const void* src = s.bufs[static_cast<size_t>(b)].get();
+      if (is_nhwc(b)) {
+        const Shape& sh = nhwc_layout_.shape[static_cast<size_t>(b)];
+        if (f32.bytes() < static_cast<size_t>(m) * size * sizeof(float))
+          f32.alloc(static_cast<size_t>(block) * size * sizeof(float));
+        launch_nhwc_to_nchw(src, storage(), f32.as<float>(), m, static_cast<int>(sh.c), sh.h * sh.w,
+                            s.stream);
+        src = f32.get();
+      }
+      CUDA_CHECK(cudaMemcpyAsync(outs[i].ptr() + static_cast<size_t>(done) * size, src,
                                  static_cast<size_t>(m) * size * sizeof(float), cudaMemcpyDeviceToHost,
                                  s.stream));
+      if (is_nhwc(b)) CUDA_CHECK(cudaStreamSynchronize(s.stream));  // f32 is reused by the next layer
     }
     CUDA_CHECK(cudaStreamSynchronize(s.stream));
   }

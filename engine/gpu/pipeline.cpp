@@ -38,7 +38,8 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
   streams = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(streams, want_blocks)));
   const bool use_im2col = needs.im2col, use_cudnn = needs.cudnn;
   if (!slots_.empty() && streams_ == streams && block_ == block && cap_ == cap &&
-      input_bytes_ == needs.input_bytes && (col_ || !use_im2col) && (cudnn_ || !use_cudnn))
+      input_bytes_ == needs.input_bytes && buf_floats_ == needs.buf_floats && (col_ || !use_im2col) &&
+      (cudnn_ || !use_cudnn))
     return;
   slots_.clear();  // give the memory back before measuring what is free
 
@@ -101,6 +102,7 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
   block_ = block;
   cap_ = cap;
   input_bytes_ = needs.input_bytes;
+  buf_floats_ = needs.buf_floats;
   col_ = use_im2col;
   cudnn_ = use_cudnn;
 }

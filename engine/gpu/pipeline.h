@@ -95,6 +95,7 @@ class BlockPipeline {
   int64_t cap_ = 0;  // the room under the cap (less the resident images) the slots were sized for
   bool col_ = false, cudnn_ = false;  // the slots have im2col / cuDNN workspaces
   int64_t input_bytes_ = 0;           // per image of the slots' input buffers
+  std::vector<int64_t> buf_floats_;   // the buffers' sizes the slots were made for (the layout's)
 };
 
 }  // namespace cnnrun::gpu

@@ -90,4 +90,75 @@ bool fuses_u8(const Step& st, ConvAlgo algo, const GpuTuning& t) {
          algo == ConvAlgo::kImplicit;
 }
 
+NhwcLayout make_nhwc_layout(const Network& net, const Plan& plan) {
+  NhwcLayout lay;
+  const size_t B = plan.buf_floats.size();
+  lay.nhwc.assign(B, 0);
+  lay.shape.assign(B, Shape{});
+  lay.f32_in.assign(plan.steps.size(), -1);
+  lay.nhwc[0] = 1;
+  lay.shape[0] = net.input;
+  auto copy = [&](int64_t floats) {
+    lay.copy_floats.push_back(floats);
+    return static_cast<int>(B + lay.copy_floats.size() - 1);
+  };
+  for (const Step& st : plan.steps) {
+    const std::string& name = net.layers[static_cast<size_t>(st.layer)]->name;
+    auto no = [&](const std::string& what) {
+      lay.ok = false;
+      lay.why = "layer '" + name + "' " + what;
+      return lay;
+    };
+    bool all_nhwc = true, any_nhwc = false;
+    for (int b : st.ins) {
+      all_nhwc = all_nhwc && lay.nhwc[static_cast<size_t>(b)];
+      any_nhwc = any_nhwc || lay.nhwc[static_cast<size_t>(b)];
+    }
+    // A flatten between a channels-last tensor and a reader that does not copy it to FP32 NCHW
+    // would hand that reader the values in NHWC order.
+    const Layer& l = *net.layers[static_cast<size_t>(st.layer)];
+    if (st.op != Op::kFc && st.op != Op::kSoftmax && st.op != Op::kIdentity && st.op != Op::kFused)
+      for (size_t k = 0; k < st.ins.size(); ++k) {
+        const size_t b = static_cast<size_t>(st.ins[k]);
+        if (lay.nhwc[b] && lay.shape[b] != l.in_shapes[k] && lay.shape[b].h * lay.shape[b].w > 1)
+          return no("reads a flattened " + lay.shape[b].str() + " tensor, whose order channels last differs");
+      }
+    bool out_nhwc = false;
+    switch (st.op) {
+      case Op::kIdentity:
+      case Op::kFused:
+        continue;  // aliases its input's buffer
+      case Op::kConv:
+      case Op::kPool:
+      case Op::kConcat:
+        if (!all_nhwc)
+          return no("reads a tensor stored FP32 NCHW (after a fully-connected layer or a softmax)");
+        out_nhwc = true;
+        break;
+      case Op::kAct:
+      case Op::kAffine:
+      case Op::kAdd:
+      case Op::kMul:
+        if (any_nhwc != all_nhwc) return no("mixes channels-last and FP32 NCHW inputs");
+        out_nhwc = all_nhwc;
+        break;
+      case Op::kFc:
+      case Op::kSoftmax:
+        if (any_nhwc) {
+          const Shape& in = lay.shape[static_cast<size_t>(st.ins[0])];
+          lay.f32_in[static_cast<size_t>(st.layer)] = copy(in.size());
+        }
+        break;
+      case Op::kUpsample:
+        return no("(upsample) has no channels-last kernel");
+    }
+    lay.nhwc[static_cast<size_t>(st.out)] = out_nhwc;
+    lay.shape[static_cast<size_t>(st.out)] = st.out_shape;
+  }
+  const int out = plan.steps[static_cast<size_t>(net.output)].out;
+  if (lay.nhwc[static_cast<size_t>(out)]) lay.out_f32 = copy(plan.buf_floats[static_cast<size_t>(out)]);
+  lay.ok = true;
+  return lay;
+}
+
 }  // namespace cnnrun::gpu

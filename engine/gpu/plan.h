@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "engine/conv_algo.h"
@@ -57,6 +58,28 @@ struct Plan {
 };
 
 Plan make_plan(const Network& net);
+
+// --layout nhwc: which buffers hold channels-last values in the run's storage format, and where
+// an FP32 NCHW copy of one is made for a reader that needs it. Decided from the plan alone:
+// - the network input (preprocessed as it is copied in), conv, pool and concat outputs are NHWC
+//   (their inputs must be);
+// - an activation, batchnorm affine, add or mul keeps its inputs' layout (all must agree);
+// - a fully-connected layer or a softmax reads an FP32 NCHW copy of an NHWC input (made right
+//   before it, into a buffer of its own) and writes FP32 NCHW;
+// - an NHWC network output is copied to FP32 NCHW for the argmax and the host.
+// Anything else (upsample, a conv reading an FP32 NCHW tensor) makes the network NCHW-only.
+struct NhwcLayout {
+  bool ok = false;
+  std::string why;           // !ok: the layer and what it lacks
+  std::vector<char> nhwc;    // per buffer of the plan
+  std::vector<Shape> shape;  // per buffer: C x H x W as written (a flatten's reader sees it whole)
+  std::vector<int> f32_in;   // per step: the buffer its input's FP32 NCHW copy goes to, or -1
+  int out_f32 = -1;          // the network output's FP32 NCHW copy, or -1 (the output is FP32)
+  // The copies' buffers, floats per image: buffer plan.buf_floats.size() + k.
+  std::vector<int64_t> copy_floats;
+};
+
+NhwcLayout make_nhwc_layout(const Network& net, const Plan& plan);
 
 // Whether conv step `st` run with `algo` computes its pool / reads the uint8 input.
 bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t);

@@ -1,0 +1,412 @@
+// The channels-last passes. Each is memory-bound, so a thread moves 16 bytes where the channel
+// count allows it (8 FP16/BF16 or 4 FP32 values of one pixel: the channels are contiguous), and
+// one value otherwise, in a grid-stride loop. Values are loaded to FP32, computed with the NCHW
+// kernels' formulas (__fmul_rn/__fadd_rn where the CPU reference multiplies and adds apart) and
+// rounded to the storage format once, when stored.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <climits>
+#include <type_traits>
+
+#include "engine/gpu/activation.cuh"
+#include "engine/gpu/check.h"
+#include "engine/gpu/grid_stride.h"
+#include "engine/gpu/nhwc.h"
+
+namespace cnnrun::gpu {
+
+Storage storage_of(Precision p) {
+  return p == Precision::kFp16 ? Storage::kF16 : p == Precision::kBf16 ? Storage::kBf16 : Storage::kF32;
+}
+int64_t storage_bytes(Storage t) { return t == Storage::kF32 ? 4 : 2; }
+const char* storage_name(Storage t) {
+  return t == Storage::kF16 ? "fp16" : t == Storage::kBf16 ? "bf16" : "fp32";
+}
+
+namespace {
+
+__device__ __forceinline__ float ld(float x) { return x; }
+__device__ __forceinline__ float ld(__half x) { return __half2float(x); }
+__device__ __forceinline__ float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ __forceinline__ T to(float v);
+template <>
+__device__ __forceinline__ float to<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half to<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 to<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// V values of one pixel's channels, moved as one 16-byte (or smaller) access.
+template <typename T, int V>
+struct alignas(sizeof(T) * V) Vec {
+  T v[V];
+};
+
+// fn(T*) with T the storage type.
+template <typename Fn>
+void with_storage(Storage t, Fn fn) {
+  switch (t) {
+    case Storage::kF32:
+      return fn(static_cast<float*>(nullptr));
+    case Storage::kF16:
+      return fn(static_cast<__half*>(nullptr));
+    case Storage::kBf16:
+      return fn(static_cast<__nv_bfloat16*>(nullptr));
+  }
+}
+
+template <typename T>
+constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+
+#define GRID_STRIDE(i, count)                                                   \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (count); \
+       i += int64_t(gridDim.x) * blockDim.x)
+
+template <typename T>
+__global__ void preprocess_nhwc_kernel(const uint8_t* __restrict__ in, T* __restrict__ out, int64_t count,
+                                       int channels, int64_t plane, const float* __restrict__ scale,
+                                       const float* __restrict__ shift) {
+  GRID_STRIDE(i, count) {
+    const int c = static_cast<int>(i % channels);
+    const int64_t q = i / channels, img = q / plane, p = q % plane;
+    const float v = static_cast<float>(in[(img * channels + c) * plane + p]);
+    out[i] = to<T>(__fadd_rn(__fmul_rn(v, scale[c]), shift[c]));
+  }
+}
+
+template <typename T>
+__global__ void nchw_to_nhwc_kernel(const float* __restrict__ in, T* __restrict__ out, int64_t count,
+                                    int channels, int64_t plane) {
+  GRID_STRIDE(i, count) {
+    const int c = static_cast<int>(i % channels);
+    const int64_t q = i / channels, img = q / plane, p = q % plane;
+    out[i] = to<T>(in[(img * channels + c) * plane + p]);
+  }
+}
+
+template <typename T>
+__global__ void nhwc_to_nchw_kernel(const T* __restrict__ in, float* __restrict__ out, int64_t count,
+                                    int channels, int64_t plane) {
+  GRID_STRIDE(i, count) {  // i indexes the NCHW output: its writes are contiguous
+    const int64_t p = i % plane, q = i / plane;
+    const int c = static_cast<int>(q % channels);
+    const int64_t img = q / channels;
+    out[i] = ld(in[(img * plane + p) * channels + c]);
+  }
+}
+
+template <typename T>
+__global__ void to_storage_kernel(const float* __restrict__ in, T* __restrict__ out, int64_t count) {
+  GRID_STRIDE(i, count) out[i] = to<T>(in[i]);
+}
+
+// out[p][c] = act(in[p][c] * scale[c] + shift[c]), either factor may be absent; V channels a thread.
+template <typename T, int V>
+__global__ void channel_kernel(const T* in, T* out, int64_t vecs, int channels,
+                               const float* __restrict__ scale, const float* __restrict__ shift, ActFn a) {
+  GRID_STRIDE(i, vecs) {
+    Vec<T, V> x = reinterpret_cast<const Vec<T, V>*>(in)[i];
+    const int c0 = static_cast<int>((i * V) % channels);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      float v = ld(x.v[k]);
+      if (scale) v = __fmul_rn(v, scale[c0 + k]);
+      if (shift) v = __fadd_rn(v, shift[c0 + k]);
+      x.v[k] = to<T>(act_eval(a, v));
+    }
+    reinterpret_cast<Vec<T, V>*>(out)[i] = x;
+  }
+}
+
+constexpr int kMaxInputs = 8;
+template <typename T>
+struct Inputs {
+  const T* p[kMaxInputs];
+  int num;
+};
+
+template <typename T, int V>
+__global__ void add_kernel(Inputs<T> in, T* out, int64_t vecs) {
+  GRID_STRIDE(i, vecs) {
+    float s[V];
+    Vec<T, V> x = reinterpret_cast<const Vec<T, V>*>(in.p[0])[i];
+#pragma unroll
+    for (int k = 0; k < V; ++k) s[k] = ld(x.v[k]);
+    for (int j = 1; j < in.num; ++j) {
+      x = reinterpret_cast<const Vec<T, V>*>(in.p[j])[i];
+#pragma unroll
+      for (int k = 0; k < V; ++k) s[k] = __fadd_rn(s[k], ld(x.v[k]));
+    }
+#pragma unroll
+    for (int k = 0; k < V; ++k) x.v[k] = to<T>(s[k]);
+    reinterpret_cast<Vec<T, V>*>(out)[i] = x;
+  }
+}
+
+template <typename T>
+struct MulArgs {
+  const T* p[kMaxInputs];
+  bool per_channel[kMaxInputs];
+  int num;
+};
+
+template <typename T>
+__global__ void mul_kernel(MulArgs<T> a, T* out, int64_t count, int channels, int64_t plane) {
+  GRID_STRIDE(i, count) {
+    const int c = static_cast<int>(i % channels);
+    const int64_t img = i / (plane * channels);
+    float r = 0.f;
+    for (int j = 0; j < a.num; ++j) {
+      const float v = ld(a.per_channel[j] ? a.p[j][img * channels + c] : a.p[j][i]);
+      r = j == 0 ? v : __fmul_rn(r, v);
+    }
+    out[i] = to<T>(r);
+  }
+}
+
+struct Window {
+  int start, end, divisor_len;
+};
+__device__ __forceinline__ Window fixed_window(int o, int k, int stride, int pad, int in) {
+  const int s = o * stride - pad;
+  const int e = min(s + k, in + pad);
+  return {max(s, 0), min(e, in), e - s};
+}
+__device__ __forceinline__ Window adaptive_window(int o, int in, int out) {
+  const int s = static_cast<int>((static_cast<int64_t>(o) * in) / out);
+  const int e = static_cast<int>((static_cast<int64_t>(o + 1) * in + out - 1) / out);
+  return {s, e, e - s};
+}
+
+// pool2d.cu's windows and arithmetic, V channels of one output pixel a thread.
+template <typename T, int V>
+__global__ void pool_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t vecs, Pool2dArgs a) {
+  const int cv = a.channels / V;
+  GRID_STRIDE(i, vecs) {
+    const int c0 = static_cast<int>(i % cv) * V;
+    const int64_t q = i / cv;
+    const int ox = static_cast<int>(q % a.out_w);
+    const int oy = static_cast<int>((q / a.out_w) % a.out_h);
+    const int64_t img = q / (int64_t(a.out_w) * a.out_h);
+    const T* src = in + img * a.in_h * a.in_w * a.channels + c0;
+    const Window wy = a.adaptive ? adaptive_window(oy, a.in_h, a.out_h)
+                                 : fixed_window(oy, a.kernel_h, a.stride_h, a.pad_h, a.in_h);
+    const Window wx = a.adaptive ? adaptive_window(ox, a.in_w, a.out_w)
+                                 : fixed_window(ox, a.kernel_w, a.stride_w, a.pad_w, a.in_w);
+    float r[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) r[k] = a.is_max ? -INFINITY : 0.f;
+    for (int y = wy.start; y < wy.end; ++y)
+      for (int x = wx.start; x < wx.end; ++x) {
+        const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(src + (int64_t(y) * a.in_w + x) * a.channels);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const float f = ld(v.v[k]);
+          r[k] = a.is_max ? (r[k] < f ? f : r[k]) : __fadd_rn(r[k], f);
+        }
+      }
+    Vec<T, V> o;
+    const int cnt = a.adaptive || a.count_pad ? wy.divisor_len * wx.divisor_len
+                                              : (wy.end - wy.start) * (wx.end - wx.start);
+#pragma unroll
+    for (int k = 0; k < V; ++k) o.v[k] = to<T>(a.is_max ? r[k] : __fdiv_rn(r[k], static_cast<float>(cnt)));
+    reinterpret_cast<Vec<T, V>*>(out)[i] = o;
+  }
+}
+
+template <typename T, int V>
+__global__ void concat_kernel(const T* __restrict__ in, int in_c, T* __restrict__ out, int out_c, int offset,
+                              int64_t vecs) {
+  const int cv = in_c / V;
+  GRID_STRIDE(i, vecs) {
+    const int64_t p = i / cv;
+    const int c = static_cast<int>(i % cv) * V;
+    *reinterpret_cast<Vec<T, V>*>(out + p * out_c + offset + c) = reinterpret_cast<const Vec<T, V>*>(in)[i];
+  }
+}
+
+// The widest of 16 bytes, 2 values or 1 that divides every count given.
+template <typename T>
+int vec_width(std::initializer_list<int64_t> counts) {
+  for (int v = kVec<T>; v > 1; v /= 2) {
+    bool ok = true;
+    for (int64_t c : counts) ok = ok && c % v == 0;
+    if (ok) return v;
+  }
+  return 1;
+}
+
+// kernel<T, V> launched for the V picked (V in {16 bytes, 2, 1}); Launch is a functor template.
+template <typename T, typename Launch>
+void by_width(int v, Launch launch) {
+  if (v == kVec<T>) return launch(std::integral_constant<int, kVec<T>>{});
+  if (v == 2) return launch(std::integral_constant<int, 2>{});
+  return launch(std::integral_constant<int, 1>{});
+}
+
+}  // namespace
+
+void launch_preprocess_nhwc(const uint8_t* in, void* out, Storage t, int64_t n, int channels, int64_t plane,
+                            const float* scale, const float* shift, cudaStream_t s) {
+  const int64_t count = n * channels * plane;
+  if (count <= 0) return;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    preprocess_nhwc_kernel<T><<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(
+        in, static_cast<T*>(out), count, channels, plane, scale, shift);
+  });
+  CUDA_CHECK_LAUNCH("preprocess_nhwc_kernel");
+}
+
+void launch_nchw_to_nhwc(const float* in, void* out, Storage t, int64_t n, int channels, int64_t plane,
+                         cudaStream_t s) {
+  const int64_t count = n * channels * plane;
+  if (count <= 0) return;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    nchw_to_nhwc_kernel<T><<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(in, static_cast<T*>(out),
+                                                                                    count, channels, plane);
+  });
+  CUDA_CHECK_LAUNCH("nchw_to_nhwc_kernel");
+}
+
+void launch_nhwc_to_nchw(const void* in, Storage t, float* out, int64_t n, int channels, int64_t plane,
+                         cudaStream_t s) {
+  const int64_t count = n * channels * plane;
+  if (count <= 0) return;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    nhwc_to_nchw_kernel<T><<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(
+        static_cast<const T*>(in), out, count, channels, plane);
+  });
+  CUDA_CHECK_LAUNCH("nhwc_to_nchw_kernel");
+}
+
+void launch_to_storage(const float* in, void* out, Storage t, int64_t count, cudaStream_t s) {
+  if (count <= 0) return;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    to_storage_kernel<T>
+        <<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(in, static_cast<T*>(out), count);
+  });
+  CUDA_CHECK_LAUNCH("to_storage_kernel");
+}
+
+namespace {
+void channel_pass(const void* in, void* out, Storage t, int64_t pixels, int channels, const float* scale,
+                  const float* shift, ActFn act, cudaStream_t s) {
+  if (pixels <= 0 || channels <= 0) return;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    by_width<T>(vec_width<T>({channels}), [&](auto vw) {
+      constexpr int V = decltype(vw)::value;
+      const int64_t vecs = pixels * channels / V;
+      channel_kernel<T, V><<<grid_stride_blocks(vecs), kGridStrideThreads, 0, s>>>(
+          static_cast<const T*>(in), static_cast<T*>(out), vecs, channels, scale, shift, act);
+    });
+  });
+  CUDA_CHECK_LAUNCH("channel_kernel");
+}
+}  // namespace
+
+void launch_bias_act_nhwc(void* y, Storage t, const float* bias, int64_t pixels, int channels, ActFn act,
+                          cudaStream_t s) {
+  if (!bias && act.kind == Act::kIdentity) return;
+  channel_pass(y, y, t, pixels, channels, nullptr, bias, act, s);
+}
+
+void launch_act_storage(const void* in, void* out, Storage t, int64_t count, ActFn act, cudaStream_t s) {
+  if (t == Storage::kF32)
+    return launch_act(static_cast<const float*>(in), static_cast<float*>(out), count, act, s);
+  // Layout-free: a pass over `count` values of one "channel" with neither factor.
+  int64_t width = count % 8 == 0 ? 8 : count % 2 == 0 ? 2 : 1;
+  channel_pass(in, out, t, count / width, static_cast<int>(width), nullptr, nullptr, act, s);
+}
+
+void launch_add_storage(const std::vector<const void*>& in, void* out, Storage t, int64_t count,
+                        cudaStream_t s) {
+  if (in.empty() || in.size() > static_cast<size_t>(kMaxInputs))
+    throw Error("add: 1 to " + std::to_string(kMaxInputs) + " inputs, found " + std::to_string(in.size()));
+  if (count <= 0) return;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    Inputs<T> a{};
+    a.num = static_cast<int>(in.size());
+    for (size_t j = 0; j < in.size(); ++j) a.p[j] = static_cast<const T*>(in[j]);
+    by_width<T>(vec_width<T>({count}), [&](auto vw) {
+      constexpr int V = decltype(vw)::value;
+      const int64_t vecs = count / V;
+      add_kernel<T, V><<<grid_stride_blocks(vecs), kGridStrideThreads, 0, s>>>(a, static_cast<T*>(out), vecs);
+    });
+  });
+  CUDA_CHECK_LAUNCH("add_kernel");
+}
+
+void launch_affine_nhwc(const void* in, void* out, Storage t, int64_t pixels, int channels,
+                        const float* scale, const float* shift, cudaStream_t s) {
+  channel_pass(in, out, t, pixels, channels, scale, shift, ActFn{}, s);
+}
+
+void launch_mul_nhwc(const std::vector<MulInputNhwc>& in, void* out, Storage t, int64_t n, int channels,
+                     int64_t plane, cudaStream_t s) {
+  if (in.empty() || in.size() > static_cast<size_t>(kMaxInputs))
+    throw Error("mul: 1 to " + std::to_string(kMaxInputs) + " inputs, found " + std::to_string(in.size()));
+  const int64_t count = n * channels * plane;
+  if (count <= 0) return;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    MulArgs<T> a{};
+    a.num = static_cast<int>(in.size());
+    for (size_t j = 0; j < in.size(); ++j)
+      a.p[j] = static_cast<const T*>(in[j].data), a.per_channel[j] = in[j].per_channel;
+    mul_kernel<T><<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(a, static_cast<T*>(out), count,
+                                                                           channels, plane);
+  });
+  CUDA_CHECK_LAUNCH("mul_kernel");
+}
+
+void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const Pool2dArgs& a,
+                        cudaStream_t s) {
+  if (a.out_h < 1 || a.out_w < 1 || a.in_h < 1 || a.in_w < 1 || a.channels < 1)
+    throw Error("pool2d: empty input or output plane");
+  if (!a.adaptive &&
+      (a.kernel_h < 1 || a.kernel_w < 1 || a.stride_h < 1 || a.stride_w < 1 || a.pad_h < 0 || a.pad_w < 0))
+    throw Error("pool2d: window sizes and strides must be positive, pads not negative");
+  const int64_t count = n * a.channels * int64_t(a.out_h) * a.out_w;
+  if (count <= 0) return;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    by_width<T>(vec_width<T>({a.channels}), [&](auto vw) {
+      constexpr int V = decltype(vw)::value;
+      const int64_t vecs = count / V;
+      pool_nhwc_kernel<T, V><<<grid_stride_blocks(vecs), kGridStrideThreads, 0, s>>>(
+          static_cast<const T*>(in), static_cast<T*>(out), vecs, a);
+    });
+  });
+  CUDA_CHECK_LAUNCH("pool_nhwc_kernel");
+}
+
+void launch_concat_nhwc(const void* in, int in_channels, void* out, int out_channels, int offset, Storage t,
+                        int64_t pixels, cudaStream_t s) {
+  if (pixels <= 0 || in_channels <= 0) return;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    by_width<T>(vec_width<T>({in_channels, out_channels, offset}), [&](auto vw) {
+      constexpr int V = decltype(vw)::value;
+      const int64_t vecs = pixels * in_channels / V;
+      concat_kernel<T, V><<<grid_stride_blocks(vecs), kGridStrideThreads, 0, s>>>(
+          static_cast<const T*>(in), in_channels, static_cast<T*>(out), out_channels, offset, vecs);
+    });
+  });
+  CUDA_CHECK_LAUNCH("concat_kernel");
+}
+
+}  // namespace cnnrun::gpu

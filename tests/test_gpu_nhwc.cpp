@@ -1,0 +1,341 @@
+// --layout nhwc (issue 13): activations stored channels last in the precision's format, every conv
+// through cuDNN, the passes of engine/gpu/nhwc.h around them. Layer by layer against the CPU
+// reference at every precision, on networks that use every step the layout runs (dense, grouped,
+// depthwise, strided and dilated convs, fused and standalone activations, max/avg/ceil/adaptive
+// pools, add, concat, squeeze-and-excitation's mul, an unfolded batchnorm, fc and softmax on FP32
+// copies) and on one whose output is itself channels last; the layout auto picks; the errors for
+// what it cannot run. GPU cases skip without a GPU.
+#include <algorithm>
+#include <sstream>
+
+#include "engine/gpu_api.h"
+#include "engine/network.h"
+#include "engine/passes.h"
+#include "engine/validate.h"
+#include "reference/cpu_executor.h"
+#include "tests/test_util.h"
+
+using namespace cnnrun;
+using test::gpu_present;
+using test::gpu_random_data;
+using test::random_weights;
+
+namespace {
+
+// Ends in fc + softmax (FP32 NCHW), reading a flattened channels-last tensor.
+const char* const kMixed = R"(
+name: mixed
+input: {channels: 3, height: 19, width: 17}
+classes: [a, b, c, d, e, f, g, h, i, j]
+layers:
+  - {name: c1, type: conv, filters: 16, kernel: 3, pad: 1}
+  - {name: r1, type: relu}
+  - {name: mp, type: maxpool, size: 3, stride: 2, ceil_mode: true}
+  - {name: c2, type: conv, filters: 16, kernel: 3, pad: 1, groups: 4}
+  - {name: h2, type: hardswish}
+  - {name: dw, type: conv, filters: 16, kernel: 3, pad: 2, dilation: 2, groups: 16, inputs: mp}
+  - {name: sum, type: add, inputs: [mp, h2, dw]}
+  - {name: bn, type: batchnorm}
+  - {name: gap, type: avgpool, global: true}
+  - {name: s1, type: conv, filters: 4, kernel: 1}
+  - {name: s1r, type: relu}
+  - {name: s2, type: conv, filters: 16, kernel: 1}
+  - {name: sig, type: sigmoid}
+  - {name: se, type: mul, inputs: [bn, sig]}
+  - {name: t, type: tanh}
+  - {name: cat, type: concat, inputs: [t, mp]}
+  - {name: c3, type: conv, filters: 24, kernel: 3, stride: 2, pad: 1}
+  - {name: ap, type: avgpool, size: 3, stride: 2, pad: 1, ceil_mode: true, count_pad: false}
+  - {name: aa, type: maxpool, output: [3, 3], inputs: c3}
+  - {name: cat2, type: concat, inputs: [aa, ap]}
+  - {name: flat, type: flatten}
+  - {name: fc1, type: fc, outputs: 32}
+  - {name: g, type: gelu}
+  - {name: fc2, type: fc, outputs: 10}
+  - {name: sm, type: softmax}
+)";
+
+// Ends channels last (SqueezeNet's head: conv, ReLU, global average): the output is copied to
+// FP32 NCHW for the argmax and the host.
+const char* const kHead = R"(
+name: head
+input: {channels: 3, height: 16, width: 16}
+classes: [a, b, c, d, e, f, g, h, i, j]
+layers:
+  - {name: c1, type: conv, filters: 24, kernel: 3, stride: 2}
+  - {name: r1, type: relu}
+  - {name: dw, type: conv, filters: 24, kernel: 3, pad: 1, groups: 24}
+  - {name: r6, type: relu6}
+  - {name: c3, type: conv, filters: 10, kernel: 1}
+  - {name: r3, type: relu}
+  - {name: gap, type: avgpool, global: true}
+)";
+
+double max_rel(const Validation& v, std::string* where) {
+  double e = 0;
+  for (const LayerCheck& c : v.layers)
+    if (c.max_rel > e) e = c.max_rel, *where = c.name;
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
+          doctest::skip(!gpu_present())) {
+  for (const char* text : {kMixed, kHead}) {
+    Network net = parse_netdef_string(text, "nhwc");
+    random_weights(net, 77);
+    const int64_t n = 37;
+    Dataset data = gpu_random_data(net.input, n, 10, 5);
+    auto gpu = make_gpu_executor(net);
+    auto cpu = make_cpu_executor(net);
+    RunOptions nchw;
+    nchw.batch = n;
+    nchw.want_probs = true;
+    nchw.layout = Layout::kNchw;
+    const RunResult base = gpu->run(data, nchw);
+    for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+      INFO(net.name << " at " << precision_name(p));
+      RunOptions o = nchw;
+      o.layout = Layout::kNhwc;
+      o.precision = p;
+      o.block = 16;  // three blocks, the last short (it runs outside the CUDA graphs)
+      const RunResult r = gpu->run(data, o);
+      const std::string stored = std::string(p == Precision::kFp16   ? "fp16"
+                                             : p == Precision::kBf16 ? "bf16"
+                                                                     : "fp32") +
+                                 " NHWC";
+      CHECK(r.engine.find(stored + " activations") != std::string::npos);
+      for (const LayerTime& t : r.layers)
+        if (t.type == "conv") {
+          INFO(t.name << ": " << t.algo);
+          CHECK(t.algo.find("cudnn:") == 0);
+          CHECK(t.algo.find(stored) != std::string::npos);
+        }
+      const Validation v = validate(*gpu, *cpu, net, data, n, o);
+      std::string where;
+      const double err = max_rel(v, &where);
+      MESSAGE(net.name << " " << std::string(precision_name(p)) << " NHWC: max rel error " << err << " ("
+                       << where << ")");
+      CHECK(v.pass);
+      // The output values the run hands back are the validated ones (within the tolerance of
+      // the NCHW FP32 run's), in NCHW order.
+      REQUIRE(r.probs.size() == base.probs.size());
+      double worst = 0, top = 0;
+      for (size_t i = 0; i < r.probs.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::fabs(r.probs[i] - base.probs[i])));
+        top = std::max(top, static_cast<double>(std::fabs(base.probs[i])));
+      }
+      CHECK(worst <= validation_tolerance(p) * top);
+      if (p == Precision::kFp32) {
+        CHECK(err < 1e-5);  // FMA math on FP32 tensors: only the order of the sums differs
+        CHECK(r.predictions == base.predictions);
+      }
+      if (p == Precision::kFp16 || p == Precision::kBf16)
+        CHECK(err > unit_roundoff(p) / 4);  // the activations really are stored in the format
+    }
+  }
+}
+
+namespace {
+
+// Wide convs (32 channels in) with nothing to fuse, optionally a depthwise one among them.
+std::string wide_netdef(bool grouped) {
+  return std::string("name: wide\ninput: {channels: 3, height: 12, width: 12}\nclasses: 10\nlayers:\n") +
+         "  - {name: c1, type: conv, filters: 32, kernel: 3, pad: 1}\n  - {name: r1, type: relu}\n" +
+         (grouped ? "  - {name: dw, type: conv, filters: 32, kernel: 3, pad: 1, groups: 32}\n" : "") +
+         "  - {name: c2, type: conv, filters: 32, kernel: 3, pad: 1}\n  - {name: r2, type: relu}\n" +
+         "  - {name: gap, type: avgpool, global: true}\n  - {name: fc, type: fc, outputs: 10}\n";
+}
+
+// Whether a run with `o` stored its activations channels last.
+bool ran_nhwc(Executor& gpu, const Dataset& data, const RunOptions& o) {
+  return gpu.run(data, o).engine.find("NHWC activations") != std::string::npos;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "gpu: --layout auto: channels last at tf32/fp16/bf16 for wide convs, NCHW where it measured faster" *
+    doctest::skip(!gpu_present())) {
+  const Precision kAll[] = {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16};
+  Dataset data = gpu_random_data(Shape{3, 12, 12}, 8, 10, 1);
+  RunOptions o;
+  o.batch = 8;
+  for (bool grouped : {false, true}) {
+    Network net = parse_netdef_string(wide_netdef(grouped), "wide");
+    random_weights(net, 3);
+    auto gpu = make_gpu_executor(net);
+    for (Precision p : kAll) {
+      o.precision = p;
+      INFO((grouped ? "grouped " : "dense ") << std::string(precision_name(p)));
+      // Dense: every precision but FP32; grouped: FP16 only (cuDNN's grouped NHWC kernels).
+      CHECK(ran_nhwc(*gpu, data, o) == (grouped ? p == Precision::kFp16 : p != Precision::kFp32));
+    }
+    // A netdef's algorithm pin other than cudnn keeps NCHW.
+    net.layers[0]->algo = ConvAlgo::kIm2col;
+    auto pinned = make_gpu_executor(net);
+    o.precision = Precision::kFp16;
+    CHECK_FALSE(ran_nhwc(*pinned, data, o));
+  }
+  // Narrow convs (LeNet-5's), and convs that all fuse a 2x2 max-pool (the thesis network's),
+  // stay NCHW; asked for, channels last runs them.
+  const char* const narrow = R"(
+name: narrow
+input: {channels: 3, height: 12, width: 12}
+classes: 10
+layers:
+  - {name: c1, type: conv, filters: 16, kernel: 3, pad: 1}
+  - {name: t1, type: tanh}
+  - {name: a1, type: avgpool, size: 2, stride: 2}
+  - {name: c2, type: conv, filters: 16, kernel: 3, pad: 1}
+  - {name: fc, type: fc, outputs: 10}
+)";
+  const char* const pooled = R"(
+name: pooled
+input: {channels: 3, height: 12, width: 12}
+classes: 10
+layers:
+  - {name: c1, type: conv, filters: 64, kernel: 5, pad: 2}
+  - {name: r1, type: relu}
+  - {name: p1, type: maxpool, size: 2, stride: 2}
+  - {name: c2, type: conv, filters: 64, kernel: 5, pad: 2}
+  - {name: r2, type: relu}
+  - {name: p2, type: maxpool, size: 2, stride: 2}
+  - {name: fc, type: fc, outputs: 10}
+)";
+  for (const char* text : {narrow, pooled}) {
+    Network net = parse_netdef_string(text, "stays");
+    random_weights(net, 4);
+    auto gpu = make_gpu_executor(net);
+    INFO(net.name);
+    for (Precision p : kAll) {
+      o.precision = p;
+      o.layout = Layout::kAuto;
+      CHECK_FALSE(ran_nhwc(*gpu, data, o));
+    }
+    o.layout = Layout::kNhwc;
+    CHECK(ran_nhwc(*gpu, data, o));
+    // --conv-algo other than cudnn is an error with --layout nhwc, and keeps NCHW under auto.
+    o.conv_algo = ConvAlgo::kIm2col;
+    CHECK_THROWS_WITH_AS(gpu->run(data, o), doctest::Contains("--conv-algo im2col needs --layout nchw"),
+                         Error);
+    o.layout = Layout::kAuto;
+    CHECK_FALSE(ran_nhwc(*gpu, data, o));
+    o.conv_algo = ConvAlgo::kAuto;
+  }
+}
+
+TEST_CASE("gpu: --layout nhwc on ResNet's strided block, 128 channels, vs reference" *
+          doctest::skip(!gpu_present())) {
+  // torchvision's BasicBlock with a projection shortcut (convs without bias, batchnorms folded),
+  // at the sizes ResNet-18's layer2 sees at 32x32 and 224x224 inputs.
+  for (int hw : {8, 56}) {
+    std::ostringstream o;
+    o << "name: down\ninput: {channels: 64, height: " << hw << ", width: " << hw
+      << "}\nclasses: 10\nlayers:\n"
+      << "  - {name: conv1, type: conv, filters: 128, kernel: 3, stride: 2, pad: 1, bias: false}\n"
+      << "  - {name: bn1, type: batchnorm}\n"
+      << "  - {name: relu1, type: relu}\n"
+      << "  - {name: conv2, type: conv, filters: 128, kernel: 3, pad: 1, bias: false}\n"
+      << "  - {name: bn2, type: batchnorm}\n"
+      << "  - {name: ds, type: conv, filters: 128, kernel: 1, stride: 2, bias: false, inputs: input}\n"
+      << "  - {name: dsbn, type: batchnorm}\n"
+      << "  - {name: add, type: add, inputs: [bn2, dsbn]}\n"
+      << "  - {name: relu, type: relu}\n"
+      << "  - {name: c3, type: conv, filters: 128, kernel: 3, pad: 1}\n"
+      << "  - {name: gap, type: avgpool, global: true}\n"
+      << "  - {name: fc, type: fc, outputs: 10}\n";
+    Network net = parse_netdef_string(o.str(), "down");
+    random_weights(net, 9);
+    fold_batchnorms(net, "down");
+    Dataset data = gpu_random_data(net.input, 40, 10, 2);
+    auto gpu = make_gpu_executor(net);
+    auto cpu = make_cpu_executor(net);
+    for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+      RunOptions r;
+      r.batch = 3000;  // cycled: cuDNN's search runs on blocks of 1000, the validation on 40 images
+      r.cycle = true;
+      r.block = 1000;
+      r.layout = Layout::kNhwc;
+      r.precision = p;
+      const RunResult res = gpu->run(data, r);
+      const Validation v = validate(*gpu, *cpu, net, data, 40, r);
+      std::string where, per;
+      const double err = max_rel(v, &where);
+      for (const LayerCheck& c : v.layers) per += " " + c.name + "=" + std::to_string(c.max_rel);
+      std::string algos;
+      for (const LayerTime& t : res.layers)
+        if (t.type == "conv") algos += " " + t.name + ":" + t.algo;
+      MESSAGE("down " << hw << " " << std::string(precision_name(p)) << ": max rel " << err << " (" << where
+                      << ");" << per << ";" << algos);
+      CHECK(v.pass);
+    }
+  }
+}
+
+TEST_CASE("gpu: --layout nhwc refuses what it cannot run, naming the layer" * doctest::skip(!gpu_present())) {
+  const char* up = R"(
+name: up
+input: {channels: 3, height: 8, width: 8}
+classes: [a, b]
+layers:
+  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: u, type: upsample, scale: 2}
+  - {name: gap, type: avgpool, global: true}
+  - {name: fc, type: fc, outputs: 2}
+)";
+  const char* flat = R"(
+name: flat
+input: {channels: 3, height: 8, width: 8}
+classes: [a, b]
+layers:
+  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: f1, type: flatten}
+  - {name: c2, type: conv, filters: 4, kernel: 3, pad: 1, inputs: input}
+  - {name: f2, type: flatten}
+  - {name: cat, type: concat, inputs: [f1, f2]}
+  - {name: fc, type: fc, outputs: 2}
+)";
+  for (auto [text, msg] :
+       {std::pair<const char*, const char*>{up, "layer 'u' (upsample) has no channels-last kernel"},
+        {flat, "layer 'cat' reads a flattened 4x8x8 tensor"}}) {
+    Network net = parse_netdef_string(text, "refused");
+    random_weights(net, 1);
+    Dataset data = gpu_random_data(net.input, 4, 2, 1);
+    auto gpu = make_gpu_executor(net);
+    RunOptions o;
+    o.batch = 4;
+    o.precision = Precision::kFp16;
+    o.layout = Layout::kNhwc;
+    CHECK_THROWS_WITH_AS(gpu->run(data, o), doctest::Contains(msg), Error);
+    o.layout = Layout::kAuto;  // auto runs it NCHW
+    CHECK(gpu->run(data, o).engine.find("NHWC") == std::string::npos);
+  }
+}
+
+TEST_CASE("--layout: names round-trip; nhwc on the CPU engine and unknown names are one-line errors") {
+  for (Layout l : {Layout::kAuto, Layout::kNchw, Layout::kNhwc}) CHECK(parse_layout(layout_name(l)) == l);
+  CHECK_FALSE(parse_layout("NHWC").has_value());
+  CHECK_FALSE(parse_layout("").has_value());
+  const std::string cli = std::string(CNNRUN_BINARY) + " " + CNNRUN_SOURCE_DIR + "/netdefs/cifar10.yaml";
+  std::string out;
+  CHECK(test::run_command(cli + " --engine cpu --layout nhwc --batch 1", &out) == 2);
+  CHECK(out == "cnnrun: --layout nhwc needs --engine gpu: the CPU reference is FP32 NCHW\n");
+  CHECK(test::run_command(cli + " --layout sideways --batch 1", &out) == 2);
+  CHECK(out.find("--layout") != std::string::npos);
+  CHECK(std::count(out.begin(), out.end(), '\n') == 1);
+}
+
+TEST_CASE("the CPU executor refuses --layout nhwc") {
+  Network net = parse_netdef_string(kHead, "head");
+  random_weights(net, 3);
+  Dataset data = gpu_random_data(net.input, 2, 10, 1);
+  auto cpu = make_cpu_executor(net);
+  RunOptions o;
+  o.batch = 2;
+  o.layout = Layout::kNhwc;
+  CHECK_THROWS_WITH_AS(cpu->run(data, o), doctest::Contains("--layout nhwc needs --engine gpu"), Error);
+  o.layout = Layout::kNchw;
+  CHECK(cpu->run(data, o).images == 2);
+}
