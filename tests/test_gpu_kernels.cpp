@@ -400,15 +400,25 @@ TEST_CASE("gpu: depthwise convolution kernel vs plain loops" * doctest::skip(!gp
   };
   // MobileNet's 3x3 stride 1 and 2, EfficientNet's 5x5, 7x7 planes packed several to a block,
   // planes cut into row tiles (70x45), stride and dilation together, non-square everything,
-  // a channel multiplier of 2 and 3, 1x1, and a 1x1 input with padding.
-  const Case cases[] = {
-      {32, 1, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 3},  {24, 1, 17, 15, 3, 3, 2, 2, 1, 1, 1, 1, 2},
-      {40, 1, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 3},    {40, 1, 14, 14, 5, 5, 2, 2, 2, 2, 1, 1, 1},
-      {96, 1, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 5},    {5, 1, 70, 45, 3, 3, 1, 1, 1, 1, 1, 1, 2},
-      {7, 1, 23, 19, 3, 3, 2, 1, 2, 2, 2, 2, 3},   {6, 2, 13, 11, 3, 5, 1, 2, 1, 2, 3, 1, 2},
-      {4, 3, 10, 12, 7, 7, 2, 2, 3, 3, 1, 1, 2},   {9, 1, 8, 8, 1, 1, 1, 1, 0, 0, 1, 1, 4},
-      {3, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7},     {17, 1, 29, 31, 3, 3, 1, 1, 2, 2, 2, 2, 1},
-      {33, 1, 112, 112, 3, 3, 2, 2, 1, 1, 1, 1, 1}};
+  // a channel multiplier of 2 and 3, 1x1, a 1x1 input with padding, and wide stride-2 rows.
+  const Case cases[] = {{32, 1, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 3},
+                        {24, 1, 17, 15, 3, 3, 2, 2, 1, 1, 1, 1, 2},
+                        {40, 1, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 3},
+                        {40, 1, 14, 14, 5, 5, 2, 2, 2, 2, 1, 1, 1},
+                        {96, 1, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 5},
+                        {5, 1, 70, 45, 3, 3, 1, 1, 1, 1, 1, 1, 2},
+                        {7, 1, 23, 19, 3, 3, 2, 1, 2, 2, 2, 2, 3},
+                        {6, 2, 13, 11, 3, 5, 1, 2, 1, 2, 3, 1, 2},
+                        {4, 3, 10, 12, 7, 7, 2, 2, 3, 3, 1, 1, 2},
+                        {9, 1, 8, 8, 1, 1, 1, 1, 0, 0, 1, 1, 4},
+                        {3, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7},
+                        {17, 1, 29, 31, 3, 3, 1, 1, 2, 2, 2, 2, 1},
+                        {33, 1, 112, 112, 3, 3, 2, 2, 1, 1, 1, 1, 1},
+                        // stride 2 across rows of 32 outputs or more (staged even columns first): 5x5 on an
+                        // odd patch width, a channel multiplier, stride 1 down and 2 across
+                        {16, 1, 80, 71, 5, 5, 2, 2, 2, 2, 1, 1, 2},
+                        {8, 2, 40, 70, 3, 3, 2, 2, 1, 1, 1, 1, 2},
+                        {6, 1, 20, 66, 3, 3, 1, 2, 1, 1, 1, 1, 2}};
   uint32_t seed = 200;
   int k = 0;
   for (const Case& c : cases) {

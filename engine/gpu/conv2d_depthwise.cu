@@ -6,9 +6,11 @@
 // (each input value is read from global memory about once, (rows - 1) * stride + reach rows for
 // `rows` output rows), with the planes' weights; then each of its 256 threads computes about four
 // outputs from shared memory, adds the bias and applies the activation, and writes them
-// coalesced. Small planes (late MobileNet stages, 7x7 or 14x14) are packed several per block so
-// the threads stay busy; large ones are cut into row tiles. The common 3x3 and 5x5 kernels are
-// compile-time loops; other sizes use the same code with run-time bounds.
+// coalesced. Rows of 32 values or more are staged and computed a warp a row, lanes along it (no
+// index division per value); narrower ones one value a thread over the flattened tile. Small planes (late
+// MobileNet stages, 7x7 or 14x14) are packed several per block so the threads stay busy; large ones are cut
+// into row tiles. The common 3x3 and 5x5 kernels are compile-time loops; other sizes use the same code with
+// run-time bounds.
 #include <algorithm>
 
 #include "engine/gpu/activation.cuh"
@@ -28,7 +30,10 @@ struct Tile {
   int64_t plane_groups;
 };
 
-template <int KH, int KW>
+// SPLIT (stride 2 across, undilated, rows of 32 or more): each staged row holds its even columns,
+// then its odd ones, so that a warp's 32 outputs read 32 consecutive words per tap (with the
+// columns in place, a stride-2 read hits each bank twice).
+template <int KH, int KW, bool SPLIT>
 __global__ void __launch_bounds__(kThreads)
     depthwise_kernel(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ bias,
                      float* __restrict__ y, int64_t nf, DepthwiseArgs a, Tile t, ActFn act) {
@@ -45,36 +50,64 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t p0 = tile / t.row_tiles * t.planes;  // first (image, filter) plane
     const int oy0 = static_cast<int>(tile % t.row_tiles) * t.rows;
     const int iy0 = oy0 * a.stride_h - a.pad_h;
+    // The tile's planes as (image, filter) from one 64-bit division per tile: plane pb is
+    // filter f0 + pb of image img0, carried over the images with 32-bit arithmetic, so no value
+    // staged or written pays a 64-bit division.
+    const int64_t img0 = p0 / a.filters;
+    const int f0 = static_cast<int>(p0 - img0 * a.filters);
+    const int64_t left = nf - p0;
+    const int live = left < t.planes ? static_cast<int>(left) : t.planes;  // planes of the tile that exist
     __syncthreads();  // the previous tile's reads are done
-    for (int j = threadIdx.x; j < t.planes * patch; j += kThreads) {
-      const int pb = j / patch, r = j - pb * patch;
-      const int py = r / t.patch_w, px = r - py * t.patch_w;
-      const int64_t p = p0 + pb;
-      float v = 0.f;
-      const int iy = iy0 + py, ix = px - a.pad_w;
-      if (p < nf && iy >= 0 && iy < a.in_h && ix >= 0 && ix < a.in_w) {
-        const int64_t img = p / a.filters;
-        const int c = static_cast<int>(p % a.filters) / mult;
-        v = __ldg(x + ((img * a.channels + c) * a.in_h + iy) * a.in_w + ix);
+    // The tile's (image, filter) plane pb, as a pointer to its input channel.
+    auto channel = [&](int pb) {
+      const int f = f0 + pb, di = f / a.filters;
+      const int c = (f - di * a.filters) / mult;
+      return x + ((img0 + di) * a.channels + c) * a.in_h * a.in_w;
+    };
+    if (t.patch_w >= 32) {  // a warp a patch row, its lanes along it: no division per value
+      for (int row = threadIdx.x / 32; row < t.planes * t.patch_h; row += kThreads / 32) {
+        const int pb = row / t.patch_h, iy = iy0 + row - pb * t.patch_h;
+        const bool in = pb < live && iy >= 0 && iy < a.in_h;
+        const float* src = in ? channel(pb) + int64_t(iy) * a.in_w : nullptr;
+        float* dst = smem + row * t.patch_w;
+        const int half = (t.patch_w + 1) / 2;
+        for (int px = threadIdx.x % 32; px < t.patch_w; px += 32) {
+          const int ix = px - a.pad_w;
+          dst[SPLIT ? (px & 1) * half + (px >> 1) : px] =
+              in && ix >= 0 && ix < a.in_w ? __ldg(src + ix) : 0.f;
+        }
       }
-      smem[j] = v;
+    } else {  // small planes, several a tile: one value a thread
+      for (int j = threadIdx.x; j < t.planes * patch; j += kThreads) {
+        const int pb = j / patch, r = j - pb * patch;
+        const int py = r / t.patch_w, px = r - py * t.patch_w;
+        float v = 0.f;
+        const int iy = iy0 + py, ix = px - a.pad_w;
+        if (pb < live && iy >= 0 && iy < a.in_h && ix >= 0 && ix < a.in_w)
+          v = __ldg(channel(pb) + int64_t(iy) * a.in_w + ix);
+        smem[j] = v;
+      }
     }
     for (int j = threadIdx.x; j < t.planes * taps; j += kThreads) {
       const int pb = j / taps;
-      const int64_t p = p0 + pb;
-      wsm[j] = p < nf ? __ldg(w + (p % a.filters) * taps + (j - pb * taps)) : 0.f;
+      wsm[j] = pb < live ? __ldg(w + ((f0 + pb) % a.filters) * taps + (j - pb * taps)) : 0.f;
     }
     __syncthreads();
-    for (int j = threadIdx.x; j < tile_outputs; j += kThreads) {
-      const int pb = j / (t.rows * a.out_w), r = j - pb * (t.rows * a.out_w);
-      const int ry = r / a.out_w, ox = r - ry * a.out_w;
-      const int64_t p = p0 + pb;
-      const int oy = oy0 + ry;
-      if (p >= nf || oy >= a.out_h) continue;
+    // One output: plane pb, tile row ry, column ox.
+    auto output = [&](int pb, int ry, int ox) {
       const float* src = smem + pb * patch + ry * a.stride_h * t.patch_w + ox * a.stride_w;
       const float* wk = wsm + pb * taps;
       float acc = 0.f;
-      if constexpr (KH > 0) {
+      if constexpr (SPLIT) {
+        const float* row = smem + pb * patch + ry * a.stride_h * t.patch_w;
+        const int half = (t.patch_w + 1) / 2;
+#pragma unroll
+        for (int ky = 0; ky < KH; ++ky)
+#pragma unroll
+          for (int kx = 0; kx < KW; ++kx)  // column 2 ox + kx
+            acc = fmaf(row[ky * a.dilation_h * t.patch_w + (kx & 1) * half + ox + (kx >> 1)],
+                       wk[ky * KW + kx], acc);
+      } else if constexpr (KH > 0) {
 #pragma unroll
         for (int ky = 0; ky < KH; ++ky)
 #pragma unroll
@@ -85,8 +118,26 @@ __global__ void __launch_bounds__(kThreads)
           for (int kx = 0; kx < kw_n; ++kx)
             acc = fmaf(src[ky * a.dilation_h * t.patch_w + kx * a.dilation_w], wk[ky * kw_n + kx], acc);
       }
-      const float b = bias ? __ldg(bias + p % a.filters) : 0.f;
-      y[(p * a.out_h + oy) * a.out_w + ox] = act_eval(act, __fadd_rn(acc, b));
+      return acc;
+    };
+    if (a.out_w >= 32) {  // a warp an output row
+      for (int row = threadIdx.x / 32; row < t.planes * t.rows; row += kThreads / 32) {
+        const int pb = row / t.rows, ry = row - pb * t.rows, oy = oy0 + ry;
+        if (pb >= live || oy >= a.out_h) continue;
+        const float b = bias ? __ldg(bias + (f0 + pb) % a.filters) : 0.f;
+        float* dst = y + ((p0 + pb) * a.out_h + oy) * a.out_w;
+        for (int ox = threadIdx.x % 32; ox < a.out_w; ox += 32)
+          dst[ox] = act_eval(act, __fadd_rn(output(pb, ry, ox), b));
+      }
+    } else {
+      for (int j = threadIdx.x; j < tile_outputs; j += kThreads) {
+        const int pb = j / (t.rows * a.out_w), r = j - pb * (t.rows * a.out_w);
+        const int ry = r / a.out_w, ox = r - ry * a.out_w;
+        const int oy = oy0 + ry;
+        if (pb >= live || oy >= a.out_h) continue;
+        const float b = bias ? __ldg(bias + (f0 + pb) % a.filters) : 0.f;
+        y[((p0 + pb) * a.out_h + oy) * a.out_w + ox] = act_eval(act, __fadd_rn(output(pb, ry, ox), b));
+      }
     }
   }
 }
@@ -168,14 +219,21 @@ void launch_conv_depthwise(const DepthwiseConfig& cfg, const DepthwiseArgs& a, c
   Tile t{cfg.planes, cfg.rows, cfg.row_tiles, cfg.patch_h, cfg.patch_w, (nf + cfg.planes - 1) / cfg.planes};
   const int64_t tiles = t.plane_groups * t.row_tiles;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(1) << 24));
+  const bool split = a.stride_w == 2 && a.dilation_w == 1 && cfg.patch_w >= 32 && a.out_w >= 32;
   if (a.kernel_h == 3 && a.kernel_w == 3) {
-    depthwise_kernel<3, 3><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
+    if (split)
+      depthwise_kernel<3, 3, true><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
+    else
+      depthwise_kernel<3, 3, false><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
     CUDA_CHECK_LAUNCH("depthwise_kernel<3, 3>");
   } else if (a.kernel_h == 5 && a.kernel_w == 5) {
-    depthwise_kernel<5, 5><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
+    if (split)
+      depthwise_kernel<5, 5, true><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
+    else
+      depthwise_kernel<5, 5, false><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
     CUDA_CHECK_LAUNCH("depthwise_kernel<5, 5>");
   } else {
-    depthwise_kernel<0, 0><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
+    depthwise_kernel<0, 0, false><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
     CUDA_CHECK_LAUNCH("depthwise_kernel<0, 0>");
   }
 }
