@@ -102,6 +102,7 @@ Fusions find_fusions(const Network& net) {
   const Readers rd = readers(net);
   Fusions f;
   f.act.assign(L, -1);
+  f.through.assign(L, -1);
   f.relu.assign(L, -1);
   f.pool.assign(L, -1);
   for (size_t i = 0; i < L; ++i) {
@@ -112,9 +113,15 @@ Fusions find_fusions(const Network& net) {
       f.input_conv = me;
     if ((l.kind != LayerKind::kConv && l.kind != LayerKind::kFc) || rd.count(me) != 1 || me == net.output)
       continue;
-    const int j = rd.of[i][0];
+    int j = rd.of[i][0];
+    std::vector<int> chain;  // identity layers (folded batchnorms) between i and its activation
+    while (runs_as_identity(*net.layers[static_cast<size_t>(j)]) && j != net.output && rd.count(j) == 1) {
+      chain.push_back(j);
+      j = rd.of[static_cast<size_t>(j)][0];
+    }
     if (!is_activation(*net.layers[static_cast<size_t>(j)])) continue;
     f.act[i] = j;
+    for (int k : chain) f.through[static_cast<size_t>(k)] = j;
     if (net.layers[static_cast<size_t>(j)]->kind != LayerKind::kRelu) continue;
     f.relu[i] = j;
     if (l.kind != LayerKind::kConv || rd.count(j) != 1 || j == net.output) continue;

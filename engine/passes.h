@@ -40,7 +40,12 @@ struct Fusions {
   // act[i] >= 0: layer i is a conv or fc, not the output, whose only reader is this pointwise
   // activation (an ActivationLayer: relu, relu6, leaky_relu, hardswish, hardsigmoid, silu, gelu,
   // tanh, sigmoid); it can run in i's epilogue.
+  // The activation may also follow layers that run as identity (a batchnorm folded into i:
+  // conv -> batchnorm -> relu), each the only reader of the one before and none the output;
+  // through[k] = that activation for each such layer k between them (its value is never
+  // materialised: the buffer it aliases holds the activation's output).
   std::vector<int> act;
+  std::vector<int> through;
   // relu[i] >= 0: act[i] when that activation is a ReLU (the one every library epilogue has).
   std::vector<int> relu;
   // pool[i] >= 0: layer i is a conv with relu[i] >= 0, that ReLU is not the output, and its only

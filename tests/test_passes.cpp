@@ -191,3 +191,38 @@ TEST_CASE("passes: find_fusions takes any activation into a conv or fc, and only
   CHECK(at(f.act, "out") == -1);  // the network output is never fused away
   CHECK(at(f.act, "a1") == -1);   // only conv and fc have epilogues
 }
+
+TEST_CASE("passes: find_fusions sees through folded batchnorms and dropouts to the activation") {
+  Network net = parse(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: bn1, type: batchnorm}
+  - {name: d1, type: dropout}
+  - {name: r1, type: relu}
+  - {name: p1, type: maxpool, size: 2, stride: 2}
+  - {name: c2, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: bn2, type: batchnorm}
+  - {name: r2, type: relu}
+  - {name: c3, type: conv, filters: 4, kernel: 3, pad: 1, inputs: bn2}
+  - {name: sum, type: add, inputs: [r2, c3]}
+  - {name: c4, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: bn4, type: batchnorm}
+  - {name: r4, type: relu}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  for (const char* bn : {"bn1", "bn2", "bn4"}) net.layers[static_cast<size_t>(idx(net, bn))]->folded = true;
+  net.layers[static_cast<size_t>(idx(net, "bn4"))]->folded = false;  // not folded: a pass of its own
+  const Fusions f = find_fusions(net);
+  auto at = [&](const std::vector<int>& v, const char* layer) {
+    return v[static_cast<size_t>(idx(net, layer))];
+  };
+  CHECK(at(f.act, "c1") == idx(net, "r1"));
+  CHECK(at(f.relu, "c1") == idx(net, "r1"));
+  CHECK(at(f.pool, "c1") == idx(net, "p1"));
+  CHECK(at(f.through, "bn1") == idx(net, "r1"));
+  CHECK(at(f.through, "d1") == idx(net, "r1"));
+  CHECK(at(f.act, "c2") == -1);  // bn2 has a second reader (c3): its value must exist
+  CHECK(at(f.through, "bn2") == -1);
+  CHECK(at(f.act, "c4") == -1);  // an unfolded batchnorm is arithmetic, not identity
+  CHECK(at(f.through, "bn4") == -1);
+  CHECK(at(f.through, "r1") == -1);
+}

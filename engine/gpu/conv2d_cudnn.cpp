@@ -9,6 +9,8 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
+
 #include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
 #include "engine/gpu/nhwc.h"
@@ -71,6 +73,7 @@ struct CudnnConv::Impl {
   ConvParams p;
   ActFn act;
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
+  cudnnTensorDescriptor_t bt = nullptr;  // the bias in the tensors' format (channels last)
   cudnnFilterDescriptor_t w = nullptr;
   cudnnConvolutionDescriptor_t conv = nullptr;
   cudnnActivationDescriptor_t actd = nullptr;
@@ -80,7 +83,7 @@ struct CudnnConv::Impl {
   cudnnMathType_t math = CUDNN_FMA_MATH;  // the picked algorithm's (set on the descriptor)
   bool fused = false;
   Precision prec = Precision::kFp32;
-  bool nhwc = false;  // channels-last tensors in the precision's storage format
+  bool nhwc = false;         // channels-last tensors in the precision's storage format
 
   cudnnDataType_t dtype() const {
     if (!nhwc) return CUDNN_DATA_FLOAT;
@@ -107,11 +110,13 @@ struct CudnnConv::Impl {
     return t != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION || prec == Precision::kFp16;
   }
 
-  // cudnnConvolutionBiasActivationForward: IMPLICIT_PRECOMP_GEMM on FP32 NCHW tensors, with a
-  // ReLU or nothing after.
+  // cudnnConvolutionBiasActivationForward: FP32 NCHW, IMPLICIT_PRECOMP_GEMM with a ReLU or
+  // nothing after; channels last, a ReLU after any algorithm or nothing after
+  // IMPLICIT_PRECOMP_GEMM (cuDNN's rule), where the call ran once on the search's tensors.
   bool fusable() const {
-    return !nhwc && algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM &&
-           (act.kind == Act::kRelu || act.kind == Act::kIdentity);
+    const bool precomp = algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    if (!nhwc) return precomp && (act.kind == Act::kRelu || act.kind == Act::kIdentity);
+    return (act.kind == Act::kRelu || (act.kind == Act::kIdentity && precomp));
   }
 
   // The filter and convolution descriptors for the format (the tensors' follow in set_n).
@@ -125,6 +130,7 @@ struct CudnnConv::Impl {
         CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     CUDNN_CHECK(cudnnSetConvolutionGroupCount(conv, static_cast<int>(p.groups)));
     CUDNN_CHECK(cudnnSetConvolutionMathType(conv, allowed()));
+    CUDNN_CHECK(cudnnSetTensor4dDescriptor(bt, format(), dtype(), 1, static_cast<int>(p.filters), 1, 1));
     n_set = -1;
   }
 
@@ -147,6 +153,7 @@ CudnnConv::CudnnConv(const ConvParams& p, ActFn act) : impl_(std::make_unique<Im
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&m.x));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&m.y));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&m.b));
+  CUDNN_CHECK(cudnnCreateTensorDescriptor(&m.bt));
   CUDNN_CHECK(cudnnCreateFilterDescriptor(&m.w));
   CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&m.conv));
   CUDNN_CHECK(cudnnCreateActivationDescriptor(&m.actd));
@@ -164,6 +171,7 @@ CudnnConv::~CudnnConv() {
   if (m.conv) cudnnDestroyConvolutionDescriptor(m.conv);
   if (m.w) cudnnDestroyFilterDescriptor(m.w);
   if (m.b) cudnnDestroyTensorDescriptor(m.b);
+  if (m.bt) cudnnDestroyTensorDescriptor(m.bt);
   if (m.y) cudnnDestroyTensorDescriptor(m.y);
   if (m.x) cudnnDestroyTensorDescriptor(m.x);
 }
@@ -178,8 +186,8 @@ static bool fp32_accurate(cudnnConvolutionFwdAlgo_t a) {
 
 bool CudnnConv::found() const { return impl_->found; }
 
-void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w, void* y,
-                     void* ws, size_t ws_bytes) {
+void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w,
+                     const float* bias, const void* bias_t, void* y, void* ws, size_t ws_bytes) {
   Impl& m = *impl_;
   m.set_n(n);
   CUDNN_CHECK(cudnnSetStream(H(h), s));
@@ -206,6 +214,53 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
   m.math = perf[pick].mathType;
   CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, m.math));
   m.fused = m.fusable();
+  if (m.fused && m.nhwc) {
+    // Whether cuDNN fuses this configuration is known by trying (a status other than success: its
+    // fused kernels do not cover every format and algorithm), and whether the fused call is
+    // faster than the convolution and our bias+activation pass by timing both (best of 3 each):
+    // for some small planes cuDNN's fused kernel was slower.
+    const float one = 1.f, zero = 0.f;
+    auto fused = [&] {
+      return cudnnConvolutionBiasActivationForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes,
+                                                   &zero, m.y, y, m.bt, bias_t, m.actd, m.y, y);
+    };
+    auto apart = [&] {
+      CUDNN_CHECK(
+          cudnnConvolutionForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes, &zero, m.y, y));
+      launch_bias_act_nhwc(y, storage_of(m.prec), bias, n * m.p.out_h * m.p.out_w,
+                           static_cast<int>(m.p.filters), m.act, s);
+    };
+    m.fused = fused() == CUDNN_STATUS_SUCCESS;
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    if (m.fused) {
+      cudaEvent_t e0, e1;
+      CUDA_CHECK(cudaEventCreate(&e0));
+      CUDA_CHECK(cudaEventCreate(&e1));
+      float best[2] = {1e30f, 1e30f};
+      try {
+        for (int r = 0; r < 3; ++r)
+          for (int way = 0; way < 2; ++way) {
+            CUDA_CHECK(cudaEventRecord(e0, s));
+            if (way == 0)
+              CUDNN_CHECK(fused());
+            else
+              apart();
+            CUDA_CHECK(cudaEventRecord(e1, s));
+            CUDA_CHECK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            best[way] = std::min(best[way], ms);
+          }
+      } catch (...) {
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        throw;
+      }
+      cudaEventDestroy(e0);
+      cudaEventDestroy(e1);
+      m.fused = best[0] <= best[1];
+    }
+  }
   m.found = true;
 }
 
@@ -219,7 +274,7 @@ void CudnnConv::set_format(Precision p, bool nhwc) {
 }
 
 void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w,
-                        const float* bias, void* y, void* ws, size_t ws_bytes) {
+                        const float* bias, const void* bias_t, void* y, void* ws, size_t ws_bytes) {
   Impl& m = *impl_;
   if (!m.found) throw Error("cudnn convolution: forward before find");
   m.set_n(n);
@@ -246,7 +301,7 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const v
         continue;
       m.algo = perf[i].algo;
       m.math = perf[i].mathType;
-      m.fused = m.fusable();
+      m.fused = m.fusable() && !m.nhwc;  // channels last: fused only as the search tried it
       need = mem;
       break;
     }
@@ -259,8 +314,9 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const v
   const float one = 1.f, zero = 0.f;
   if (m.fused) {
     // z = y with alpha2 = 0: the fused call requires a z tensor, and may alias it with y.
-    CUDNN_CHECK(cudnnConvolutionBiasActivationForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws,
-                                                      ws_bytes, &zero, m.y, y, m.b, bias, m.actd, m.y, y));
+    CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
+        H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes, &zero, m.y, y, m.nhwc ? m.bt : m.b,
+        m.nhwc ? bias_t : static_cast<const void*>(bias), m.actd, m.y, y));
   } else {
     CUDNN_CHECK(
         cudnnConvolutionForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes, &zero, m.y, y));

@@ -42,14 +42,18 @@ class CudnnConv {
   // cuDNN's own search (cudnnFindConvolutionForwardAlgorithmEx) on real buffers for n images,
   // once per layer shape; only results within the precision's math (FP32: FMA only, no TF32)
   // and ws_bytes of workspace count. x, w, y are in the layout and format set_format chose.
-  void find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w, void* y, void* ws,
-            size_t ws_bytes);
+  // bias (FP32) and bias_t (the same in the tensors' format): for trying cuDNN's fused
+  // bias+activation call, and timing it against the convolution and our pass (channels last).
+  void find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w, const float* bias,
+            const void* bias_t, void* y, void* ws, size_t ws_bytes);
   bool found() const;
-  // y = act(conv(x) + bias) (bias FP32): fused in one cuDNN call for IMPLICIT_PRECOMP_GEMM with a
-  // ReLU or no activation on FP32 NCHW, otherwise cudnnConvolutionForward and one
-  // bias+activation pass (channels-last: launch_bias_act_nhwc).
+  // y = act(conv(x) + bias) (bias FP32, bias_t the same in the tensors' format): in one cuDNN
+  // call where cuDNN fuses it (FP32 NCHW: IMPLICIT_PRECOMP_GEMM with a ReLU or nothing; channels
+  // last: a ReLU, or nothing with IMPLICIT_PRECOMP_GEMM, where find's trial call succeeded and
+  // was the faster),
+  // otherwise cudnnConvolutionForward and one bias+activation pass (launch_bias_act_nhwc).
   void forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w,
-               const float* bias, void* y, void* ws, size_t ws_bytes);
+               const float* bias, const void* bias_t, void* y, void* ws, size_t ws_bytes);
   std::string algo_name() const;
   // The arithmetic and tensors cuDNN works with from now on (the next forward searches again).
   // FP32 NCHW tensors (nhwc false): FP32 is FMA math only; TF32 (and BF16, which cuDNN's float

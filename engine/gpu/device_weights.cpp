@@ -124,6 +124,9 @@ void DeviceWeights::upload_nhwc(const Network& net, const Plan& plan, Precision 
       CUDA_CHECK(
           cudaMemcpyAsync(f32.get(), krsc.data(), krsc.size() * sizeof(float), cudaMemcpyHostToDevice, s));
       launch_to_storage(f32.as<float>(), out.get(), t, static_cast<int64_t>(krsc.size()), s);
+      DevBuf& b = c->bias_nhwc[static_cast<int>(precision)];
+      b.alloc(static_cast<size_t>(p.filters * storage_bytes(t)));
+      launch_to_storage(c->bias.as<float>(), b.get(), t, p.filters, s);
       CUDA_CHECK(cudaStreamSynchronize(s));
     } catch (...) {
       cudaStreamDestroy(s);

@@ -30,6 +30,7 @@ struct ConvWeights {
   // Channels-last cuDNN's filters, K x KH x KW x C/groups in each Precision's storage format
   // (nhwc.h), made on a run's first use of --layout nhwc at that precision.
   DevBuf w_nhwc[4];
+  DevBuf bias_nhwc[4];  // ... and the bias in that format (for cuDNN's fused bias+activation)
 };
 
 // One step's weights: conv's above, fc's matrix and bias, an unfolded batchnorm's affine.

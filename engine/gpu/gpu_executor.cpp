@@ -88,6 +88,10 @@ class GpuExecutor : public Executor {
   std::string fused_into(int index, const RunOptions& opt) const override {
     if (index < 0 || index >= static_cast<int>(plan_.steps.size())) return "";
     const Step& s = step(index);
+    if (s.op == Op::kIdentity && s.fused_consumer >= 0) {         // a folded layer before a fused activation
+      const std::string via = fused_into(s.fused_consumer, opt);  // that activation's own (a pool)
+      return via.empty() ? net_.layers[static_cast<size_t>(s.fused_consumer)]->name : via;
+    }
     const Step* conv = s.op == Op::kConv ? &s : nullptr;
     if (s.op == Op::kFused && step(s.fused_producer).op == Op::kConv) conv = &step(s.fused_producer);
     if (conv && fuses_pool(*conv, selector_.would_choose(net_, *conv, conv_algo_for(opt)), opt.tuning))
@@ -354,9 +358,11 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       const void* xs = s.bufs[static_cast<size_t>(st.ins[0])].get();
       void* ys = s.bufs[static_cast<size_t>(st.out)].get();
       const void* ws = nhwc_ ? c.w_nhwc[static_cast<int>(prec_)].get() : c.w.get();
+      const void* bt = nhwc_ ? c.bias_nhwc[static_cast<int>(prec_)].get() : c.bias.get();
       if (!c.cudnn->found())
-        c.cudnn->find(*s.cudnn, s.stream, n, xs, ws, ys, s.cudnn_ws.get(), s.cudnn_ws.bytes());
-      c.cudnn->forward(*s.cudnn, s.stream, n, xs, ws, c.bias.as<float>(), ys, s.cudnn_ws.get(),
+        c.cudnn->find(*s.cudnn, s.stream, n, xs, ws, c.bias.as<float>(), bt, ys, s.cudnn_ws.get(),
+                      s.cudnn_ws.bytes());
+      c.cudnn->forward(*s.cudnn, s.stream, n, xs, ws, c.bias.as<float>(), bt, ys, s.cudnn_ws.get(),
                        s.cudnn_ws.bytes());
       return;
     }

@@ -40,6 +40,7 @@ Plan make_plan(const Network& net) {
     if (st.op == Op::kIdentity) {
       out_buf[i] = st.ins[0];
       st.out = st.ins[0];
+      st.fused_consumer = fusions.through[i];  // between a conv/fc and the activation it computes
       continue;
     }
     if (st.op == Op::kConv)

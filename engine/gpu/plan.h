@@ -40,7 +40,9 @@ struct Step {
   Shape in_shape, out_shape;
   // kAct: the activation; kConv/kFc: the one fused into the epilogue (kind kNone: none)
   ActivationParams act{ActKind::kNone};
-  int fused_consumer = -1;  // kConv/kFc: the activation layer computed in this epilogue
+  // kConv/kFc: the activation layer computed in this epilogue; kIdentity: the activation a
+  // conv/fc before it computes (this layer's value is never materialised)
+  int fused_consumer = -1;
   int fused_producer = -1;  // kFused: the layer whose epilogue computes this one
   // kConv: the 2x2/2 max-pool after the fused ReLU that the implicit kernel can compute too
   // (then neither the conv's nor the ReLU's output exists); kPool: that conv.
