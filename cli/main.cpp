@@ -225,20 +225,21 @@ std::function<void(int64_t, int64_t)> progress_bar(const std::string& mode, bool
 }
 
 // --engine auto without a usable GPU runs the CPU engine and says why in `fallback`.
-// `local_rank`: an MPI rank's index on its machine, which picks its GPU (modulo the GPUs there).
+// `local_rank`: an MPI rank's index on its machine, which picks its GPU (modulo the GPUs there);
+// *device: that GPU, or -1 for the CPU engine.
 std::unique_ptr<Executor> make_executor(const Network& net, const std::string& engine, std::string& fallback,
-                                        int local_rank) {
+                                        int local_rank, int* device) {
+  *device = -1;
   if (engine == "cpu") return make_cpu_executor(net);
   std::string why;
   bool gpu = gpu_available(&why);
-  const int device = gpu ? local_rank % std::max(1, gpu_device_count()) : 0;
-  if (engine == "gpu") {
-    if (!gpu) throw Error("--engine gpu: no usable GPU: " + why);
-    return make_gpu_executor(net, device);
+  if (engine == "gpu" && !gpu) throw Error("--engine gpu: no usable GPU: " + why);
+  if (!gpu) {
+    fallback = why;
+    return make_cpu_executor(net);
   }
-  if (gpu) return make_gpu_executor(net, device);
-  fallback = why;
-  return make_cpu_executor(net);
+  *device = local_rank % std::max(1, gpu_device_count());
+  return make_gpu_executor(net, *device);
 }
 
 // Prints to stdout and makes sure it arrived: a report lost to a full disk is an error (exit 1),
@@ -499,9 +500,8 @@ int run_network(const Options& o, Ranks& ranks) {
   // Rank 0 of an MPI run holds every rank's results.
   check_results_fit(many && writer ? part.run_images : ro.batch, ro.want_probs, per, host_memory());
   all_reached(ranks);  // every rank has its network, weights and data
-  std::unique_ptr<Executor> ex = make_executor(net, engine, rep.cpu_fallback, ranks.local_rank());
-  const int device =
-      rep.cpu_fallback.empty() && engine != "cpu" ? ranks.local_rank() % std::max(1, gpu_device_count()) : -1;
+  int device = -1;
+  std::unique_ptr<Executor> ex = make_executor(net, engine, rep.cpu_fallback, ranks.local_rank(), &device);
   const auto t_run = Clock::now();
   rep.run = run_source(*ex, *src, ro, need_values, stream_block_images(net.input), on_block, &rep.stream);
   rep.scores = scorer.scores();

@@ -27,13 +27,7 @@ Network small_net() {
       "  - {name: fc, type: fc, outputs: 5}\n"
       "  - {name: prob, type: softmax}\n",
       "small");
-  uint32_t seed = 1;
-  for (auto& l : net.layers)
-    for (const auto& ws : l->weight_specs(l->in_shapes)) {
-      Tensor t(ws.dims);
-      t.data = random_floats(static_cast<size_t>(t.numel()), seed++, -0.3f, 0.3f);
-      l->weights[ws.name] = t;
-    }
+  test::uniform_weights(net, 1, -0.3f, 0.3f);
   return net;
 }
 

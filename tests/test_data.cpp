@@ -67,6 +67,14 @@ void write_gz(const std::string& path, const std::string& bytes) {
   REQUIRE(gzclose(f) == Z_OK);
 }
 
+// dir/im and dir/lb as given, and gzip copies dir/im.gz and dir/lb.gz.
+void write_idx_pair(const std::string& dir, const std::string& im, const std::string& lb) {
+  test::write_file(dir + "/im", im);
+  test::write_file(dir + "/lb", lb);
+  write_gz(dir + "/im.gz", im);
+  write_gz(dir + "/lb.gz", lb);
+}
+
 }  // namespace
 
 TEST_CASE("cifar10: files load byte-exact, in order, across read chunks") {
@@ -124,11 +132,8 @@ TEST_CASE("cifar10: malformed files name the file and byte offset") {
 
 TEST_CASE("idx: plain and gzip images and labels load byte-exact") {
   std::string d = test::temp_dir("idx");
-  std::string im = idx_images(3, 4, 5), lb = idx_labels(3, 10);
-  test::write_file(d + "/im", im);
-  test::write_file(d + "/lb", lb);
-  write_gz(d + "/im.gz", im);
-  write_gz(d + "/lb.gz", lb);
+  const std::string im = idx_images(3, 4, 5), lb = idx_labels(3, 10);
+  write_idx_pair(d, im, lb);
   for (const auto& suffix : {std::string(), std::string(".gz")}) {
     CAPTURE(suffix);
     Dataset ds = load_idx(d + "/im" + suffix, d + "/lb" + suffix, 10);
@@ -340,11 +345,8 @@ TEST_CASE("cifar10: a range of images reads only those, across files, and says w
 
 TEST_CASE("idx: a range of images, plain and gzip, with the labels' matching range") {
   std::string d = test::temp_dir("idx-range");
-  std::string im = idx_images(7, 4, 5), lb = idx_labels(7, 10);
-  test::write_file(d + "/im", im);
-  test::write_file(d + "/lb", lb);
-  write_gz(d + "/im.gz", im);
-  write_gz(d + "/lb.gz", lb);
+  const std::string im = idx_images(7, 4, 5), lb = idx_labels(7, 10);
+  write_idx_pair(d, im, lb);
   for (const auto& suffix : {std::string(), std::string(".gz")}) {
     CAPTURE(suffix);
     DataNeeds needs;

@@ -60,13 +60,7 @@ TEST_CASE("cpu reference: an image's outputs are the same bits in whatever block
       "  - {name: fc2, type: fc, outputs: 37}\n"
       "  - {name: prob, type: softmax}\n",
       "invariance");
-  uint32_t seed = 7;
-  for (auto& l : net.layers)
-    for (const auto& ws : l->weight_specs(l->in_shapes)) {
-      Tensor t(ws.dims);
-      t.data = test::random_floats(static_cast<size_t>(t.numel()), seed++, 0.1f, 0.9f);
-      l->weights[ws.name] = t;
-    }
+  test::uniform_weights(net, 7, 0.1f, 0.9f);
   Dataset data;
   data.count = 150;
   data.shape = net.input;

@@ -130,6 +130,15 @@ void random_weights(Network& net, uint32_t seed) {
   }
 }
 
+void uniform_weights(Network& net, uint32_t seed, float lo, float hi) {
+  for (auto& l : net.layers)
+    for (const WeightSpec& ws : l->weight_specs(l->in_shapes)) {
+      Tensor t(ws.dims);
+      t.data = random_floats(static_cast<size_t>(t.numel()), seed++, lo, hi);
+      l->weights[ws.name] = std::move(t);
+    }
+}
+
 Dataset gpu_random_data(const Shape& s, int64_t count, int classes, uint32_t seed) {
   Dataset d;
   d.count = count;

@@ -96,6 +96,9 @@ int run_command(const std::string& cmd, std::string* out);
 
 // Random weights in each layer's PyTorch shapes, scaled by fan-in so activations stay O(1).
 void random_weights(Network& net, uint32_t seed);
+// Every weight of every layer uniform in [lo, hi), the layers' tensors seeded seed, seed + 1, ...
+// in order (no fan-in scaling: for tests that need plain values).
+void uniform_weights(Network& net, uint32_t seed, float lo, float hi);
 // count random images of shape s with labels below `classes`.
 Dataset gpu_random_data(const Shape& s, int64_t count, int classes, uint32_t seed);
 // "[c0, c1, ...]": a netdef's class list of n classes.

@@ -120,6 +120,19 @@ class PinnedBuf {
   size_t n_ = 0;
 };
 
+// A CUDA event for timing, destroyed with its scope (also when an error unwinds it).
+class CudaEvent {
+ public:
+  CudaEvent() { CUDA_CHECK(cudaEventCreate(&e_)); }
+  ~CudaEvent() { cudaEventDestroy(e_); }
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
 // Copies a host vector to a new device buffer (synchronously: weights, once).
 template <typename T>
 DevBuf upload(const T* data, size_t count) {

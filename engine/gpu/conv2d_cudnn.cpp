@@ -83,7 +83,7 @@ struct CudnnConv::Impl {
   cudnnMathType_t math = CUDNN_FMA_MATH;  // the picked algorithm's (set on the descriptor)
   bool fused = false;
   Precision prec = Precision::kFp32;
-  bool nhwc = false;         // channels-last tensors in the precision's storage format
+  bool nhwc = false;  // channels-last tensors in the precision's storage format
 
   cudnnDataType_t dtype() const {
     if (!nhwc) return CUDNN_DATA_FLOAT;
@@ -233,31 +233,21 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
     m.fused = fused() == CUDNN_STATUS_SUCCESS;
     CUDA_CHECK(cudaStreamSynchronize(s));
     if (m.fused) {
-      cudaEvent_t e0, e1;
-      CUDA_CHECK(cudaEventCreate(&e0));
-      CUDA_CHECK(cudaEventCreate(&e1));
+      const CudaEvent e0, e1;
       float best[2] = {1e30f, 1e30f};
-      try {
-        for (int r = 0; r < 3; ++r)
-          for (int way = 0; way < 2; ++way) {
-            CUDA_CHECK(cudaEventRecord(e0, s));
-            if (way == 0)
-              CUDNN_CHECK(fused());
-            else
-              apart();
-            CUDA_CHECK(cudaEventRecord(e1, s));
-            CUDA_CHECK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            best[way] = std::min(best[way], ms);
-          }
-      } catch (...) {
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
-        throw;
-      }
-      cudaEventDestroy(e0);
-      cudaEventDestroy(e1);
+      for (int r = 0; r < 3; ++r)
+        for (int way = 0; way < 2; ++way) {
+          CUDA_CHECK(cudaEventRecord(e0.get(), s));
+          if (way == 0)
+            CUDNN_CHECK(fused());
+          else
+            apart();
+          CUDA_CHECK(cudaEventRecord(e1.get(), s));
+          CUDA_CHECK(cudaEventSynchronize(e1.get()));
+          float ms = 0;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
+          best[way] = std::min(best[way], ms);
+        }
       m.fused = best[0] <= best[1];
     }
   }

@@ -596,21 +596,11 @@ float GpuExecutor::time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo, cu
 void GpuExecutor::search(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched) {
   BlockPipeline::copy_in(s, data, 0, n, false);
   preprocess(s, n);
-  cudaEvent_t e0, e1;
-  CUDA_CHECK(cudaEventCreate(&e0));
-  CUDA_CHECK(cudaEventCreate(&e1));
-  try {
-    selector_.search(
-        net_, plan_, n, [&](int i, ConvAlgo a) { return time_ms(step(i), s, n, a, e0, e1); },
-        [&](int i) { run_step(step(i), s, n); }, searched);
-    CUDA_CHECK(cudaStreamSynchronize(s.stream));
-  } catch (...) {
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    throw;
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const CudaEvent e0, e1;
+  selector_.search(
+      net_, plan_, n, [&](int i, ConvAlgo a) { return time_ms(step(i), s, n, a, e0.get(), e1.get()); },
+      [&](int i) { run_step(step(i), s, n); }, searched);
+  CUDA_CHECK(cudaStreamSynchronize(s.stream));
 }
 
 // The first block once through every layer before the clock starts: auto's search when a conv

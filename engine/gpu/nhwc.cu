@@ -13,6 +13,7 @@
 #include "engine/gpu/check.h"
 #include "engine/gpu/grid_stride.h"
 #include "engine/gpu/nhwc.h"
+#include "engine/gpu/pool_window.cuh"
 
 namespace cnnrun::gpu {
 
@@ -172,20 +173,6 @@ __global__ void mul_kernel(MulArgs<T> a, T* out, int64_t count, int channels, in
   }
 }
 
-struct Window {
-  int start, end, divisor_len;
-};
-__device__ __forceinline__ Window fixed_window(int o, int k, int stride, int pad, int in) {
-  const int s = o * stride - pad;
-  const int e = min(s + k, in + pad);
-  return {max(s, 0), min(e, in), e - s};
-}
-__device__ __forceinline__ Window adaptive_window(int o, int in, int out) {
-  const int s = static_cast<int>((static_cast<int64_t>(o) * in) / out);
-  const int e = static_cast<int>((static_cast<int64_t>(o + 1) * in + out - 1) / out);
-  return {s, e, e - s};
-}
-
 // pool2d.cu's windows and arithmetic, V channels of one output pixel a thread.
 template <typename T, int V>
 __global__ void pool_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t vecs, Pool2dArgs a) {
@@ -197,10 +184,10 @@ __global__ void pool_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, 
     const int oy = static_cast<int>((q / a.out_w) % a.out_h);
     const int64_t img = q / (int64_t(a.out_w) * a.out_h);
     const T* src = in + img * a.in_h * a.in_w * a.channels + c0;
-    const Window wy = a.adaptive ? adaptive_window(oy, a.in_h, a.out_h)
-                                 : fixed_window(oy, a.kernel_h, a.stride_h, a.pad_h, a.in_h);
-    const Window wx = a.adaptive ? adaptive_window(ox, a.in_w, a.out_w)
-                                 : fixed_window(ox, a.kernel_w, a.stride_w, a.pad_w, a.in_w);
+    const PoolWindow wy = a.adaptive ? adaptive_window(oy, a.in_h, a.out_h)
+                                     : fixed_window(oy, a.kernel_h, a.stride_h, a.pad_h, a.in_h);
+    const PoolWindow wx = a.adaptive ? adaptive_window(ox, a.in_w, a.out_w)
+                                     : fixed_window(ox, a.kernel_w, a.stride_w, a.pad_w, a.in_w);
     float r[V];
 #pragma unroll
     for (int k = 0; k < V; ++k) r[k] = a.is_max ? -INFINITY : 0.f;

@@ -1,36 +1,17 @@
 // Pooling: one thread per output value in a grid-stride loop. Windows are small and overlap
 // little, so the input is read through the cache rather than staged; the pass is memory-bound
-// and a few percent of a network's time. The window arithmetic is PyTorch's:
-// - fixed windows start at o * stride - pad and end at min(start + kernel, in + pad); an average
-//   divides by that length (count_include_pad) before both ends are clipped to the input, so a
-//   ceil_mode window that hangs past the padding is averaged over what it covers;
-// - adaptive windows are [floor(o * in / out), ceil((o + 1) * in / out)).
-// Max pooling compares as std::max does in the CPU reference.
+// and a few percent of a network's time. The window arithmetic is PyTorch's (pool_window.cuh,
+// shared with the channels-last kernel). Max pooling compares as std::max does in the CPU reference.
 #include <climits>
 
 #include "engine/gpu/check.h"
 #include "engine/gpu/grid_stride.h"
 #include "engine/gpu/pool2d.h"
+#include "engine/gpu/pool_window.cuh"
 
 namespace cnnrun::gpu {
 
 namespace {
-
-struct Window {
-  int start, end, divisor_len;
-};
-
-__device__ __forceinline__ Window fixed_window(int o, int k, int stride, int pad, int in) {
-  const int s = o * stride - pad;
-  const int e = min(s + k, in + pad);
-  return {max(s, 0), min(e, in), e - s};
-}
-
-__device__ __forceinline__ Window adaptive_window(int o, int in, int out) {
-  const int s = static_cast<int>((static_cast<int64_t>(o) * in) / out);
-  const int e = static_cast<int>((static_cast<int64_t>(o + 1) * in + out - 1) / out);
-  return {s, e, e - s};
-}
 
 __global__ void pool2d_kernel(const float* __restrict__ in, float* __restrict__ out, int64_t count,
                               Pool2dArgs a) {
@@ -40,10 +21,10 @@ __global__ void pool2d_kernel(const float* __restrict__ in, float* __restrict__ 
     const int oy = static_cast<int>((i / a.out_w) % a.out_h);
     const int64_t nc = i / (int64_t(a.out_w) * a.out_h);
     const float* src = in + nc * a.in_h * a.in_w;
-    const Window wy = a.adaptive ? adaptive_window(oy, a.in_h, a.out_h)
-                                 : fixed_window(oy, a.kernel_h, a.stride_h, a.pad_h, a.in_h);
-    const Window wx = a.adaptive ? adaptive_window(ox, a.in_w, a.out_w)
-                                 : fixed_window(ox, a.kernel_w, a.stride_w, a.pad_w, a.in_w);
+    const PoolWindow wy = a.adaptive ? adaptive_window(oy, a.in_h, a.out_h)
+                                     : fixed_window(oy, a.kernel_h, a.stride_h, a.pad_h, a.in_h);
+    const PoolWindow wx = a.adaptive ? adaptive_window(ox, a.in_w, a.out_w)
+                                     : fixed_window(ox, a.kernel_w, a.stride_w, a.pad_w, a.in_w);
     float r;
     if (a.is_max) {
       r = -INFINITY;  // padding never wins; an empty window (impossible by shape rules) gives -inf
