@@ -362,12 +362,7 @@ void launch_mul_nhwc(const std::vector<MulInputNhwc>& in, void* out, Storage t, 
 
 void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const Pool2dArgs& a,
                         cudaStream_t s) {
-  if (a.out_h < 1 || a.out_w < 1 || a.in_h < 1 || a.in_w < 1 || a.channels < 1)
-    throw Error("pool2d: empty input or output plane");
-  if (!a.adaptive &&
-      (a.kernel_h < 1 || a.kernel_w < 1 || a.stride_h < 1 || a.stride_w < 1 || a.pad_h < 0 || a.pad_w < 0))
-    throw Error("pool2d: window sizes and strides must be positive, pads not negative");
-  const int64_t count = n * a.channels * int64_t(a.out_h) * a.out_w;
+  const int64_t count = n * pool2d_values(a);
   if (count <= 0) return;
   with_storage(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;

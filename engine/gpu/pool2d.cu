@@ -47,13 +47,17 @@ __global__ void pool2d_kernel(const float* __restrict__ in, float* __restrict__ 
 
 }  // namespace
 
-void launch_pool2d(const float* in, float* out, int64_t n, const Pool2dArgs& a, cudaStream_t s) {
+int64_t pool2d_values(const Pool2dArgs& a) {
   if (a.out_h < 1 || a.out_w < 1 || a.in_h < 1 || a.in_w < 1 || a.channels < 1)
     throw Error("pool2d: empty input or output plane");
   if (!a.adaptive &&
       (a.kernel_h < 1 || a.kernel_w < 1 || a.stride_h < 1 || a.stride_w < 1 || a.pad_h < 0 || a.pad_w < 0))
     throw Error("pool2d: window sizes and strides must be positive, pads not negative");
-  const int64_t count = n * a.channels * int64_t(a.out_h) * a.out_w;
+  return a.channels * int64_t(a.out_h) * a.out_w;
+}
+
+void launch_pool2d(const float* in, float* out, int64_t n, const Pool2dArgs& a, cudaStream_t s) {
+  const int64_t count = n * pool2d_values(a);
   if (count <= 0) return;
   pool2d_kernel<<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(in, out, count, a);
   CUDA_CHECK_LAUNCH("pool2d_kernel");

@@ -22,6 +22,10 @@ struct Pool2dArgs {
   bool count_pad = true;
 };
 
+// The output values of one image; throws Error for an empty plane, a non-positive window or
+// stride, or a negative pad (both layouts' launches check their arguments here).
+int64_t pool2d_values(const Pool2dArgs& a);
+
 // out[n][c][oy][ox] for n images (NCHW float32).
 void launch_pool2d(const float* in, float* out, int64_t n, const Pool2dArgs& a, cudaStream_t s);
 
