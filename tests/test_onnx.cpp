@@ -590,3 +590,75 @@ TEST_CASE(
 }
 
 #endif  // CNNRUN_HAVE_ONNX
+
+namespace {
+
+// x (1 x 2 x 10 x 7) -> Resize(mode, coordinate_transformation_mode, nearest_mode) by `scales`
+// or to `sizes` (one of the two empty).
+std::string resize_model(const char* mode, const char* ct, const char* nm, std::vector<float> scales,
+                         std::vector<int64_t> sizes) {
+  ModelBuilder b(13);
+  b.input("x", {0, 2, 10, 7});
+  b.init("roi", {0}, {});
+  auto string_attr = [](onnx::NodeProto& n, const char* name, const char* v) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  };
+  std::vector<std::string> in{"x", "roi"};
+  if (!scales.empty()) {
+    b.init("scales", {4}, scales);
+    in.push_back("scales");
+  } else {
+    b.init("scales", {0}, {});
+    in.push_back("scales");
+    b.init_i64("sizes", sizes);
+    in.push_back("sizes");
+  }
+  auto& rs = b.node("Resize", "rs", in, {"y"});
+  string_attr(rs, "mode", mode);
+  string_attr(rs, "coordinate_transformation_mode", ct);
+  string_attr(rs, "nearest_mode", nm);
+  b.output("y");
+  return b.bytes();
+}
+
+}  // namespace
+
+TEST_CASE("onnx: Resize by fractional scales and to sizes, and the coordinate rules cnnrun cannot follow") {
+  // Linear, half-pixel, by 0.6 x 1.5: upsample with the scales written to float precision, the
+  // output floor(10 * 0.6) x floor(7 * 1.5).
+  ImportResult r = import_onnx_bytes(
+      resize_model("linear", "half_pixel", "floor", {1.f, 1.f, 0.6f, 1.5f}, {}), "m.onnx", "", {});
+  INFO(r.netdef);
+  CHECK(r.netdef.find("- {name: \"rs\", type: upsample, scale: [0.600000024, 1.5], mode: bilinear}") !=
+        std::string::npos);
+  Network net = parse_netdef_string(r.netdef, "m.yaml");
+  CHECK(net.layers[static_cast<size_t>(net.output)]->out_shape == Shape{2, 6, 10});
+  // To sizes 4 x 9, align_corners: the sizes as they are.
+  r = import_onnx_bytes(resize_model("linear", "align_corners", "floor", {}, {1, 2, 4, 9}), "m.onnx", "", {});
+  CHECK(r.netdef.find("type: upsample, size: [4, 9], mode: bilinear, align_corners: true}") !=
+        std::string::npos);
+  // Nearest, asymmetric with floor, by 0.5 x 0.75: PyTorch's nearest.
+  r = import_onnx_bytes(resize_model("nearest", "asymmetric", "floor", {1.f, 1.f, 0.5f, 0.75f}, {}), "m.onnx",
+                        "", {});
+  CHECK(r.netdef.find("type: upsample, scale: [0.5, 0.75], mode: nearest}") != std::string::npos);
+  // Refused, with the reason: half-pixel nearest at fractional factors, align_corners at
+  // fractional scales, pytorch_half_pixel to one pixel, channel scaling.
+  const std::pair<std::string, std::string> refused[] = {
+      {resize_model("nearest", "half_pixel", "round_prefer_floor", {1.f, 1.f, 0.6f, 0.6f}, {}),
+       "nearest with coordinate_transformation_mode half_pixel and nearest_mode round_prefer_floor at a "
+       "fractional factor"},
+      {resize_model("linear", "align_corners", "floor", {1.f, 1.f, 0.6f, 0.6f}, {}),
+       "align_corners at fractional scales (give sizes instead)"},
+      {resize_model("linear", "pytorch_half_pixel", "floor", {}, {1, 2, 3, 1}),
+       "pytorch_half_pixel to an output one pixel high or wide"},
+      {resize_model("linear", "half_pixel", "floor", {1.f, 2.f, 2.f, 2.f}, {}),
+       "scales [1, 2, 2, 2] (cnnrun resizes height and width only, by positive factors)"}};
+  for (const auto& [model, why] : refused) {
+    const std::string e = import_error(model);
+    INFO(e);
+    CHECK(e.find("node 'rs' (Resize): " + why) != std::string::npos);
+  }
+}

@@ -538,9 +538,10 @@ void Importer::reshape(Node& nd, const Val& x) {
   if (r.size() == 4) vals_[nd.n->output(0)].rank = 2;  // N x F x 1 x 1 holds like N x F
 }
 
-// Resize (opset 10+) and Upsample (7-9) by integer factors of height and width: cnnrun's
-// upsample, nearest (PyTorch's nearest: floor(dst / scale)) or bilinear (half-pixel centres, or
-// align_corners). Other modes and coordinate rules are not what that layer computes.
+// Resize (opset 10+) and Upsample (7-9) of height and width by whole or fractional factors, or to
+// given sizes: cnnrun's upsample, nearest (PyTorch's nearest: floor(dst / scale)) or bilinear
+// (half-pixel centres, or align_corners). Other modes and coordinate rules are not what that layer
+// computes.
 void Importer::resize(Node& nd, const Val& x) {
   const onnx::NodeProto& n = *nd.n;
   std::string mode = attr_string(nd, "mode", "nearest");
@@ -564,6 +565,7 @@ void Importer::resize(Node& nd, const Val& x) {
   // The scales (or sizes) input: Upsample-7 has an attribute, Upsample-9 and Resize-10 input 1,
   // Resize-11+ input 2 (scales) or 3 (sizes).
   std::vector<double> sc;
+  int64_t size_h = 0, size_w = 0;  // the sizes input, when it gave the output size
   if (n.op_type() == "Upsample" && opset_ < 9) {
     const auto* a = attr(nd, "scales");
     if (a) sc.assign(a->floats().begin(), a->floats().end());
@@ -584,38 +586,79 @@ void Importer::resize(Node& nd, const Val& x) {
       for (int k = 1; k < 4; ++k)
         sc[static_cast<size_t>(k)] =
             static_cast<double>(c->i[static_cast<size_t>(k)]) / static_cast<double>(in[k]);
+      size_h = c->i[2], size_w = c->i[3];
     }
   }
   if (sc.size() != 4) return unsupported(nd, "no scales or sizes for N x C x H x W");
   auto integer = [](double v) { return v >= 1 && v <= (1 << 16) && v == std::floor(v); };
-  if (sc[0] != 1 || sc[1] != 1 || !integer(sc[2]) || !integer(sc[3]))
+  auto positive = [](double v) { return v > 0 && v <= (1 << 16); };
+  if (sc[0] != 1 || sc[1] != 1 || !positive(sc[2]) || !positive(sc[3]))
     return unsupported(nd, "scales [" + num(sc[0]) + ", " + num(sc[1]) + ", " + num(sc[2]) + ", " +
-                               num(sc[3]) + "] (cnnrun upsamples height and width by whole factors)");
-  const int64_t fh = static_cast<int64_t>(sc[2]), fw = static_cast<int64_t>(sc[3]);
-  std::vector<std::pair<std::string, std::string>> keys{{"scale", pair_str(fh, fw)}};
+                               num(sc[3]) + "] (cnnrun resizes height and width only, by positive factors)");
+  const bool whole = integer(sc[2]) && integer(sc[3]);
+  // The output: whole factors multiply; fractional scales floor (ONNX's and PyTorch's rule); sizes
+  // are as given.
+  int64_t out_h = 0, out_w = 0;
+  if (size_h > 0) {
+    out_h = size_h, out_w = size_w;
+  } else if (whole) {
+    out_h = checked_mul(x.shape.h, static_cast<int64_t>(sc[2]), "height");
+    out_w = checked_mul(x.shape.w, static_cast<int64_t>(sc[3]), "width");
+  } else {
+    out_h = static_cast<int64_t>(std::floor(static_cast<double>(x.shape.h) * sc[2]));
+    out_w = static_cast<int64_t>(std::floor(static_cast<double>(x.shape.w) * sc[3]));
+  }
+  if (out_h < 1 || out_w < 1)
+    return unsupported(nd, "an output of " + std::to_string(out_h) + " x " + std::to_string(out_w));
+  std::vector<std::pair<std::string, std::string>> keys;
+  if (whole) {
+    keys.emplace_back("scale", pair_str(static_cast<int64_t>(sc[2]), static_cast<int64_t>(sc[3])));
+  } else if (size_h > 0) {
+    keys.emplace_back("size", pair_str(out_h, out_w));
+  } else {
+    // Written with float32's round-trip precision: cnnrun maps output to input coordinates by
+    // the float 1 / scale, as PyTorch's interpolate(scale_factor=) does.
+    auto f = [](double v) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%.9g", v);
+      return std::string(b);
+    };
+    keys.emplace_back("scale", "[" + f(sc[2]) + ", " + f(sc[3]) + "]");
+  }
   const bool half = ct == "half_pixel" || ct == "pytorch_half_pixel";
   if (mode == "nearest") {
     // Source index floor(dst / f): half-pixel centres rounded to the nearest (whole factors never
-    // tie), or asymmetric with floor (or with round_prefer_floor up to a factor of 2).
+    // tie), or asymmetric with floor (or with round_prefer_floor up to a factor of 2). Fractional
+    // factors and sizes: asymmetric with floor only (half-pixel centres pick other pixels).
     const bool nearest_round = nm == "round_prefer_floor" || nm == "round_prefer_ceil";
-    bool floor_like =
-        (half && nearest_round) ||
-        (ct == "asymmetric" && (nm == "floor" || (nm == "round_prefer_floor" && fh <= 2 && fw <= 2)));
+    const int64_t fh = whole ? static_cast<int64_t>(sc[2]) : 0, fw = whole ? static_cast<int64_t>(sc[3]) : 0;
+    bool floor_like = ct == "asymmetric" && nm == "floor";
+    if (whole)
+      floor_like = floor_like || (half && nearest_round) ||
+                   (ct == "asymmetric" && nm == "round_prefer_floor" && fh <= 2 && fw <= 2);
     if (!floor_like)
-      return unsupported(nd, "nearest with coordinate_transformation_mode " + ct + " and nearest_mode " + nm);
+      return unsupported(nd, "nearest with coordinate_transformation_mode " + ct + " and nearest_mode " + nm +
+                                 (whole ? std::string() : " at a fractional factor"));
     keys.emplace_back("mode", "nearest");
   } else if (mode == "linear" || mode == "bilinear") {
     if (n.op_type() == "Upsample" || (!half && ct != "align_corners"))
       return unsupported(nd, "linear with coordinate_transformation_mode " + ct +
                                  " (cnnrun's bilinear is half_pixel or align_corners)");
+    // pytorch_half_pixel maps a one-pixel output to input 0; cnnrun, as PyTorch's interpolate
+    // does today, to the centre of the input.
+    if (ct == "pytorch_half_pixel" && ((out_h == 1 && x.shape.h > 1) || (out_w == 1 && x.shape.w > 1)))
+      return unsupported(nd, "pytorch_half_pixel to an output one pixel high or wide");
+    // align_corners at fractional scales: ONNX maps by the floored output size, cnnrun (with
+    // PyTorch's interpolate) by the scale.
+    if (ct == "align_corners" && !whole && size_h == 0)
+      return unsupported(nd, "align_corners at fractional scales (give sizes instead)");
     keys.emplace_back("mode", "bilinear");
     if (ct == "align_corners") keys.emplace_back("align_corners", "true");
   } else {
     return unsupported(nd, "mode '" + mode + "' (nearest or linear)");
   }
   LayerOut l{layer_name(nd), "upsample", std::move(keys), {x.layer}, {}};
-  emit(std::move(l), nd, 4,
-       {x.shape.c, checked_mul(x.shape.h, fh, "height"), checked_mul(x.shape.w, fw, "width")});
+  emit(std::move(l), nd, 4, {x.shape.c, out_h, out_w});
 }
 
 // Ops over constants only (the shape subgraphs), computed here. Returns false when the node is
