@@ -531,3 +531,21 @@ TEST_CASE("images: a PNG that claims more pixels than Pillow's decompression-bom
   CHECK_THROWS_WITH_AS(decode_image(bytes.data(), bytes.size()),
                        has("image 20000x10000 = 200000000 pixels is over the limit of 178956970"), Error);
 }
+
+TEST_CASE("images: a JPEG whose frame needs more coded bytes than the file has is refused before decoding") {
+  // 341 bytes announcing thousands of pixels a side (the input fuzz_image's 256 MB allocation
+  // limit caught): every 8x8 block of a Huffman-coded JPEG costs at least one bit, so it cannot
+  // hold them, and nothing of that size is allocated.
+  const std::string bytes =
+      test::read_file(std::string(CNNRUN_SOURCE_DIR) + "/tests/fuzz/seeds/image/huge_frame_tiny_file.jpg");
+  REQUIRE(bytes.size() == 341);
+  const auto* d = reinterpret_cast<const uint8_t*>(bytes.data());
+  CHECK_THROWS_WITH_AS(decode_image(d, bytes.size()),
+                       doctest::Contains("bytes of coded data, the file has 341"), Error);
+  // The seeds that are real JPEGs still decode.
+  for (const char* name : {"baseline.jpg", "grey.jpg", "progressive.jpg"}) {
+    const std::string ok =
+        test::read_file(std::string(CNNRUN_SOURCE_DIR) + "/tests/fuzz/seeds/image/" + name);
+    CHECK(decode_image(reinterpret_cast<const uint8_t*>(ok.data()), ok.size()).w >= 1);
+  }
+}

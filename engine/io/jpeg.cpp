@@ -2,6 +2,8 @@
 // flags, i.e. the accurate integer DCT and fancy upsampling, Pillow's defaults too.
 #include <turbojpeg.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 
 #include "engine/core/error.h"
@@ -14,6 +16,54 @@ namespace {
 struct TjCloser {
   void operator()(void* h) const { tjDestroy(h); }
 };
+
+// The fewest bytes a Huffman-coded JPEG of its frame can have: each 8x8 block of each component
+// is coded in a DC scan with a Huffman code of at least one bit. 0 when the frame header is not
+// found or the frame is arithmetic-coded (no such bound). Checked before the pixels are
+// allocated, so that a few hundred bytes announcing 9600 x 9600 pixels are refused, not given
+// 270 MB.
+uint64_t least_huffman_bytes(const uint8_t* d, size_t n) {
+  size_t i = 2;  // after SOI
+  while (i + 4 <= n) {
+    if (d[i] != 0xFF) return 0;
+    const uint8_t m = d[i + 1];
+    if (m == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    if (m == 0x01 || (m >= 0xD0 && m <= 0xD7)) {  // standalone markers
+      i += 2;
+      continue;
+    }
+    const size_t len = (static_cast<size_t>(d[i + 2]) << 8) | d[i + 3];
+    const bool sof = m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
+    if (m == 0xDA || m == 0xD9) return 0;  // scan or end before any frame
+    if (!sof) {
+      i += 2 + len;
+      continue;
+    }
+    if (m >= 0xC9 || len < 8 || i + 2 + len > n) return 0;  // arithmetic-coded, or cut short
+    const uint8_t* f = d + i + 4;                           // precision, height, width, components
+    const uint64_t h = (static_cast<uint64_t>(f[1]) << 8) | f[2],
+                   w = (static_cast<uint64_t>(f[3]) << 8) | f[4];
+    const int comps = f[5];
+    if (len < 8 + 3 * static_cast<size_t>(comps) || comps < 1) return 0;
+    int hmax = 1, vmax = 1;
+    for (int c = 0; c < comps; ++c) {
+      hmax = std::max(hmax, f[6 + 3 * c + 1] >> 4);
+      vmax = std::max(vmax, f[6 + 3 * c + 1] & 15);
+    }
+    uint64_t blocks = 0;
+    for (int c = 0; c < comps; ++c) {
+      const uint64_t hs = static_cast<uint64_t>(f[6 + 3 * c + 1] >> 4), vs = f[6 + 3 * c + 1] & 15u;
+      const uint64_t cw = (w * hs + static_cast<uint64_t>(hmax) - 1) / static_cast<uint64_t>(hmax);
+      const uint64_t ch = (h * vs + static_cast<uint64_t>(vmax) - 1) / static_cast<uint64_t>(vmax);
+      blocks += ((cw + 7) / 8) * ((ch + 7) / 8);
+    }
+    return blocks / 8;
+  }
+  return 0;
+}
 
 }  // namespace
 
@@ -29,6 +79,10 @@ Image decode_jpeg(const uint8_t* data, size_t size) {
   if (w < 1 || h < 1 || w > 65535 || h > 65535)
     throw Error("JPEG size " + std::to_string(w) + "x" + std::to_string(h));
   check_image_pixels(w, h);
+  if (const uint64_t least = least_huffman_bytes(data, size); size < least)
+    throw Error("corrupt JPEG: " + std::to_string(w) + "x" + std::to_string(h) + " pixels need at least " +
+                std::to_string(least) + " bytes of coded data, the file has " + std::to_string(size) +
+                " (truncated)");
   Image img;
   img.w = w;
   img.h = h;
