@@ -117,11 +117,11 @@ int main(int argc, char** argv) {
                               relu6, s);
       });
       CudnnConv conv(p, relu6);
-      conv.find(h, s, images, x.as<float>(), w.as<float>(), b.as<float>(), b.as<float>(), y.as<float>(),
-                ws.get(), ws_bytes);
+      conv.find(h, s, images, x.as<float>(), w.as<float>(), b.as<float>(), b.as<float>(), nullptr,
+                y.as<float>(), ws.get(), ws_bytes);
       const float t_cudnn = time_ms(s, repeats, [&] {
-        conv.forward(h, s, images, x.as<float>(), w.as<float>(), b.as<float>(), b.as<float>(), y.as<float>(),
-                     ws.get(), ws_bytes);
+        conv.forward(h, s, images, x.as<float>(), w.as<float>(), b.as<float>(), b.as<float>(), nullptr,
+                     y.as<float>(), ws.get(), ws_bytes);
       });
       tot_dw += t_dw, tot_cudnn += t_cudnn;
       std::printf("%-4d %5d %4d %2d | %9.4f %9.4f %6.2fx | %s\n", i++, l.c, l.h, l.stride, t_dw, t_cudnn,

@@ -6,12 +6,12 @@
 
 namespace cnnrun {
 
-const char* const kGpuOffNames = "pool,u8,rows,graph,tc,exact,pack";
+const char* const kGpuOffNames = "pool,u8,rows,graph,tc,exact,pack,graphapi";
 
 bool GpuTuning::operator==(const GpuTuning& o) const {
   return fuse_pool == o.fuse_pool && fuse_u8 == o.fuse_u8 && row_copies == o.row_copies &&
          graphs == o.graphs && tensor_cores == o.tensor_cores && exact_pixels == o.exact_pixels &&
-         pack_low == o.pack_low;
+         pack_low == o.pack_low && cudnn_graph == o.cudnn_graph && graph_first == o.graph_first;
 }
 
 const char* layout_name(Layout l) {
@@ -35,9 +35,10 @@ std::optional<Layout> parse_layout(const std::string& s) {
 GpuTuning parse_gpu_off(const std::string& list) {
   GpuTuning t;
   const std::pair<const char*, bool GpuTuning::*> names[] = {
-      {"pool", &GpuTuning::fuse_pool}, {"u8", &GpuTuning::fuse_u8},      {"rows", &GpuTuning::row_copies},
-      {"graph", &GpuTuning::graphs},   {"tc", &GpuTuning::tensor_cores}, {"exact", &GpuTuning::exact_pixels},
-      {"pack", &GpuTuning::pack_low}};
+      {"pool", &GpuTuning::fuse_pool},  {"u8", &GpuTuning::fuse_u8},
+      {"rows", &GpuTuning::row_copies}, {"graph", &GpuTuning::graphs},
+      {"tc", &GpuTuning::tensor_cores}, {"exact", &GpuTuning::exact_pixels},
+      {"pack", &GpuTuning::pack_low},   {"graphapi", &GpuTuning::cudnn_graph}};
   size_t start = 0;
   while (start <= list.size()) {
     const size_t end = std::min(list.find(',', start), list.size());

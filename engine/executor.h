@@ -27,10 +27,13 @@ struct GpuTuning {
   bool tensor_cores = true;  // tc: the tensor-core kernel where it can run (else FFMAs)
   bool exact_pixels = true;  // exact: FP32 conv1 on exact pixels with FP16 products of 2-part weights
   bool pack_low = true;      // pack: 3xTF32's last n-tile carries its low parts in spare columns
+  bool cudnn_graph = true;   // graphapi: channels last, cuDNN's graph API is timed against its legacy API
+  // Not a --gpu-off name (tests): the graph API's engine wherever it runs, untimed.
+  bool graph_first = false;
   bool operator==(const GpuTuning& o) const;
   bool operator!=(const GpuTuning& o) const { return !(*this == o); }
 };
-// The names --gpu-off takes, comma-separated: "pool,u8,rows,graph,tc,exact,pack".
+// The names --gpu-off takes, comma-separated: "pool,u8,rows,graph,tc,exact,pack,graphapi".
 extern const char* const kGpuOffNames;
 // All on but the comma-separated names in `list` ("" = all on). Throws Error naming an unknown
 // name and the known ones.

@@ -95,6 +95,27 @@ bool is_pool_2x2_s2(const Layer& l) {
          p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0;
 }
 
+// Fusions::residual for conv i whose value, through `chain`, reaches layer j.
+void fuse_residual(const Network& net, const Readers& rd, int i, int j, const std::vector<int>& chain,
+                   Fusions& f) {
+  const Layer& add = *net.layers[static_cast<size_t>(j)];
+  if (add.kind != LayerKind::kAdd || add.inputs.size() != 2 ||
+      add.out_shape != net.layers[static_cast<size_t>(i)]->out_shape)
+    return;
+  const int from = chain.empty() ? i : chain.back();
+  if (add.inputs[0] == add.inputs[1]) return;
+  const int other = add.inputs[0] == from ? add.inputs[1] : add.inputs[0];
+  if (other >= i) return;  // not computed yet when i runs
+  int last = j;
+  if (j != net.output && rd.count(j) == 1) {
+    const int k = rd.of[static_cast<size_t>(j)][0];
+    if (is_activation(*net.layers[static_cast<size_t>(k)])) last = k;
+  }
+  f.residual[static_cast<size_t>(i)] = j;
+  f.residual_act[static_cast<size_t>(i)] = last != j ? last : -1;
+  for (int k : chain) f.through[static_cast<size_t>(k)] = last;
+}
+
 }  // namespace
 
 Fusions find_fusions(const Network& net) {
@@ -105,6 +126,8 @@ Fusions find_fusions(const Network& net) {
   f.through.assign(L, -1);
   f.relu.assign(L, -1);
   f.pool.assign(L, -1);
+  f.residual.assign(L, -1);
+  f.residual_act.assign(L, -1);
   for (size_t i = 0; i < L; ++i) {
     const Layer& l = *net.layers[i];
     const int me = static_cast<int>(i);
@@ -119,7 +142,10 @@ Fusions find_fusions(const Network& net) {
       chain.push_back(j);
       j = rd.of[static_cast<size_t>(j)][0];
     }
-    if (!is_activation(*net.layers[static_cast<size_t>(j)])) continue;
+    if (!is_activation(*net.layers[static_cast<size_t>(j)])) {
+      if (l.kind == LayerKind::kConv) fuse_residual(net, rd, me, j, chain, f);
+      continue;
+    }
     f.act[i] = j;
     for (int k : chain) f.through[static_cast<size_t>(k)] = j;
     if (net.layers[static_cast<size_t>(j)]->kind != LayerKind::kRelu) continue;

@@ -52,6 +52,16 @@ struct Fusions {
   // reader is this 2x2 stride-2 max-pool without padding that floors (no ceil_mode, not
   // adaptive): the fused pool never computes a partial last window.
   std::vector<int> pool;
+  // residual[i] >= 0: layer i is a conv, not the output, with no activation of its own
+  // (act[i] < 0), whose value (through identity layers as above, each the only reader of the one
+  // before and none the output) is read only by this add of two inputs of i's shape; the add's
+  // other input is the network input or a layer before i, so it exists when i runs. The add runs
+  // in i's epilogue, y = conv + bias + other, and so does the activation that is the add's only
+  // reader when the add is not the output: residual_act[i] (else -1). ResNet's
+  // conv -> batchnorm -> add -> relu. through[k] of the identity layers between i and the add
+  // is then the last layer fused (the activation, else the add).
+  std::vector<int> residual;
+  std::vector<int> residual_act;
   // The conv that is the only reader of the network input (it can read the raw pixels), or -1.
   int input_conv = -1;
 };

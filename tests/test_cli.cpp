@@ -322,24 +322,25 @@ TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF 
   Out a = run(src("netdefs/cifar10.yaml") + " --conv-algo winograd");
   CHECK(a.rc == 2);
   CHECK(a.text ==
-        "cnnrun: --conv-algo: expected auto, im2col, implicit, cudnn or depthwise, found 'winograd' (see cnnrun "
+        "cnnrun: --conv-algo: expected auto, im2col, implicit, cudnn or depthwise, found 'winograd' (see "
+        "cnnrun "
         "--help)\n");
   Out g = run(src("netdefs/cifar10.yaml") + " --gpu-off pool,tensorcores");
   CHECK(g.rc == 2);
   CHECK(g.text ==
         "cnnrun: --gpu-off: unknown GPU optimisation 'tensorcores' to turn off; expected names from "
-        "pool,u8,rows,graph,tc,exact,pack (see cnnrun --help)\n");
+        "pool,u8,rows,graph,tc,exact,pack,graphapi (see cnnrun --help)\n");
   Out e = run_env("CNNRUN_GPU_OFF=pool,nope", src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu");
   CHECK(e.rc == 2);
   CHECK(e.text ==
         "cnnrun: CNNRUN_GPU_OFF=pool,nope: unknown GPU optimisation 'nope' to turn off; expected names from "
-        "pool,u8,rows,graph,tc,exact,pack\n");
+        "pool,u8,rows,graph,tc,exact,pack,graphapi\n");
   // Known names are accepted (the CPU engine has nothing to turn off: the run is the same).
   Out ok = run_env("CNNRUN_GPU_OFF=pool,graph",
                    src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet");
   CHECK(ok.rc == 0);
   Out opt = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet --gpu-off " +
-                "pool,u8,rows,graph,tc,exact,pack --conv-algo im2col");
+                "pool,u8,rows,graph,tc,exact,pack,graphapi --conv-algo im2col");
   CHECK(opt.rc == 0);
   CHECK(opt.text == ok.text);
 }

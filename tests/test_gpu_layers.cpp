@@ -128,14 +128,17 @@ TEST_CASE("gpu: --conv-algo depthwise refuses a dense convolution" * doctest::sk
 namespace {
 
 // Every activation after a conv (fused into its epilogue), after an fc (fused into the GEMM's), and
-// after an add (its own pass).
-std::string act_netdef(int act) {
+// after an add: with `residual` the add and its activation run in c2's epilogue (c2 is read only by
+// the add, whose other input came first); without it c2 ends in its own activation b2, so the add
+// and a2 run as passes of their own.
+std::string act_netdef(int act, bool residual) {
   std::ostringstream o;
   o << "name: acts\ninput: {channels: 3, height: 9, width: 11}\nclasses: " << classes(6) << "\nlayers:\n"
     << "  - {name: c1, type: conv, filters: 12, kernel: 3, pad: 1}\n"
     << "  - {name: a1, " << kActLayers[act] << "}\n"
-    << "  - {name: c2, type: conv, filters: 12, kernel: 3, pad: 1}\n"
-    << "  - {name: sum, type: add, inputs: [a1, c2]}\n"
+    << "  - {name: c2, type: conv, filters: 12, kernel: 3, pad: 1}\n";
+  if (!residual) o << "  - {name: b2, " << kActLayers[act] << "}\n";
+  o << "  - {name: sum, type: add, inputs: [a1, " << (residual ? "c2" : "b2") << "]}\n"
     << "  - {name: a2, " << kActLayers[act] << "}\n"
     << "  - {name: flat, type: flatten}\n"
     << "  - {name: fc1, type: fc, outputs: 16}\n"
@@ -148,25 +151,32 @@ std::string act_netdef(int act) {
 
 TEST_CASE(
     "gpu: every activation vs reference: fused into conv and fc "
-    "epilogues, and alone" *
+    "epilogues, into a residual add's, and alone" *
     doctest::skip(!gpu_present())) {
   MaxErr err;
   for (int act = 0; act < kNumActs; ++act)
-    for (const char* algo : {"implicit", "im2col", "cudnn"}) {
-      Network net = parse_netdef_string(act_netdef(act), "acts");
-      for (auto& l : net.layers)
-        if (l->kind == LayerKind::kConv) l->algo = algo_of(algo);
-      random_weights(net, 40 + static_cast<uint32_t>(act));
-      Dataset data = gpu_random_data(net.input, 7, 6, 9);
-      auto gpu = make_gpu_executor(net);
-      auto cpu = make_cpu_executor(net);
-      const std::string what = std::string(algo) + " " + kActLayers[act];
-      compare_layers(net, *gpu, *cpu, data, 0, 7, what, err);
-      INFO(what);
-      CHECK(gpu->fused_into(net.find("c1"), RunOptions{}) == "a1");
-      CHECK(gpu->fused_into(net.find("fc1"), RunOptions{}) == "a3");
-      CHECK(gpu->fused_into(net.find("sum"), RunOptions{}).empty());  // an add has no epilogue: a2 runs alone
-    }
+    for (const bool residual : {true, false})
+      for (const char* algo : {"implicit", "im2col", "cudnn"}) {
+        Network net = parse_netdef_string(act_netdef(act, residual), "acts");
+        for (auto& l : net.layers)
+          if (l->kind == LayerKind::kConv) l->algo = algo_of(algo);
+        random_weights(net, 40 + static_cast<uint32_t>(act));
+        Dataset data = gpu_random_data(net.input, 7, 6, 9);
+        auto gpu = make_gpu_executor(net);
+        auto cpu = make_cpu_executor(net);
+        const std::string what = std::string(algo) + " " + kActLayers[act] + (residual ? " residual" : "");
+        compare_layers(net, *gpu, *cpu, data, 0, 7, what, err);
+        INFO(what);
+        CHECK(gpu->fused_into(net.find("c1"), RunOptions{}) == "a1");
+        CHECK(gpu->fused_into(net.find("fc1"), RunOptions{}) == "a3");
+        if (residual) {
+          CHECK(gpu->fused_into(net.find("c2"), RunOptions{}) == "a2");
+          CHECK(gpu->fused_into(net.find("sum"), RunOptions{}) == "a2");
+        } else {
+          CHECK(gpu->fused_into(net.find("c2"), RunOptions{}) == "b2");
+          CHECK(gpu->fused_into(net.find("sum"), RunOptions{}).empty());  // a2 runs alone
+        }
+      }
   MESSAGE("activations: max abs error " << err.abs << " (" << err.where << ")");
 }
 

@@ -22,6 +22,13 @@ using test::random_weights;
 
 namespace {
 
+// Built with the cuDNN frontend's headers (scripts/fetch_cudnn_frontend.sh): the graph API exists.
+#if defined(CNNRUN_HAVE_CUDNN_FE) && CNNRUN_HAVE_CUDNN_FE
+constexpr bool kHaveGraphApi = true;
+#else
+constexpr bool kHaveGraphApi = false;
+#endif
+
 // Ends in fc + softmax (FP32 NCHW), reading a flattened channels-last tensor.
 const char* const kMixed = R"(
 name: mixed
@@ -94,46 +101,57 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
     nchw.want_probs = true;
     nchw.layout = Layout::kNchw;
     const RunResult base = gpu->run(data, nchw);
-    for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
-      INFO(net.name << " at " << precision_name(p));
-      RunOptions o = nchw;
-      o.layout = Layout::kNhwc;
-      o.precision = p;
-      o.block = 16;  // three blocks, the last short (it runs outside the CUDA graphs)
-      const RunResult r = gpu->run(data, o);
-      const std::string stored = std::string(p == Precision::kFp16   ? "fp16"
-                                             : p == Precision::kBf16 ? "bf16"
-                                                                     : "fp32") +
-                                 " NHWC";
-      CHECK(r.engine.find(stored + " activations") != std::string::npos);
-      for (const LayerTime& t : r.layers)
-        if (t.type == "conv") {
-          INFO(t.name << ": " << t.algo);
-          CHECK(t.algo.find("cudnn:") == 0);
-          CHECK(t.algo.find(stored) != std::string::npos);
+    // cuDNN's graph API as the search picks it (timed against the legacy API), and wherever it
+    // runs (graph_first), so that its fused epilogues are checked whatever the timings.
+    for (bool first : {false, true})
+      for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+        INFO(net.name << " at " << precision_name(p) << std::string(first ? ", graph API first" : ""));
+        RunOptions o = nchw;
+        o.layout = Layout::kNhwc;
+        o.precision = p;
+        o.tuning.graph_first = first;
+        o.block = 16;  // three blocks, the last short (it runs outside the CUDA graphs)
+        const RunResult r = gpu->run(data, o);
+        const std::string stored = std::string(p == Precision::kFp16   ? "fp16"
+                                               : p == Precision::kBf16 ? "bf16"
+                                                                       : "fp32") +
+                                   " NHWC";
+        CHECK(r.engine.find(stored + " activations") != std::string::npos);
+        int graphs = 0;
+        for (const LayerTime& t : r.layers)
+          if (t.type == "conv") {
+            INFO(t.name << ": " << t.algo);
+            CHECK((t.algo.find("cudnn:") == 0 || t.algo.find("cudnn graph:") == 0));
+            CHECK(t.algo.find(stored) != std::string::npos);
+            graphs += t.algo.find("cudnn graph:") == 0;
+            if (first && kHaveGraphApi && t.name == "c1")
+              CHECK(t.algo.find("cudnn graph:") == 0);  // conv + bias + relu
+          }
+        MESSAGE(net.name << " " << std::string(precision_name(p)) << std::string(first ? " graph first" : "")
+                         << ": " << graphs << " convs on cuDNN's graph API");
+        CHECK((kHaveGraphApi || graphs == 0));
+        const Validation v = validate(*gpu, *cpu, net, data, n, o);
+        std::string where;
+        const double err = max_rel(v, &where);
+        MESSAGE(net.name << " " << std::string(precision_name(p)) << " NHWC: max rel error " << err << " ("
+                         << where << ")");
+        CHECK(v.pass);
+        // The output values the run hands back are the validated ones (within the tolerance of
+        // the NCHW FP32 run's), in NCHW order.
+        REQUIRE(r.probs.size() == base.probs.size());
+        double worst = 0, top = 0;
+        for (size_t i = 0; i < r.probs.size(); ++i) {
+          worst = std::max(worst, static_cast<double>(std::fabs(r.probs[i] - base.probs[i])));
+          top = std::max(top, static_cast<double>(std::fabs(base.probs[i])));
         }
-      const Validation v = validate(*gpu, *cpu, net, data, n, o);
-      std::string where;
-      const double err = max_rel(v, &where);
-      MESSAGE(net.name << " " << std::string(precision_name(p)) << " NHWC: max rel error " << err << " ("
-                       << where << ")");
-      CHECK(v.pass);
-      // The output values the run hands back are the validated ones (within the tolerance of
-      // the NCHW FP32 run's), in NCHW order.
-      REQUIRE(r.probs.size() == base.probs.size());
-      double worst = 0, top = 0;
-      for (size_t i = 0; i < r.probs.size(); ++i) {
-        worst = std::max(worst, static_cast<double>(std::fabs(r.probs[i] - base.probs[i])));
-        top = std::max(top, static_cast<double>(std::fabs(base.probs[i])));
+        CHECK(worst <= validation_tolerance(p) * top);
+        if (p == Precision::kFp32) {
+          CHECK(err < 1e-5);  // FMA math on FP32 tensors: only the order of the sums differs
+          CHECK(r.predictions == base.predictions);
+        }
+        if (p == Precision::kFp16 || p == Precision::kBf16)
+          CHECK(err > unit_roundoff(p) / 4);  // the activations really are stored in the format
       }
-      CHECK(worst <= validation_tolerance(p) * top);
-      if (p == Precision::kFp32) {
-        CHECK(err < 1e-5);  // FMA math on FP32 tensors: only the order of the sums differs
-        CHECK(r.predictions == base.predictions);
-      }
-      if (p == Precision::kFp16 || p == Precision::kBf16)
-        CHECK(err > unit_roundoff(p) / 4);  // the activations really are stored in the format
-    }
   }
 }
 
@@ -252,25 +270,56 @@ TEST_CASE("gpu: --layout nhwc on ResNet's strided block, 128 channels, vs refere
     Dataset data = gpu_random_data(net.input, 40, 10, 2);
     auto gpu = make_gpu_executor(net);
     auto cpu = make_cpu_executor(net);
-    for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
-      RunOptions r;
-      r.batch = 3000;  // cycled: cuDNN's search runs on blocks of 1000, the validation on 40 images
-      r.cycle = true;
-      r.block = 1000;
-      r.layout = Layout::kNhwc;
-      r.precision = p;
-      const RunResult res = gpu->run(data, r);
-      const Validation v = validate(*gpu, *cpu, net, data, 40, r);
-      std::string where, per;
-      const double err = max_rel(v, &where);
-      for (const LayerCheck& c : v.layers) per += " " + c.name + "=" + std::to_string(c.max_rel);
-      std::string algos;
-      for (const LayerTime& t : res.layers)
-        if (t.type == "conv") algos += " " + t.name + ":" + t.algo;
-      MESSAGE("down " << hw << " " << std::string(precision_name(p)) << ": max rel " << err << " (" << where
-                      << ");" << per << ";" << algos);
-      CHECK(v.pass);
-    }
+    // The shortcut conv `ds` computes add + relu in its epilogue (Fusions::residual): in cuDNN's
+    // graph API's fused kernel, after the legacy call in one pass, or after our own kernels.
+    struct Way {
+      const char* what;
+      Layout layout;
+      ConvAlgo algo;
+      bool graph, first;
+      const char* ds_algo;  // what ds's algorithm name must contain
+    };
+    const Way ways[] = {
+        {"nhwc", Layout::kNhwc, ConvAlgo::kAuto, true, false, "add+relu"},
+        {"nhwc, graph API first", Layout::kNhwc, ConvAlgo::kAuto, true, true, "cudnn graph:"},
+        {"nhwc, legacy API", Layout::kNhwc, ConvAlgo::kAuto, false, false, "+add+relu kernel"},
+        {"nchw im2col", Layout::kNchw, ConvAlgo::kIm2col, true, false, " + add+relu pass"},
+        {"nchw cudnn", Layout::kNchw, ConvAlgo::kCudnn, true, false, "+add+relu kernel"}};
+    for (const Way& way : ways)
+      for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+        if (way.layout == Layout::kNchw && p != Precision::kFp32) continue;
+        if (way.first && !kHaveGraphApi) {
+          MESSAGE("skipped (" << way.what << "): built without the cuDNN frontend's headers");
+          continue;
+        }
+        INFO(std::string(way.what) << " at " << precision_name(p));
+        RunOptions r;
+        r.batch = 3000;  // cycled: cuDNN's search runs on blocks of 1000, the validation on 40 images
+        r.cycle = true;
+        r.block = 1000;
+        r.layout = way.layout;
+        r.conv_algo = way.algo;
+        r.precision = p;
+        r.tuning.cudnn_graph = way.graph;
+        r.tuning.graph_first = way.first;
+        const RunResult res = gpu->run(data, r);
+        for (const LayerTime& t : res.layers) {
+          INFO(t.name << ": " << t.algo);
+          if (t.name == "ds") CHECK(t.algo.find(way.ds_algo) != std::string::npos);
+          if (t.name == "add" || t.name == "relu") CHECK(t.algo == "fused into ds");
+          if (t.name == "ds" && way.first) CHECK(t.algo.find("+add+relu") != std::string::npos);
+        }
+        const Validation v = validate(*gpu, *cpu, net, data, 40, r);
+        std::string where, per;
+        const double err = max_rel(v, &where);
+        for (const LayerCheck& c : v.layers) per += " " + c.name + "=" + std::to_string(c.max_rel);
+        std::string algos;
+        for (const LayerTime& t : res.layers)
+          if (t.type == "conv") algos += " " + t.name + ":" + t.algo;
+        MESSAGE("down " << hw << " " << std::string(way.what) << " " << std::string(precision_name(p))
+                        << ": max rel " << err << " (" << where << ");" << per << ";" << algos);
+        CHECK(v.pass);
+      }
   }
 }
 

@@ -226,3 +226,49 @@ TEST_CASE("passes: find_fusions sees through folded batchnorms and dropouts to t
   CHECK(at(f.through, "bn4") == -1);
   CHECK(at(f.through, "r1") == -1);
 }
+
+TEST_CASE("passes: find_fusions takes a residual add (and its activation) into the later conv") {
+  // ResNet's two blocks: conv -> bn -> add(block input) -> relu, and the down block whose add
+  // reads two convs (the later one, the shortcut, takes it: the other exists when it runs).
+  Network net = parse(R"(  - {name: c0, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: r0, type: relu}
+  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: bn1, type: batchnorm}
+  - {name: add1, type: add, inputs: [bn1, r0]}
+  - {name: r1, type: relu}
+  - {name: c2, type: conv, filters: 8, kernel: 3, stride: 2, pad: 1}
+  - {name: bn2, type: batchnorm}
+  - {name: sc, type: conv, filters: 8, kernel: 1, stride: 2, inputs: r1}
+  - {name: add2, type: add, inputs: [bn2, sc]}
+  - {name: r2, type: relu}
+  - {name: c3, type: conv, filters: 8, kernel: 3, pad: 1}
+  - {name: add3, type: add, inputs: [c3, r2]}
+  - {name: c4, type: conv, filters: 8, kernel: 3, pad: 1, inputs: r2}
+  - {name: add4, type: add, inputs: [c4, add3]}
+  - {name: r4, type: relu}
+  - {name: c5, type: conv, filters: 8, kernel: 3, pad: 1}
+  - {name: r5, type: relu}
+  - {name: add5, type: add, inputs: [r5, r4]}
+  - {name: gap, type: avgpool, global: true}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  for (const char* bn : {"bn1", "bn2"}) net.layers[static_cast<size_t>(idx(net, bn))]->folded = true;
+  const Fusions f = find_fusions(net);
+  auto at = [&](const std::vector<int>& v, const char* layer) {
+    return v[static_cast<size_t>(idx(net, layer))];
+  };
+  CHECK(at(f.residual, "c1") == idx(net, "add1"));
+  CHECK(at(f.residual_act, "c1") == idx(net, "r1"));
+  CHECK(at(f.through, "bn1") == idx(net, "r1"));  // the folded batchnorm's buffer holds r1's value
+  CHECK(at(f.residual, "c2") == -1);              // the shortcut sc is computed after c2
+  CHECK(at(f.through, "bn2") == -1);
+  CHECK(at(f.residual, "sc") == idx(net, "add2"));
+  CHECK(at(f.residual_act, "sc") == idx(net, "r2"));
+  CHECK(at(f.residual, "c3") == idx(net, "add3"));
+  CHECK(at(f.residual_act, "c3") == -1);  // add3's reader is an add, not an activation
+  CHECK(at(f.residual, "c4") == idx(net, "add4"));
+  CHECK(at(f.residual_act, "c4") == idx(net, "r4"));
+  CHECK(at(f.residual, "c5") == -1);  // its relu comes before the add: that is act, not residual
+  CHECK(at(f.act, "c5") == idx(net, "r5"));
+  CHECK(at(f.residual, "c0") == -1);
+}

@@ -13,6 +13,7 @@
 
 #include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
+#include "engine/gpu/conv2d_cudnn_graph.h"
 #include "engine/gpu/nhwc.h"
 
 #define CUDNN_CHECK(call) ::cnnrun::gpu::check_cudnn((call), #call, __FILE__, __LINE__)
@@ -69,9 +70,19 @@ std::string cudnn_version_string() {
   return "cuDNN " + fmt(v) + " (built with " + fmt(CUDNN_VERSION) + ")";
 }
 
+// How many of cuDNN's heuristic candidates the graph API's search builds and times per layer
+// (each build compiles a kernel; on ResNet-18 the fastest was always among the first five, the
+// first within 20 % of it: docs/performance.md, Session 8).
+constexpr int kGraphPlans = 4;
+
 struct CudnnConv::Impl {
   ConvParams p;
-  ActFn act;
+  ActFn act;  // after the bias (and the residual add)
+  bool residual = false;
+  GraphUse graph_use = GraphUse::kTimed;
+  std::unique_ptr<CudnnGraphConv> graph;  // find chose cuDNN's graph API (channels last)
+  std::unique_ptr<CudnnGraphConv> cand;   // prepared for the next find
+  std::string graph_note;                 // why not, when it was tried
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
   cudnnTensorDescriptor_t bt = nullptr;  // the bias in the tensors' format (channels last)
   cudnnFilterDescriptor_t w = nullptr;
@@ -93,6 +104,8 @@ struct CudnnConv::Impl {
   }
   cudnnTensorFormat_t format() const { return nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
   bool half_data() const { return dtype() != CUDNN_DATA_FLOAT; }
+  // The legacy call's activation: with a residual add, none (the add and act are a pass after).
+  ActFn legacy_act() const { return residual ? ActFn{} : act; }
 
   // The math type the descriptor allows for the precision.
   cudnnMathType_t allowed() const {
@@ -115,8 +128,9 @@ struct CudnnConv::Impl {
   // IMPLICIT_PRECOMP_GEMM (cuDNN's rule), where the call ran once on the search's tensors.
   bool fusable() const {
     const bool precomp = algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
-    if (!nhwc) return precomp && (act.kind == Act::kRelu || act.kind == Act::kIdentity);
-    return (act.kind == Act::kRelu || (act.kind == Act::kIdentity && precomp));
+    const Act a = legacy_act().kind;
+    if (!nhwc) return precomp && (a == Act::kRelu || a == Act::kIdentity);
+    return (a == Act::kRelu || (a == Act::kIdentity && precomp));
   }
 
   // The filter and convolution descriptors for the format (the tensors' follow in set_n).
@@ -144,12 +158,38 @@ struct CudnnConv::Impl {
                                            static_cast<int>(p.out_w)));
     n_set = n;
   }
+
+  // The legacy API's call for the chosen algorithm (descriptors set for n): one fused call, or
+  // the convolution and our bias+activation pass; with a residual, then y = act(y + z).
+  void legacy(cudnnHandle_t h, cudaStream_t s, int64_t n, const void* xp, const void* wp, const float* bias,
+              const void* bias_t, const void* z, void* yp, void* ws, size_t ws_bytes) const {
+    const float one = 1.f, zero = 0.f;
+    const ActFn a = legacy_act();
+    if (fused) {
+      // z = y with alpha2 = 0: the fused call requires a z tensor, and may alias it with y.
+      CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
+          h, &one, x, xp, w, wp, conv, algo, ws, ws_bytes, &zero, y, yp, nhwc ? bt : b,
+          nhwc ? bias_t : static_cast<const void*>(bias), actd, y, yp));
+    } else {
+      CUDNN_CHECK(cudnnConvolutionForward(h, &one, x, xp, w, wp, conv, algo, ws, ws_bytes, &zero, y, yp));
+      if (nhwc)
+        launch_bias_act_nhwc(yp, storage_of(prec), bias, n * p.out_h * p.out_w, static_cast<int>(p.filters),
+                             a, s);
+      else
+        launch_bias_act(static_cast<float*>(yp), bias, n, static_cast<int>(p.filters), p.out_h * p.out_w, a,
+                        s);
+    }
+    if (residual)
+      launch_add_storage({yp, z}, yp, nhwc ? storage_of(prec) : Storage::kF32,
+                         n * p.out_h * p.out_w * p.filters, act, s);
+  }
 };
 
-CudnnConv::CudnnConv(const ConvParams& p, ActFn act) : impl_(std::make_unique<Impl>()) {
+CudnnConv::CudnnConv(const ConvParams& p, ActFn act, bool residual) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.p = p;
   m.act = act;
+  m.residual = residual;
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&m.x));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&m.y));
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&m.b));
@@ -161,7 +201,7 @@ CudnnConv::CudnnConv(const ConvParams& p, ActFn act) : impl_(std::make_unique<Im
                                          static_cast<int>(p.filters), 1, 1));
   m.describe();
   CUDNN_CHECK(cudnnSetActivationDescriptor(
-      m.actd, act.kind == Act::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+      m.actd, m.legacy_act().kind == Act::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
       CUDNN_NOT_PROPAGATE_NAN, 0.0));
 }
 
@@ -187,9 +227,12 @@ static bool fp32_accurate(cudnnConvolutionFwdAlgo_t a) {
 bool CudnnConv::found() const { return impl_->found; }
 
 void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w,
-                     const float* bias, const void* bias_t, void* y, void* ws, size_t ws_bytes) {
+                     const float* bias, const void* bias_t, const void* z, void* y, void* ws,
+                     size_t ws_bytes) {
   Impl& m = *impl_;
   m.set_n(n);
+  m.graph.reset();
+  m.graph_note.clear();
   CUDNN_CHECK(cudnnSetStream(H(h), s));
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int returned = 0;
@@ -213,45 +256,52 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
   m.algo = perf[pick].algo;
   m.math = perf[pick].mathType;
   CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, m.math));
+  m.found = true;
   m.fused = m.fusable();
+  // Best of 3 after the calls above, by CUDA events on the stream.
+  const CudaEvent e0, e1;
+  auto time = [&](const auto& call) {
+    float best = 1e30f;
+    for (int r = 0; r < 3; ++r) {
+      CUDA_CHECK(cudaEventRecord(e0.get(), s));
+      call();
+      CUDA_CHECK(cudaEventRecord(e1.get(), s));
+      CUDA_CHECK(cudaEventSynchronize(e1.get()));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
+      best = std::min(best, ms);
+    }
+    return best;
+  };
   if (m.fused && m.nhwc) {
     // Whether cuDNN fuses this configuration is known by trying (a status other than success: its
     // fused kernels do not cover every format and algorithm), and whether the fused call is
-    // faster than the convolution and our bias+activation pass by timing both (best of 3 each):
-    // for some small planes cuDNN's fused kernel was slower.
+    // faster than the convolution and our bias+activation pass by timing both: for some small
+    // planes cuDNN's fused kernel was slower.
     const float one = 1.f, zero = 0.f;
-    auto fused = [&] {
-      return cudnnConvolutionBiasActivationForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes,
-                                                   &zero, m.y, y, m.bt, bias_t, m.actd, m.y, y);
-    };
-    auto apart = [&] {
-      CUDNN_CHECK(
-          cudnnConvolutionForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes, &zero, m.y, y));
-      launch_bias_act_nhwc(y, storage_of(m.prec), bias, n * m.p.out_h * m.p.out_w,
-                           static_cast<int>(m.p.filters), m.act, s);
-    };
-    m.fused = fused() == CUDNN_STATUS_SUCCESS;
+    m.fused =
+        cudnnConvolutionBiasActivationForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes, &zero,
+                                              m.y, y, m.bt, bias_t, m.actd, m.y, y) == CUDNN_STATUS_SUCCESS;
     CUDA_CHECK(cudaStreamSynchronize(s));
     if (m.fused) {
-      const CudaEvent e0, e1;
-      float best[2] = {1e30f, 1e30f};
-      for (int r = 0; r < 3; ++r)
-        for (int way = 0; way < 2; ++way) {
-          CUDA_CHECK(cudaEventRecord(e0.get(), s));
-          if (way == 0)
-            CUDNN_CHECK(fused());
-          else
-            apart();
-          CUDA_CHECK(cudaEventRecord(e1.get(), s));
-          CUDA_CHECK(cudaEventSynchronize(e1.get()));
-          float ms = 0;
-          CUDA_CHECK(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
-          best[way] = std::min(best[way], ms);
-        }
-      m.fused = best[0] <= best[1];
+      const float fused_ms = time([&] { m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes); });
+      m.fused = false;
+      const float apart_ms = time([&] { m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes); });
+      m.fused = fused_ms <= apart_ms;
     }
   }
-  m.found = true;
+  if (!m.nhwc || m.graph_use == GraphUse::kOff) return;
+  // cuDNN's graph API on the same buffers: its fastest engine against the legacy way just chosen.
+  auto g = m.cand ? std::move(m.cand) : std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec);
+  const float graph_ms = g->tune(h.get(), s, n, GraphConvIo{x, w, bias, z, y}, ws, ws_bytes, kGraphPlans);
+  if (graph_ms < 0) {
+    m.graph_note = g->why();
+    return;
+  }
+  const float legacy_ms = m.graph_use == GraphUse::kFirst
+                              ? 1e30f
+                              : time([&] { m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes); });
+  if (graph_ms < legacy_ms) m.graph = std::move(g);
 }
 
 void CudnnConv::set_format(Precision p, bool nhwc) {
@@ -260,13 +310,39 @@ void CudnnConv::set_format(Precision p, bool nhwc) {
   m.prec = p;
   m.nhwc = nhwc;
   m.found = false;
+  m.graph.reset();
+  m.cand.reset();
   m.describe();
 }
 
+void CudnnConv::set_graph_use(GraphUse u) {
+  Impl& m = *impl_;
+  if (u == m.graph_use) return;
+  m.graph_use = u;
+  m.found = false;
+  m.graph.reset();
+  m.cand.reset();
+}
+
+void CudnnConv::prepare(const CudnnHandle& h, int64_t n, size_t ws_bytes) {
+  Impl& m = *impl_;
+  if (!m.nhwc || m.graph_use == GraphUse::kOff || !CudnnGraphConv::built()) return;
+  if (m.found) {
+    if (m.graph) m.graph->prepare(h.get(), n, ws_bytes, kGraphPlans);
+    return;
+  }
+  if (!m.cand) m.cand = std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec);
+  m.cand->prepare(h.get(), n, ws_bytes, kGraphPlans);
+}
+
+bool CudnnConv::uses_graph() const { return impl_->graph != nullptr; }
+
 void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w,
-                        const float* bias, const void* bias_t, void* y, void* ws, size_t ws_bytes) {
+                        const float* bias, const void* bias_t, const void* z, void* y, void* ws,
+                        size_t ws_bytes) {
   Impl& m = *impl_;
   if (!m.found) throw Error("cudnn convolution: forward before find");
+  if (m.graph) return m.graph->forward(h.get(), s, n, GraphConvIo{x, w, bias, z, y}, ws, ws_bytes);
   m.set_n(n);
   CUDNN_CHECK(cudnnSetStream(H(h), s));
   size_t need = 0;
@@ -301,22 +377,7 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const v
                   " reserved, and no other algorithm within " + precision_name(m.prec) + " fits");
     CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, m.math));
   }
-  const float one = 1.f, zero = 0.f;
-  if (m.fused) {
-    // z = y with alpha2 = 0: the fused call requires a z tensor, and may alias it with y.
-    CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
-        H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes, &zero, m.y, y, m.nhwc ? m.bt : m.b,
-        m.nhwc ? bias_t : static_cast<const void*>(bias), m.actd, m.y, y));
-  } else {
-    CUDNN_CHECK(
-        cudnnConvolutionForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes, &zero, m.y, y));
-    if (m.nhwc)
-      launch_bias_act_nhwc(y, storage_of(m.prec), bias, n * m.p.out_h * m.p.out_w,
-                           static_cast<int>(m.p.filters), m.act, s);
-    else
-      launch_bias_act(static_cast<float*>(y), bias, n, static_cast<int>(m.p.filters), m.p.out_h * m.p.out_w,
-                      m.act, s);
-  }
+  m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes);
 }
 
 std::string CudnnConv::algo_name() const {
@@ -330,9 +391,13 @@ std::string CudnnConv::algo_name() const {
                            : m.math == CUDNN_FMA_MATH                        ? ""
                            : m.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? " [fp16 tensor cores]"
                                                                              : " [tf32 tensor cores allowed]";
-  const std::string act = m.act.kind == Act::kIdentity ? "" : "+" + act_fn_name(m.act);
+  if (m.graph) return m.graph->name() + " [" + storage_name(storage_of(m.prec)) + " NHWC]";
+  const ActFn la = m.legacy_act();
+  const std::string act = la.kind == Act::kIdentity ? "" : "+" + act_fn_name(la);
+  const std::string add =
+      m.residual ? "+add" + (m.act.kind == Act::kIdentity ? "" : "+" + act_fn_name(m.act)) + " kernel" : "";
   return std::string("cudnn:") + algo_str(m.algo) + (m.p.groups > 1 ? "[groups]" : "") +
-         (m.fused ? "(fused bias" + act + ")" : "+bias" + act + " kernel") + math;
+         (m.fused ? "(fused bias" + act + ")" : "+bias" + act + " kernel") + add + math;
 }
 
 }  // namespace cnnrun::gpu

@@ -34,7 +34,10 @@ class CudnnConv {
   // with the bias: inside cudnnConvolutionBiasActivationForward when it is a ReLU or none and
   // cuDNN picked IMPLICIT_PRECOMP_GEMM, otherwise by our bias+activation pass after the
   // convolution.
-  CudnnConv(const ConvParams& p, ActFn act);
+  // residual: y = act(conv(x) + bias + z) with z (y's shape and format) given to find and
+  // forward: in the graph API's fused kernel where one is chosen, else the legacy call (bias, no
+  // activation) and one pass y = act(y + z).
+  CudnnConv(const ConvParams& p, ActFn act, bool residual = false);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;
@@ -44,8 +47,10 @@ class CudnnConv {
   // and ws_bytes of workspace count. x, w, y are in the layout and format set_format chose.
   // bias (FP32) and bias_t (the same in the tensors' format): for trying cuDNN's fused
   // bias+activation call, and timing it against the convolution and our pass (channels last).
+  // Channels last, cuDNN's graph API (conv2d_cudnn_graph.h) is then tuned on the same buffers
+  // and kept when its fastest engine beats the legacy call with its passes (GraphUse).
   void find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w, const float* bias,
-            const void* bias_t, void* y, void* ws, size_t ws_bytes);
+            const void* bias_t, const void* z, void* y, void* ws, size_t ws_bytes);
   bool found() const;
   // y = act(conv(x) + bias) (bias FP32, bias_t the same in the tensors' format): in one cuDNN
   // call where cuDNN fuses it (FP32 NCHW: IMPLICIT_PRECOMP_GEMM with a ReLU or nothing; channels
@@ -53,7 +58,7 @@ class CudnnConv {
   // was the faster),
   // otherwise cudnnConvolutionForward and one bias+activation pass (launch_bias_act_nhwc).
   void forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w,
-               const float* bias, const void* bias_t, void* y, void* ws, size_t ws_bytes);
+               const float* bias, const void* bias_t, const void* z, void* y, void* ws, size_t ws_bytes);
   std::string algo_name() const;
   // The arithmetic and tensors cuDNN works with from now on (the next forward searches again).
   // FP32 NCHW tensors (nhwc false): FP32 is FMA math only; TF32 (and BF16, which cuDNN's float
@@ -62,6 +67,18 @@ class CudnnConv {
   // C) and y in the precision's storage format (FP16, BF16, else FP32), FP32 accumulation,
   // tensor-op math for FP16/BF16, default math for TF32, FMA math for FP32.
   void set_format(Precision p, bool nhwc);
+  // Channels last, whether find tries cuDNN's graph API: kOff never; kTimed when its fastest
+  // engine is faster than the legacy call (GpuTuning::cudnn_graph); kFirst whenever it runs
+  // (GpuTuning::graph_first: tests). The next forward searches again.
+  enum class GraphUse { kOff, kTimed, kFirst };
+  void set_graph_use(GraphUse u);
+  bool uses_graph() const;  // find chose the graph API
+  // The host work of cuDNN's graph API for n images, ahead of find (its candidate engines) or of
+  // a forward on a batch size not run before (the chosen engine's plan): building a plan
+  // compiles a kernel, up to a second each. Different layers may prepare at once on different
+  // threads, each with its own handle (GpuExecutor::prepare_graphs). Nothing without the graph
+  // API (not channels last, GraphUse::kOff, or the legacy API chosen).
+  void prepare(const CudnnHandle& h, int64_t n, size_t ws_bytes);
 
  private:
   struct Impl;

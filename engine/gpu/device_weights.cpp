@@ -71,10 +71,12 @@ void DeviceWeights::upload(const Network& net, const Plan& plan, Precision preci
       if (p.bias) bias = l.weight("bias").data;
       c.bias = gpu::upload(bias.data(), bias.size());
       if (im2col_can_run(p, nullptr)) {
-        c.im2col = std::make_unique<Im2colConv>(p, act_fn(st.act), w.ptr(), bias.data(), c.bias.as<float>());
+        // With a residual add the activation comes after it (GpuExecutor::run_conv's pass).
+        const ActFn act = st.residual_buf >= 0 ? ActFn{} : act_fn(st.act);
+        c.im2col = std::make_unique<Im2colConv>(p, act, w.ptr(), bias.data(), c.bias.as<float>());
         c.im2col->set_precision(precision);
       }
-      c.cudnn = std::make_unique<CudnnConv>(p, act_fn(st.act));
+      c.cudnn = std::make_unique<CudnnConv>(p, act_fn(st.act), st.residual_buf >= 0);
       c.cudnn->set_format(precision, false);
       c.dw = depthwise_plan(p);
     } else if (st.op == Op::kFc) {

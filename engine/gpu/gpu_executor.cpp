@@ -8,16 +8,20 @@
 // call's. What does carry over between calls is work that stays valid: the uploaded weights,
 // auto's picks for a block size, the slots, and the library plans for one precision.
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <exception>
 #include <limits>
 #include <map>
 #include <memory>
+#include <thread>
 
 #include "engine/core/clock.h"
 #include "engine/core/memory.h"
 #include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
+#include "engine/gpu/conv2d_cudnn_graph.h"
 #include "engine/gpu/conv2d_im2col.h"
 #include "engine/gpu/conv2d_implicit.h"
 #include "engine/gpu/conv_selector.h"
@@ -116,6 +120,8 @@ class GpuExecutor : public Executor {
   Precision prec_ = Precision::kFp32;  // the format the library plans are made for
   bool nhwc_ = false;                  // ... and the layout (--layout nhwc)
   GpuTuning tuning_;                   // the call in progress's (run or forward_layers)
+  CudnnConv::GraphUse graph_use_ = CudnnConv::GraphUse::kTimed;  // every CudnnConv's
+  std::vector<std::unique_ptr<CudnnHandle>> prep_handles_;       // prepare_graphs' threads'
   // The call's data set holds float32 values, already preprocessed (a float .npy): they are
   // copied in as they are and no conv reads uint8 pixels.
   bool float_input_ = false;
@@ -195,6 +201,16 @@ class GpuExecutor : public Executor {
     weights_->upload(net_, plan_, prec_, opt.tuning.pack_low);
     set_format(opt.precision, nhwc);
     if (nhwc_) weights_->upload_nhwc(net_, plan_, prec_);
+    const CudnnConv::GraphUse use = !opt.tuning.cudnn_graph  ? CudnnConv::GraphUse::kOff
+                                    : opt.tuning.graph_first ? CudnnConv::GraphUse::kFirst
+                                                             : CudnnConv::GraphUse::kTimed;
+    if (use != graph_use_) {  // cuDNN's search again, before any capture
+      graph_use_ = use;
+      for (const Step& st : plan_.steps)
+        if (st.op == Op::kConv) conv_weights(st.layer).cudnn->set_graph_use(use);
+      pipeline_->drop_graphs();
+      warmed_slots_ = nullptr;
+    }
   }
   // The operands' format and the activations' layout from now on: plans made for others are
   // dropped (cuBLASLt's, cuDNN's search, auto's picks, the captured graphs, the warm-up).
@@ -266,6 +282,7 @@ class GpuExecutor : public Executor {
   void enqueue_compute(Slot& s, int64_t n, const BlockOut& o);
   void search(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched);
   void warm(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched);
+  void prepare_graphs(int64_t n, size_t ws_bytes);
   std::string step_algo(const Step& st) const;
   // The slots and block size the last warm-up ran (RunOptions::warm_up false skips it for them).
   const void* warmed_slots_ = nullptr;
@@ -319,6 +336,16 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
   ConvWeights& c = conv_weights(st.layer);
   const float* x = s.bufs[static_cast<size_t>(st.ins[0])].as<float>();
   float* y = s.bufs[static_cast<size_t>(st.out)].as<float>();
+  // A residual add in this epilogue (Step::residual_buf): cuDNN adds it itself; the other
+  // algorithms run with no activation, then one pass y = act(y + z).
+  const bool residual = st.residual_buf >= 0;
+  const void* z = residual ? s.bufs[static_cast<size_t>(st.residual_buf)].get() : nullptr;
+  const ActFn conv_act = residual ? ActFn{} : act_fn(st.act);
+  auto add_residual = [&] {
+    if (residual)
+      launch_add_storage({y, z}, y, nhwc_ ? storage() : Storage::kF32, n * st.out_shape.size(),
+                         act_fn(st.act), s.stream);
+  };
   switch (algo) {
     case ConvAlgo::kImplicit: {
       const ImplicitFusion f = implicit_fusion(st, algo);
@@ -335,23 +362,25 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       const DevBuf& wt = f.u8_exact ? c.wt_x16 : f.tensor_core ? c.wt_tc[static_cast<int>(prec_)] : c.wt;
       // The kernel's epilogue applies a ReLU (its tuned paths stay as they are); any other
       // activation is one in-place pass after it.
-      const ActFn act = act_fn(st.act);
-      const bool relu = act.kind == Act::kRelu;
+      const bool relu = conv_act.kind == Act::kRelu;
       launch_conv_implicit(cfg, st.conv, io, wt.as<float>(), c.bias.as<float>(), n,
                            relu ? ActKind::kRelu : ActKind::kNone, s.stream);
-      if (!relu && act.kind != Act::kIdentity)
-        launch_act(y, y, n * st.conv.filters * st.conv.out_h * st.conv.out_w, act, s.stream);
+      if (!relu && conv_act.kind != Act::kIdentity)
+        launch_act(y, y, n * st.conv.filters * st.conv.out_h * st.conv.out_w, conv_act, s.stream);
+      add_residual();
       return;
     }
     case ConvAlgo::kDepthwise:
-      launch_conv_depthwise(c.dw.cfg, c.dw.args, x, c.w.as<float>(), c.bias.as<float>(), y, n, act_fn(st.act),
+      launch_conv_depthwise(c.dw.cfg, c.dw.args, x, c.w.as<float>(), c.bias.as<float>(), y, n, conv_act,
                             s.stream);
+      add_residual();
       return;
     case ConvAlgo::kIm2col:
       if (!c.im2col)
         throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name + "': im2col cannot run it");
       c.im2col->forward(lt_, x, c.w.as<float>(), y, n, s.col.as<float>(), s.col.bytes(), s.lt_ws.get(),
                         s.lt_ws.bytes(), s.stream);
+      add_residual();  // im2col was made with no activation when there is a residual
       return;
     case ConvAlgo::kCudnn: {
       if (!s.cudnn) s.cudnn = std::make_unique<CudnnHandle>();
@@ -360,9 +389,9 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       const void* ws = nhwc_ ? c.w_nhwc[static_cast<int>(prec_)].get() : c.w.get();
       const void* bt = nhwc_ ? c.bias_nhwc[static_cast<int>(prec_)].get() : c.bias.get();
       if (!c.cudnn->found())
-        c.cudnn->find(*s.cudnn, s.stream, n, xs, ws, c.bias.as<float>(), bt, ys, s.cudnn_ws.get(),
+        c.cudnn->find(*s.cudnn, s.stream, n, xs, ws, c.bias.as<float>(), bt, z, ys, s.cudnn_ws.get(),
                       s.cudnn_ws.bytes());
-      c.cudnn->forward(*s.cudnn, s.stream, n, xs, ws, c.bias.as<float>(), bt, ys, s.cudnn_ws.get(),
+      c.cudnn->forward(*s.cudnn, s.stream, n, xs, ws, c.bias.as<float>(), bt, z, ys, s.cudnn_ws.get(),
                        s.cudnn_ws.bytes());
       return;
     }
@@ -430,7 +459,7 @@ void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
       if (!in_nhwc) break;
       std::vector<const void*> in;
       for (int b : st.ins) in.push_back(buf(b));
-      return launch_add_storage(in, buf(st.out), t, n * st.out_shape.size(), s.stream);
+      return launch_add_storage(in, buf(st.out), t, n * st.out_shape.size(), ActFn{}, s.stream);
     }
     case Op::kMul: {
       if (!in_nhwc) break;
@@ -605,7 +634,40 @@ void GpuExecutor::search(Slot& s, const Dataset& data, int64_t n, std::vector<Co
 
 // The first block once through every layer before the clock starts: auto's search when a conv
 // needs it, otherwise a warm-up (CUDA loads kernels lazily, cuBLASLt/cuDNN plan on first use).
+// cuDNN's graph API's host work for n images, every conv's at once (CudnnConv::prepare): its
+// plan builds compile kernels (NVRTC), which one thread per layer overlaps: ResNet-18's search
+// took 48 s on one thread (docs/performance.md, Session 8).
+void GpuExecutor::prepare_graphs(int64_t n, size_t ws_bytes) {
+  if (!nhwc_ || graph_use_ == CudnnConv::GraphUse::kOff || !CudnnGraphConv::built()) return;
+  std::vector<CudnnConv*> convs;
+  for (const Step& st : plan_.steps)
+    if (st.op == Op::kConv) convs.push_back(conv_weights(st.layer).cudnn.get());
+  if (convs.empty()) return;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  const size_t T = std::min<size_t>(convs.size(), std::max(1u, std::thread::hardware_concurrency()));
+  // The handles outlive the plans built with them (a plan keeps its handle).
+  while (prep_handles_.size() < T) prep_handles_.push_back(std::make_unique<CudnnHandle>());
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> errors(T);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < T; ++t)
+    threads.emplace_back([&, t] {
+      try {
+        CUDA_CHECK(cudaSetDevice(dev));
+        for (size_t i = next++; i < convs.size(); i = next++)
+          convs[i]->prepare(*prep_handles_[t], n, ws_bytes);
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
 void GpuExecutor::warm(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched) {
+  prepare_graphs(n, s.cudnn_ws.bytes());
   if (selector_.any_auto()) return search(s, data, n, searched);
   BlockPipeline::copy_in(s, data, 0, n, false);
   run_layers(s, n, false, 0);
@@ -617,7 +679,14 @@ std::string GpuExecutor::step_algo(const Step& st) const {
     case Op::kConv: {
       const ConvAlgo a = selector_.chosen(st.layer);
       const ConvWeights& c = conv_weights(st.layer);
-      const ActFn act = act_fn(st.act);
+      // With a residual add, the activation is in the add's pass (cuDNN: in its own epilogue).
+      const bool residual = st.residual_buf >= 0;
+      const ActFn act = residual ? ActFn{} : act_fn(st.act);
+      const std::string res =
+          residual ? " + add" +
+                         (st.act.kind == ActKind::kNone ? std::string() : "+" + act_fn_name(act_fn(st.act))) +
+                         " pass"
+                   : "";
       const bool relu = act.kind == Act::kRelu, other = !relu && act.kind != Act::kIdentity;
       std::string epi = relu ? "+relu" : "";
       if (fuses_pool(st, a, tuning_)) epi += "+maxpool";
@@ -641,13 +710,13 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                 : uses_tc(st, a)  ? tc
                                   : "") +
                (fuses_u8(st, a, tuning_) ? "uint8 input, " : "") + "bias" + epi + " epilogue" +
-               (other ? ", " + act_fn_name(act) + " pass)" : ")");
+               (other ? ", " + act_fn_name(act) + " pass)" : ")") + res;
       }
       if (a == ConvAlgo::kDepthwise)
         return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                " epilogue, " + std::to_string(c.dw.cfg.planes) + " planes x " +
-               std::to_string(c.dw.cfg.rows) + " rows a block)";
-      if (a == ConvAlgo::kIm2col && c.im2col) return c.im2col->algo_name();
+               std::to_string(c.dw.cfg.rows) + " rows a block)" + res;
+      if (a == ConvAlgo::kIm2col && c.im2col) return c.im2col->algo_name() + res;
       return c.cudnn->algo_name();
     }
     case Op::kFc:
@@ -804,6 +873,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     warmed_slots_ = slots[0].get();
     warmed_block_ = block;
   }
+  // The short last block's plans too, before the clock (it runs outside the CUDA graphs).
+  if (const int64_t last = batch - (nblocks - 1) * block; last != block)
+    prepare_graphs(last, slots[0]->cudnn_ws.bytes());
   if (selector_.may_use(plan_, ConvAlgo::kCudnn))
     for (auto& sp : slots)
       if (!sp->cudnn) sp->cudnn = std::make_unique<CudnnHandle>();
@@ -982,6 +1054,8 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
   pipeline_->ensure_slots(slot_needs(), 1, block, n, opt.gpu_memory, 0, nullptr);
   block = pipeline_->block();
   Slot& s = *pipeline_->slots()[0];
+  prepare_graphs(std::min(block, n), s.cudnn_ws.bytes());
+  if (n > block && n % block != 0) prepare_graphs(n % block, s.cudnn_ws.bytes());
   if (selector_.any_auto())
     search(s, data, std::min(block, n), nullptr);  // else no warm-up: nothing is timed
   alloc();

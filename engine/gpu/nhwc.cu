@@ -135,7 +135,7 @@ struct Inputs {
 };
 
 template <typename T, int V>
-__global__ void add_kernel(Inputs<T> in, T* out, int64_t vecs) {
+__global__ void add_kernel(Inputs<T> in, T* out, int64_t vecs, ActFn act) {
   GRID_STRIDE(i, vecs) {
     float s[V];
     Vec<T, V> x = reinterpret_cast<const Vec<T, V>*>(in.p[0])[i];
@@ -147,7 +147,7 @@ __global__ void add_kernel(Inputs<T> in, T* out, int64_t vecs) {
       for (int k = 0; k < V; ++k) s[k] = __fadd_rn(s[k], ld(x.v[k]));
     }
 #pragma unroll
-    for (int k = 0; k < V; ++k) x.v[k] = to<T>(s[k]);
+    for (int k = 0; k < V; ++k) x.v[k] = to<T>(act_eval(act, s[k]));
     reinterpret_cast<Vec<T, V>*>(out)[i] = x;
   }
 }
@@ -318,7 +318,7 @@ void launch_act_storage(const void* in, void* out, Storage t, int64_t count, Act
   channel_pass(in, out, t, count / width, static_cast<int>(width), nullptr, nullptr, act, s);
 }
 
-void launch_add_storage(const std::vector<const void*>& in, void* out, Storage t, int64_t count,
+void launch_add_storage(const std::vector<const void*>& in, void* out, Storage t, int64_t count, ActFn act,
                         cudaStream_t s) {
   if (in.empty() || in.size() > static_cast<size_t>(kMaxInputs))
     throw Error("add: 1 to " + std::to_string(kMaxInputs) + " inputs, found " + std::to_string(in.size()));
@@ -331,7 +331,8 @@ void launch_add_storage(const std::vector<const void*>& in, void* out, Storage t
     by_width<T>(vec_width<T>({count}), [&](auto vw) {
       constexpr int V = decltype(vw)::value;
       const int64_t vecs = count / V;
-      add_kernel<T, V><<<grid_stride_blocks(vecs), kGridStrideThreads, 0, s>>>(a, static_cast<T*>(out), vecs);
+      add_kernel<T, V>
+          <<<grid_stride_blocks(vecs), kGridStrideThreads, 0, s>>>(a, static_cast<T*>(out), vecs, act);
     });
   });
   CUDA_CHECK_LAUNCH("add_kernel");

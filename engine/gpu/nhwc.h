@@ -43,8 +43,9 @@ void launch_bias_act_nhwc(void* y, Storage t, const float* bias, int64_t pixels,
                           cudaStream_t s);
 // out = act(in) over count values (layout-free; in == out allowed).
 void launch_act_storage(const void* in, void* out, Storage t, int64_t count, ActFn act, cudaStream_t s);
-// out = in[0] + in[1] + ... (summed in FP32 left to right, rounded once; layout-free).
-void launch_add_storage(const std::vector<const void*>& in, void* out, Storage t, int64_t count,
+// out = act(in[0] + in[1] + ...) (summed in FP32 left to right, rounded once; layout-free; out
+// may be in[0]: a residual add after a convolution, y = act(y + z)).
+void launch_add_storage(const std::vector<const void*>& in, void* out, Storage t, int64_t count, ActFn act,
                         cudaStream_t s);
 // out[p][c] = in[p][c] * scale[c] + shift[c] (an unfolded batchnorm).
 void launch_affine_nhwc(const void* in, void* out, Storage t, int64_t pixels, int channels,

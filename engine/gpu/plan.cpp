@@ -31,9 +31,9 @@ Plan make_plan(const Network& net) {
     st.out_shape = l.out_shape;
     for (int j : l.inputs) st.ins.push_back(buf_of(j));
 
-    if (st.op == Op::kFused) {  // set when its producer was planned
-      out_buf[i] = st.ins[0];
-      st.out = st.ins[0];
+    if (st.op == Op::kFused) {  // set when its producer was planned; holds the producer's buffer
+      out_buf[i] = out_buf[static_cast<size_t>(st.fused_producer)];
+      st.out = out_buf[i];
       continue;
     }
     st.op = runs_as_identity(l) ? Op::kIdentity : kOpOf[index_of(l.kind)];
@@ -65,6 +65,24 @@ Plan make_plan(const Network& net) {
           st.pool_layer = k;
           steps[static_cast<size_t>(k)].pool_conv = static_cast<int>(i);
         }
+      }
+    }
+    // A residual add (and the activation after it) in the conv's epilogue: its other input was
+    // computed before this conv (Fusions::residual), so its buffer is known here.
+    if (const int j = fusions.residual[i]; j >= 0) {
+      const int k = fusions.residual_act[i];
+      for (int in : net.layers[static_cast<size_t>(j)]->inputs)
+        if (in < static_cast<int>(i)) st.residual_buf = buf_of(in);
+      st.residual_layer = j;
+      st.fused_consumer = k >= 0 ? k : j;
+      if (k >= 0) st.act = layer_as<ActivationLayer>(*net.layers[static_cast<size_t>(k)]).p;
+      Step& add = steps[static_cast<size_t>(j)];
+      add.op = Op::kFused;
+      add.fused_producer = static_cast<int>(i);
+      add.fused_consumer = k;
+      if (k >= 0) {
+        steps[static_cast<size_t>(k)].op = Op::kFused;
+        steps[static_cast<size_t>(k)].fused_producer = static_cast<int>(i);
       }
     }
     // The first conv can read the uint8 pixels and normalise them while staging, when nothing

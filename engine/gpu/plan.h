@@ -51,6 +51,10 @@ struct Step {
   // kConv: the only reader of the network input, and the implicit kernel can read the bytes
   // (with and without its pool fused)
   bool u8_input = false, u8_input_pool = false;
+  // kConv: the add computed in this epilogue (Fusions::residual), before `act`: y = act(conv +
+  // bias + bufs[residual_buf]); the add, and its activation when fused too, are kFused.
+  int residual_layer = -1;
+  int residual_buf = -1;
   ConvParams conv;  // kConv
 };
 

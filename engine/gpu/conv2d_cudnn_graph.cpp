@@ -1,0 +1,366 @@
+// cuDNN's graph API through the cuDNN frontend (the one file that includes it). Why the frontend
+// rather than the legacy API alone: its operation graphs reach the engines the legacy API does
+// not offer (Hopper's, and runtime-fused epilogues), and one graph carries the bias, a residual
+// add and the activation into the convolution's kernel; why not the backend descriptors by hand:
+// the frontend is NVIDIA's own library for building them (docs/architecture.md, "Libraries").
+#include "engine/gpu/conv2d_cudnn_graph.h"
+
+#include <algorithm>
+#include <map>
+#include <unordered_map>
+
+#include "engine/core/error.h"
+#include "engine/gpu/check.h"
+
+#if CNNRUN_HAVE_CUDNN_FE
+#include <cudnn_frontend.h>
+#endif
+
+namespace cnnrun::gpu {
+
+#if CNNRUN_HAVE_CUDNN_FE
+
+namespace fe = cudnn_frontend;
+
+namespace {
+
+enum Uid : int64_t { kX = 1, kW, kBias, kZ, kY };
+
+fe::DataType_t io_type(Precision p) {
+  return p == Precision::kFp16   ? fe::DataType_t::HALF
+         : p == Precision::kBf16 ? fe::DataType_t::BFLOAT16
+                                 : fe::DataType_t::FLOAT;
+}
+
+// The activation as pointwise operations on t, or null when cuDNN's modes do not express it.
+std::shared_ptr<fe::graph::Tensor_attributes> apply_act(
+    fe::graph::Graph& g, const std::shared_ptr<fe::graph::Tensor_attributes>& t, const ActFn& a) {
+  auto pw = [&](fe::PointwiseMode_t m) {
+    return fe::graph::Pointwise_attributes().set_mode(m).set_compute_data_type(fe::DataType_t::FLOAT);
+  };
+  switch (a.kind) {
+    case Act::kIdentity:
+      return t;
+    case Act::kRelu:
+      return g.pointwise(t, pw(fe::PointwiseMode_t::RELU_FWD));
+    case Act::kRelu6:
+      return g.pointwise(t, pw(fe::PointwiseMode_t::RELU_FWD).set_relu_upper_clip(6.f));
+    case Act::kLeakyRelu:
+      return g.pointwise(t, pw(fe::PointwiseMode_t::RELU_FWD).set_relu_lower_clip_slope(a.slope));
+    case Act::kSigmoid:
+      return g.pointwise(t, pw(fe::PointwiseMode_t::SIGMOID_FWD));
+    case Act::kTanh:
+      return g.pointwise(t, pw(fe::PointwiseMode_t::TANH_FWD));
+    case Act::kSilu:
+      return g.pointwise(t, pw(fe::PointwiseMode_t::SWISH_FWD).set_swish_beta(1.f));
+    case Act::kGelu:
+      return g.pointwise(t, pw(fe::PointwiseMode_t::GELU_FWD));
+    case Act::kGeluTanh:
+      return g.pointwise(t, pw(fe::PointwiseMode_t::GELU_APPROX_TANH_FWD));
+    case Act::kHardswish:
+    case Act::kHardsigmoid:
+      break;
+  }
+  return nullptr;
+}
+
+std::string msg(fe::error_t e) { return e.get_message(); }
+
+}  // namespace
+
+struct CudnnGraphConv::Impl {
+  ConvParams p;
+  ActFn act;
+  bool residual = false;
+  Precision prec = Precision::kFp16;
+  std::string why;
+  // The tuned engine, replayed for other batch sizes.
+  bool tuned = false;
+  int64_t engine = -1;
+  std::unordered_map<fe::KnobType_t, int64_t> knobs;
+  std::string engine_name;
+  struct Built {
+    fe::graph::Graph g;
+    int64_t plan = -1;  // the executable plan's index
+    int64_t ws = 0;
+    std::vector<std::pair<int64_t, int64_t>> cands;  // before tune: built plans' indices, workspaces
+  };
+  std::map<int64_t, std::unique_ptr<Built>> by_n;
+  std::unique_ptr<Built> pending;  // prepare's candidates for tune
+  int64_t pending_n = -1;
+
+  // The graph for n images with the tuned engine and knobs; cuDNN's first heuristic choice that
+  // builds within ws_bytes when they cannot run n.
+  std::unique_ptr<Built> replay(cudnnHandle_t h, int64_t n, size_t ws_bytes) {
+    std::unique_ptr<Built> b;
+    if (engine >= 0) {
+      b = graph(h, n, false);
+      if (!b) throw Error("cudnn graph convolution: " + why);
+      int64_t need = 0;
+      if (b->g.create_execution_plan(engine, knobs).is_good() && b->g.build_plan_at_index(0).is_good() &&
+          b->g.get_workspace_size_plan_at_index(0, need).is_good() && need >= 0 &&
+          static_cast<size_t>(need) <= ws_bytes)
+        b->plan = 0, b->ws = need;
+    }
+    if (!b || b->plan < 0) {
+      b = graph(h, n, true);
+      if (!b) throw Error("cudnn graph convolution: " + why);
+      const int64_t count = b->g.get_execution_plan_count();
+      for (int64_t i = 0; i < count && b->plan < 0; ++i) {
+        int64_t need = 0;
+        if (b->g.build_plan_at_index(i).is_good() &&
+            b->g.get_workspace_size_plan_at_index(i, need).is_good() && need >= 0 &&
+            static_cast<size_t>(need) <= ws_bytes)
+          b->plan = i, b->ws = need;
+      }
+      if (b->plan < 0)
+        throw Error("cudnn graph convolution: no engine runs " + std::to_string(n) + " images within " +
+                    std::to_string(ws_bytes) + " bytes of workspace");
+    }
+    return b;
+  }
+
+  // The operation graph for n images, heuristics queried and filtered to the precision's
+  // arithmetic; null with why set when cuDNN cannot express or support it.
+  std::unique_ptr<Built> graph(cudnnHandle_t h, int64_t n, bool heuristics) {
+    auto b = std::make_unique<Built>();
+    fe::graph::Graph& g = b->g;
+    const fe::DataType_t t = io_type(prec);
+    g.set_io_data_type(t)
+        .set_intermediate_data_type(fe::DataType_t::FLOAT)
+        .set_compute_data_type(fe::DataType_t::FLOAT);
+    const int64_t C = p.in_c, H = p.in_h, W = p.in_w, K = p.filters, R = p.kernel_h, S = p.kernel_w;
+    const int64_t OH = p.out_h, OW = p.out_w;
+    auto X = g.tensor(fe::graph::Tensor_attributes()
+                          .set_name("x")
+                          .set_uid(kX)
+                          .set_data_type(t)
+                          .set_dim({n, C, H, W})
+                          .set_stride({C * H * W, 1, C * W, C}));
+    auto Wt = g.tensor(fe::graph::Tensor_attributes()
+                           .set_name("w")
+                           .set_uid(kW)
+                           .set_data_type(t)
+                           .set_dim({K, C, R, S})
+                           .set_stride({C * R * S, 1, C * S, C}));
+    auto y = g.conv_fprop(X, Wt,
+                          fe::graph::Conv_fprop_attributes()
+                              .set_padding({p.pad_h, p.pad_w})
+                              .set_stride({p.stride_h, p.stride_w})
+                              .set_dilation({p.dilation_h, p.dilation_w})
+                              .set_compute_data_type(fe::DataType_t::FLOAT));
+    auto B = g.tensor(fe::graph::Tensor_attributes()
+                          .set_name("bias")
+                          .set_uid(kBias)
+                          .set_data_type(fe::DataType_t::FLOAT)
+                          .set_dim({1, K, 1, 1})
+                          .set_stride({K, 1, K, K}));
+    auto add = fe::graph::Pointwise_attributes()
+                   .set_mode(fe::PointwiseMode_t::ADD)
+                   .set_compute_data_type(fe::DataType_t::FLOAT);
+    y = g.pointwise(y, B, add);
+    if (residual) {
+      auto Z = g.tensor(fe::graph::Tensor_attributes()
+                            .set_name("z")
+                            .set_uid(kZ)
+                            .set_data_type(t)
+                            .set_dim({n, K, OH, OW})
+                            .set_stride({K * OH * OW, 1, K * OW, K}));
+      y = g.pointwise(y, Z, add);
+    }
+    y = apply_act(g, y, act);
+    if (!y) {
+      why = "cuDNN's pointwise modes have no " + act_fn_name(act);
+      return nullptr;
+    }
+    y->set_output(true)
+        .set_uid(kY)
+        .set_data_type(t)
+        .set_dim({n, K, OH, OW})
+        .set_stride({K * OH * OW, 1, K * OW, K});
+    fe::error_t e = g.validate();
+    if (e.is_good()) e = g.build_operation_graph(h);
+    if (e.is_bad()) {
+      why = "cuDNN's graph API: " + msg(e);
+      return nullptr;
+    }
+    if (!heuristics) return b;
+    e = g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK});
+    if (e.is_bad()) {
+      why = "cuDNN's heuristics: " + msg(e);
+      return nullptr;
+    }
+    filter(g);
+    e = g.check_support(h);
+    if (e.is_bad()) {
+      why = "no engine of cuDNN's supports it: " + msg(e);
+      return nullptr;
+    }
+    return b;
+  }
+
+  // The precision's arithmetic, as for the legacy API (conv2d_cudnn.cpp): FP32 keeps FP32
+  // products (no tensor cores, no down-conversion), TF32 no conversion to 16 bits, and no
+  // precision takes Winograd's transforms.
+  void filter(fe::graph::Graph& g) const {
+    std::vector<fe::NumericalNote_t> no = {
+        fe::NumericalNote_t::WINOGRAD, fe::NumericalNote_t::WINOGRAD_TILE_4x4,
+        fe::NumericalNote_t::WINOGRAD_TILE_6x6, fe::NumericalNote_t::WINOGRAD_TILE_13x13};
+    if (prec == Precision::kFp32 || prec == Precision::kTf32)
+      no.push_back(fe::NumericalNote_t::DOWN_CONVERT_INPUTS);
+    if (prec == Precision::kFp32) no.push_back(fe::NumericalNote_t::TENSOR_CORE);
+    g.deselect_numeric_notes(no);
+  }
+
+  static std::unordered_map<int64_t, void*> pack(const GraphConvIo& io) {
+    std::unordered_map<int64_t, void*> m = {{kX, const_cast<void*>(io.x)},
+                                            {kW, const_cast<void*>(io.w)},
+                                            {kBias, const_cast<float*>(io.bias)},
+                                            {kY, io.y}};
+    if (io.z) m[kZ] = const_cast<void*>(io.z);
+    return m;
+  }
+};
+
+bool CudnnGraphConv::built() { return true; }
+
+CudnnGraphConv::CudnnGraphConv(const ConvParams& p, ActFn act, bool residual, Precision prec)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->p = p;
+  impl_->act = act;
+  impl_->residual = residual;
+  impl_->prec = prec;
+}
+
+CudnnGraphConv::~CudnnGraphConv() = default;
+
+bool CudnnGraphConv::tuned() const { return impl_->tuned; }
+std::string CudnnGraphConv::why() const { return impl_->why; }
+
+void CudnnGraphConv::prepare(void* handle, int64_t n, size_t ws_bytes, int max_plans) {
+  Impl& m = *impl_;
+  const auto h = static_cast<cudnnHandle_t>(handle);
+  if (m.tuned) {
+    if (m.by_n.count(n) == 0) m.by_n[n] = m.replay(h, n, ws_bytes);
+    return;
+  }
+  if (m.pending && m.pending_n == n) return;
+  m.pending.reset();
+  m.pending_n = n;
+  if (m.p.groups > 1) {
+    m.why = "grouped convolutions stay on the legacy API";
+    return;
+  }
+  std::unique_ptr<Impl::Built> b = m.graph(h, n, true);
+  if (!b) return;
+  const int64_t count = b->g.get_execution_plan_count();
+  for (int64_t i = 0; i < count && static_cast<int>(b->cands.size()) < max_plans; ++i) {
+    int64_t need = 0;
+    if (b->g.build_plan_at_index(i).is_good() && b->g.get_workspace_size_plan_at_index(i, need).is_good() &&
+        need >= 0 && static_cast<size_t>(need) <= ws_bytes)
+      b->cands.push_back({i, need});
+  }
+  if (b->cands.empty()) {
+    m.why = "none of cuDNN's " + std::to_string(count) + " candidate engines built within " +
+            std::to_string(ws_bytes) + " bytes of workspace";
+    return;
+  }
+  m.pending = std::move(b);
+}
+
+float CudnnGraphConv::tune(void* handle, cudaStream_t s, int64_t n, const GraphConvIo& io, void* ws,
+                           size_t ws_bytes, int max_plans) {
+  Impl& m = *impl_;
+  m.tuned = false;
+  m.by_n.clear();
+  const auto h = static_cast<cudnnHandle_t>(handle);
+  if (cudnnSetStream(h, s) != CUDNN_STATUS_SUCCESS) throw Error("cudnnSetStream failed");
+  if (!m.pending || m.pending_n != n) prepare(handle, n, ws_bytes, max_plans);
+  std::unique_ptr<Impl::Built> b = std::move(m.pending);
+  if (!b) return -1.f;
+  auto vp = Impl::pack(io);
+  const CudaEvent e0, e1;
+  float best = -1.f;
+  std::string last;
+  for (const auto& [i, need] : b->cands) {
+    if (static_cast<size_t>(need) > ws_bytes) continue;
+    fe::error_t e = b->g.execute_plan_at_index(h, vp, ws, i);  // warm-up (and the check that it runs)
+    float ms_best = 1e30f;
+    for (int r = 0; r < 3 && e.is_good(); ++r) {
+      CUDA_CHECK(cudaEventRecord(e0.get(), s));
+      e = b->g.execute_plan_at_index(h, vp, ws, i);
+      CUDA_CHECK(cudaEventRecord(e1.get(), s));
+      CUDA_CHECK(cudaEventSynchronize(e1.get()));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
+      ms_best = std::min(ms_best, ms);
+    }
+    if (e.is_bad()) {
+      last = msg(e);
+      continue;
+    }
+    if (best < 0 || ms_best < best) {
+      best = ms_best;
+      b->plan = i;
+      b->ws = need;
+    }
+  }
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  if (best < 0) {
+    m.why = "no engine ran: " + last;
+    return -1.f;
+  }
+  if (b->g.get_engine_and_knobs_at_index(b->plan, m.engine, m.knobs).is_bad()) m.engine = -1;
+  if (b->g.get_plan_name_at_index(b->plan, m.engine_name).is_bad()) m.engine_name = "?";
+  m.tuned = true;
+  m.by_n[n] = std::move(b);
+  return best;
+}
+
+void CudnnGraphConv::forward(void* handle, cudaStream_t s, int64_t n, const GraphConvIo& io, void* ws,
+                             size_t ws_bytes) {
+  Impl& m = *impl_;
+  if (!m.tuned) throw Error("cudnn graph convolution: forward before tune");
+  const auto h = static_cast<cudnnHandle_t>(handle);
+  if (cudnnSetStream(h, s) != CUDNN_STATUS_SUCCESS) throw Error("cudnnSetStream failed");
+  auto it = m.by_n.find(n);
+  if (it == m.by_n.end()) it = m.by_n.emplace(n, m.replay(h, n, ws_bytes)).first;
+  if (static_cast<size_t>(it->second->ws) > ws_bytes)
+    throw Error("cudnn graph convolution: " + m.engine_name + " needs " + std::to_string(it->second->ws) +
+                " bytes of workspace for " + std::to_string(n) + " images, " + std::to_string(ws_bytes) +
+                " reserved");
+  auto vp = Impl::pack(io);
+  const fe::error_t e = it->second->g.execute_plan_at_index(h, vp, ws, it->second->plan);
+  if (e.is_bad()) throw Error("cudnn graph convolution: " + msg(e));
+}
+
+std::string CudnnGraphConv::name() const {
+  const Impl& m = *impl_;
+  std::string what = "bias";
+  if (m.residual) what += "+add";
+  if (m.act.kind != Act::kIdentity) what += "+" + act_fn_name(m.act);
+  return "cudnn graph:" + m.engine_name + "(fused " + what + ")";
+}
+
+#else  // built without the cuDNN frontend's headers
+
+struct CudnnGraphConv::Impl {};
+bool CudnnGraphConv::built() { return false; }
+CudnnGraphConv::CudnnGraphConv(const ConvParams&, ActFn, bool, Precision) {}
+CudnnGraphConv::~CudnnGraphConv() = default;
+bool CudnnGraphConv::tuned() const { return false; }
+std::string CudnnGraphConv::why() const {
+  return "built without the cuDNN frontend (scripts/fetch_cudnn_frontend.sh)";
+}
+void CudnnGraphConv::prepare(void*, int64_t, size_t, int) {}
+float CudnnGraphConv::tune(void*, cudaStream_t, int64_t, const GraphConvIo&, void*, size_t, int) {
+  return -1.f;
+}
+void CudnnGraphConv::forward(void*, cudaStream_t, int64_t, const GraphConvIo&, void*, size_t) {
+  throw Error("cudnn graph convolution: " + why());
+}
+std::string CudnnGraphConv::name() const { return "cudnn graph"; }
+
+#endif
+
+}  // namespace cnnrun::gpu
