@@ -70,10 +70,11 @@ std::string cudnn_version_string() {
   return "cuDNN " + fmt(v) + " (built with " + fmt(CUDNN_VERSION) + ")";
 }
 
-// How many of cuDNN's heuristic candidates the graph API's search builds and times per layer
-// (each build compiles a kernel; on ResNet-18 the fastest was always among the first five, the
-// first within 20 % of it: docs/performance.md, Session 8).
-constexpr int kGraphPlans = 4;
+// How many of cuDNN's heuristic candidates the graph API's search builds and times per layer.
+// Each build compiles a kernel (NVRTC, 0.2-0.9 s), which dominates the setup; on ResNet-18 and
+// GoogLeNet the first two gave the forward times of the first four within noise, at about 60 %
+// of the setup (docs/performance.md, Session 10).
+constexpr int kGraphPlans = 2;
 
 struct CudnnConv::Impl {
   ConvParams p;
