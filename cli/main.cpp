@@ -509,23 +509,16 @@ int run_network(const Options& o, Ranks& ranks) {
   if (o.repeat > 1) {
     const Dataset& data = *whole;
     // The first run did the executor's one-time work (weights, algorithm search); each run also
-    // warms up on its first block off the clock. The report is the run with the median time.
+    // warms up on its first block off the clock. The report is the run with the median time and
+    // the first run's setup.
     std::vector<RunResult> runs;
     runs.push_back(std::move(rep.run));
     ro.progress = {};
     for (int i = 1; i < o.repeat; ++i) runs.push_back(ex->run(data, ro));
     std::vector<double> t;
     for (const RunResult& r : runs) t.push_back(r.forward_seconds);
-    std::vector<double> sorted = t;
-    std::sort(sorted.begin(), sorted.end());
-    const size_t mid = sorted.size() / 2;
-    const double median = sorted.size() % 2 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
-    size_t pick = 0;
-    for (size_t i = 1; i < t.size(); ++i)
-      if (std::abs(t[i] - median) < std::abs(t[pick] - median)) pick = i;
-    rep.run = std::move(runs[pick]);
+    rep.run = median_run(std::move(runs));
     rep.repeat_seconds = t;
-    rep.run.forward_seconds = median;
   }
 
   if (rep.run.nonfinite_images > 0) {

@@ -1,7 +1,9 @@
 #include "engine/executor.h"
 
 #include <algorithm>
+#include <cmath>
 
+#include "engine/core/error.h"
 #include "engine/core/memory.h"
 
 namespace cnnrun {
@@ -30,6 +32,25 @@ std::optional<Layout> parse_layout(const std::string& s) {
   for (Layout l : {Layout::kAuto, Layout::kNchw, Layout::kNhwc})
     if (s == layout_name(l)) return l;
   return std::nullopt;
+}
+
+RunResult median_run(std::vector<RunResult> runs) {
+  if (runs.empty()) throw Error("median_run: no runs");
+  std::vector<double> t;
+  for (const RunResult& r : runs) t.push_back(r.forward_seconds);
+  std::vector<double> sorted = t;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t mid = sorted.size() / 2;
+  const double median = sorted.size() % 2 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
+  size_t pick = 0;
+  for (size_t i = 1; i < t.size(); ++i)
+    if (std::abs(t[i] - median) < std::abs(t[pick] - median)) pick = i;
+  const std::optional<double> first_setup =
+      runs[0].gpu ? std::optional<double>(runs[0].gpu->setup_seconds) : std::nullopt;
+  RunResult r = std::move(runs[pick]);
+  r.forward_seconds = median;
+  if (r.gpu && first_setup) r.gpu->setup_seconds = *first_setup;
+  return r;
 }
 
 GpuTuning parse_gpu_off(const std::string& list) {

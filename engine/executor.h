@@ -168,6 +168,12 @@ struct RunResult {
   std::optional<GpuRunFacts> gpu;
 };
 
+// The runs of --repeat (at least one; the first did the executor's one-time work: weights,
+// algorithm search) as one: the run whose forward time is nearest the median, with the median as
+// its forward_seconds and, on the GPU, the first run's setup_seconds (the later runs' setups
+// only check what the first made).
+RunResult median_run(std::vector<RunResult> runs);
+
 class Executor {
  public:
   virtual ~Executor() = default;

@@ -195,4 +195,32 @@ TEST_CASE("cpu executor: wrong image shape and missing weights are errors") {
                        Error);
 }
 
+TEST_CASE("median_run: the median forward time, the run nearest it, and the first run's GPU setup") {
+  auto make = [](double fwd, double setup, int32_t tag) {
+    RunResult r;
+    r.forward_seconds = fwd;
+    r.predictions = {tag};
+    r.gpu = GpuRunFacts{};
+    r.gpu->setup_seconds = setup;
+    return r;
+  };
+  // Odd count: the middle run itself; its setup replaced by the first run's (the search).
+  RunResult r = median_run({make(0.5, 9.0, 0), make(0.1, 0.01, 1), make(0.3, 0.02, 2)});
+  CHECK(r.forward_seconds == 0.3);
+  CHECK(r.predictions == std::vector<int32_t>{2});
+  CHECK(r.gpu->setup_seconds == 9.0);
+  // Even count: the mean of the middle two, the run nearest it (the first of equals).
+  r = median_run({make(0.4, 5.0, 0), make(0.1, 0.01, 1), make(0.2, 0.02, 2), make(0.9, 0.03, 3)});
+  CHECK(r.forward_seconds == doctest::Approx(0.3));
+  CHECK(r.predictions == std::vector<int32_t>{0});
+  CHECK(r.gpu->setup_seconds == 5.0);
+  // One run: itself; no GPU facts stay none.
+  RunResult cpu;
+  cpu.forward_seconds = 0.7;
+  r = median_run({cpu});
+  CHECK(r.forward_seconds == 0.7);
+  CHECK_FALSE(r.gpu.has_value());
+  CHECK_THROWS_AS(median_run({}), Error);
+}
+
 }  // namespace cnnrun::test
