@@ -35,7 +35,8 @@
 #   WORK        generated weights and images (default /tmp/zoo_bench); logs under WORK/logs
 #   OUT         (the device tool's return folder) also gets zoo_table.md, zoo_results.json and
 #               zoo_logs.tgz (logs and JSON reports, no weights or images)
-#   COMMIT      the commit to name in the table's header (default: git rev-parse HEAD if it works)
+#   COMMIT      the commit to name in the table's header (default: the one the binary's --version
+#               names, else git rev-parse HEAD if it works)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 C=${CARRY:-.carry}
@@ -83,7 +84,11 @@ if [ -z "${DRY:-}" ]; then
   CUDNN_LIB=${CUDNN_LIB:-$torch_cudnn}
   [ -n "$CUDNN_LIB" ] && export LD_LIBRARY_PATH=$CUDNN_LIB:${LD_LIBRARY_PATH:-}
 fi
-commit=${COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || true)}
+# The binary names the commit it was built from (`--version`: "0.1.0 (commit 1c3f4494ecf5)");
+# a binary from before that, or "unknown", falls back to this checkout's HEAD.
+built=$(sed -n 's/.*(commit \([^)]*\)).*/\1/p' <<<"$version")
+[ "$built" = unknown ] && built=
+commit=${COMMIT:-${built:-$(git rev-parse --short=12 HEAD 2>/dev/null || true)}}
 W=${WORK:-/tmp/zoo_bench}
 mkdir -p "$W/logs"
 echo "zoo_bench: cnnrun $BIN ($version), python $PY, shared ${S:-none}," \

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "build_commit.h"  // generated at build time: CNNRUN_BUILD_COMMIT
 #include "engine/core/clock.h"
 #include "engine/core/memory.h"
 #include "engine/dist/ranks.h"
@@ -40,7 +41,8 @@
 namespace {
 
 using namespace cnnrun;
-constexpr const char* kVersion = "0.1.0";
+constexpr const char* kVersion = CNNRUN_VERSION;  // CMake's project version
+constexpr const char* kVersionLine = CNNRUN_VERSION " (commit " CNNRUN_BUILD_COMMIT ")";
 
 // What the CLI is doing, for an out-of-memory message that names it.
 const char* g_stage = "starting";
@@ -418,6 +420,7 @@ int run_network(const Options& o, Ranks& ranks) {
   }
   Report rep;
   rep.version = kVersion;
+  rep.commit = CNNRUN_BUILD_COMMIT;
   rep.netdef = o.netdef;
 
   auto t = Clock::now();
@@ -675,7 +678,7 @@ int main(int argc, char** argv) {
   if (!speaker && !std::freopen("/dev/null", "w", stdout)) return 1;
   CLI::App app{
       "cnnrun: run a convolutional network described in YAML over a data set, on the GPU or the CPU"};
-  app.set_version_flag("--version", kVersion);
+  app.set_version_flag("--version", kVersionLine);
   Options o;
   app.add_option(
       "netdef", o.netdef,

@@ -232,7 +232,8 @@ std::string cpu_model() {
 
 std::string report_text(const Report& r) {
   std::string s;
-  s += "cnnrun " + r.version + ": " + r.net_name + " (" + r.netdef + ")\n";
+  s += "cnnrun " + r.version + (r.commit.empty() ? "" : " (commit " + r.commit + ")") + ": " + r.net_name +
+       " (" + r.netdef + ")\n";
   s += "Engine: " + r.run.engine + "\n";
   if (r.run.precision != Precision::kFp32)
     s += std::string("Precision: ") + precision_name(r.run.precision) +
@@ -345,6 +346,7 @@ std::string report_json(const Report& r) {
   gethostname(host, sizeof host - 1);
   json j;
   j["cnnrun_version"] = r.version;
+  j["cnnrun_commit"] = r.commit;
   j["netdef"] = r.netdef;
   j["network"] = r.net_name;
   j["environment"] = {{"host", host},

@@ -24,6 +24,7 @@ struct RankFacts {
 
 struct Report {
   std::string version;
+  std::string commit;  // the source commit the binary was built from ("...-dirty", "unknown")
   std::string netdef, net_name;
   std::string data_description, weights_description;
   std::string cpu_fallback;             // why --engine auto ran the CPU ("" = it did not fall back)

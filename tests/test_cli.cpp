@@ -240,11 +240,39 @@ layers:
   Out o = run(dir + "/tiny.yaml " + assets() + " --engine cpu");
   INFO(o.text);
   REQUIRE(o.rc == 0);
-  CHECK(o.text.find("cnnrun 0.1.0: tiny") != std::string::npos);
+  CHECK(o.text.find("cnnrun 0.1.0 (commit ") != std::string::npos);
+  CHECK(o.text.find("): tiny (") != std::string::npos);
   CHECK(o.text.find("Images: 1000") != std::string::npos);
   CHECK(o.text.find("gap") != std::string::npos);
   Out c = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet");
   CHECK(c.rc == 0);
+}
+
+TEST_CASE("cli: --version and the report name the commit the binary was built from") {
+  Out v = run("--version");
+  INFO(v.text);
+  REQUIRE(v.rc == 0);
+  const size_t at = v.text.find("(commit ");
+  REQUIRE(at != std::string::npos);
+  const std::string commit = v.text.substr(at + 8, v.text.find(')', at) - at - 8);
+  std::string head;
+  if (run_command("git -C " + std::string(CNNRUN_SOURCE_DIR) + " rev-parse --short=12 HEAD 2>/dev/null",
+                  &head) == 0 &&
+      head.size() >= 12) {
+    // Built from this tree (the build_commit target runs at every build): its HEAD, maybe dirty.
+    CHECK(commit.substr(0, 12) == head.substr(0, 12));
+    CHECK((commit.size() == 12 || commit.substr(12) == "-dirty"));
+  } else {
+    MESSAGE("no git work tree at the source dir: the commit is 'unknown'");
+    CHECK(commit == "unknown");
+  }
+  const std::string dir = temp_dir("version_json");
+  Out j = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet --json " +
+              dir + "/r.json");
+  REQUIRE(j.rc == 0);
+  const auto doc = nlohmann::json::parse(read_file(dir + "/r.json"));
+  CHECK(doc.at("cnnrun_commit").get<std::string>() == commit);
+  CHECK(doc.at("cnnrun_version").get<std::string>() == v.text.substr(0, v.text.find(' ')));
 }
 
 TEST_CASE("cli: errors are one line on stderr with a non-zero exit") {
