@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# ctest zoo_bench_dry: bench/zoo_bench.sh's CPU dry run (DRY=1) on LeNet-5 and ResNet-18 at 3x32x32,
+# fp32 and fp16, checked through its zoo_results.json: both networks were expressible and ran,
+# validated against the reference, matched PyTorch on the same weights and images (x-check), the
+# fp16 rows carry cnnrun's own refusal (the CPU computes in FP32), and the header names the
+# commit the binary says it was built from. Times are printed by the script, never checked.
+# Skipped (77) without a python3 that imports torch and torchvision.
+#   tests/zoo_bench_dry.sh CNNRUN_BINARY SOURCE_DIR
+set -uo pipefail
+bin=$1
+src=$2
+py=/usr/bin/python3
+$py -c 'import torch, torchvision' 2>/dev/null || { echo "skipped: $py has no torch and torchvision"; exit 77; }
+w=$(mktemp -d)
+trap 'rm -rf "$w"' EXIT
+if ! DRY=1 CNNRUN="$bin" NETS="lenet5 resnet18" SIZES=32 PRECISIONS="fp32 fp16" PYTHON=$py WORK="$w/work" \
+  OUT="$w/out" COMMIT= bash "$src/bench/zoo_bench.sh" >"$w/log" 2>&1; then
+  cat "$w/log"
+  echo "FAIL: bench/zoo_bench.sh exited non-zero"
+  exit 1
+fi
+cat "$w/out/zoo_table.md"
+version=$("$bin" --version)
+$py - "$w/out/zoo_results.json" "$version" <<'PY'
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+commit = re.search(r"\(commit ([^)]*)\)", sys.argv[2]).group(1)
+errors = []
+if f"commit {commit};" not in d["header"]:
+    errors.append(f"header {d['header']!r} does not name the binary's commit {commit}")
+rows = {r["net"]: r for r in d["results"]}
+for net, size in (("lenet5", "1x28x28"), ("resnet18", "3x32x32")):
+    r = rows.get(net)
+    if r is None:
+        errors.append(f"{net}: no row")
+        continue
+    if r["input"] != size:
+        errors.append(f"{net}: input {r['input']}, expected {size}")
+    c = r["cnnrun"].get("fp32", {})
+    if c.get("rc") != 0 or not c.get("validate_pass") or c.get("median_ms", 0) <= 0 or c.get("runs") != 5:
+        errors.append(f"{net} fp32: cnnrun row {c}")
+    if not r.get("xcheck_max_rel", 1) < 1e-4:
+        errors.append(f"{net}: x-check {r.get('xcheck_max_rel')} (not the same weights and images?)")
+    if "torch" not in r or "best" not in r["torch"].get("fp32", {}):
+        errors.append(f"{net} fp32: no PyTorch time")
+    h = r["cnnrun"].get("fp16", {})
+    if h.get("rc") != 2 or "needs --engine gpu" not in h.get("error", ""):
+        errors.append(f"{net} fp16: expected cnnrun's refusal on the CPU, got {h}")
+for e in errors:
+    print("FAIL:", e)
+print("zoo_bench dry run:", "ok" if not errors else f"{len(errors)} failures")
+sys.exit(1 if errors else 0)
+PY
