@@ -13,7 +13,8 @@ const char* const kGpuOffNames = "pool,u8,rows,graph,tc,exact,pack,graphapi";
 bool GpuTuning::operator==(const GpuTuning& o) const {
   return fuse_pool == o.fuse_pool && fuse_u8 == o.fuse_u8 && row_copies == o.row_copies &&
          graphs == o.graphs && tensor_cores == o.tensor_cores && exact_pixels == o.exact_pixels &&
-         pack_low == o.pack_low && cudnn_graph == o.cudnn_graph && graph_first == o.graph_first;
+         pack_low == o.pack_low && cudnn_graph == o.cudnn_graph && graph_first == o.graph_first &&
+         share_buffers == o.share_buffers;
 }
 
 const char* layout_name(Layout l) {

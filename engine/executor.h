@@ -30,6 +30,9 @@ struct GpuTuning {
   bool cudnn_graph = true;   // graphapi: channels last, cuDNN's graph API is timed against its legacy API
   // Not a --gpu-off name (tests): the graph API's engine wherever it runs, untimed.
   bool graph_first = false;
+  // Not a --gpu-off name yet (tests; off until measured on a GPU): run() lets buffers that are
+  // never in use at the same step share memory (engine/gpu/plan.h, share_groups).
+  bool share_buffers = false;
   bool operator==(const GpuTuning& o) const;
   bool operator!=(const GpuTuning& o) const { return !(*this == o); }
 };
@@ -142,6 +145,10 @@ struct GpuRunFacts {
   std::string graph_error;  // kCaptureFailed: why
   int64_t block = 0;        // images per full block
   int64_t blocks = 0;
+  // Device memory per image of a slot's activation buffers (GpuTuning::share_buffers: fewer
+  // allocations, shared by buffers never in use at once), and how many buffers / allocations.
+  int64_t buffer_bytes_per_image = 0;
+  int buffers = 0, buffer_allocations = 0;
   int streams = 0;
   std::string cudnn_version;
   enum class Pixels { kResident, kRegistered, kStaged, kPinned } pixels = Pixels::kPinned;

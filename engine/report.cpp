@@ -171,6 +171,10 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
   out.push_back(std::string("gpu: setup (weights, workspaces, algorithm search, ") +
                 (g.resident ? "upload of the resident pixels" : "page-locking") + ") " +
                 fmt_ms(g.setup_seconds) + ", not in the forward time");
+  out.push_back("gpu: activation buffers " + std::to_string(g.buffer_bytes_per_image) +
+                " bytes per image per stream, " + std::to_string(g.buffers) + " buffers in " +
+                std::to_string(g.buffer_allocations) + " allocations" +
+                (g.buffer_allocations < g.buffers ? " (shared by buffers never in use at once)" : ""));
   out.push_back("gpu: preprocess " + fmt_ms(g.preprocess_seconds) + ", argmax+accuracy " +
                 fmt_ms(g.argmax_seconds) + (g.resident ? ", D2D pixels " : ", H2D ") + fmt_ms(g.h2d_seconds) +
                 ", D2H " + fmt_ms(g.d2h_seconds) + " (event intervals summed over blocks)");

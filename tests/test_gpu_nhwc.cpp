@@ -244,6 +244,73 @@ layers:
   }
 }
 
+TEST_CASE("gpu: buffers shared by lifetime give a buffer per layer's results, in less memory" *
+          doctest::skip(!gpu_present())) {
+  // A residual block (the add and its ReLU in the conv's epilogue, its other input live across
+  // the conv), convs the implicit kernel fuses with their pools (NCHW), and the networks above.
+  const char* const residual = R"(
+name: residual
+input: {channels: 3, height: 16, width: 16}
+classes: 10
+layers:
+  - {name: c0, type: conv, filters: 32, kernel: 3, pad: 1}
+  - {name: r0, type: relu}
+  - {name: c1, type: conv, filters: 32, kernel: 3, pad: 1}
+  - {name: b1, type: batchnorm}
+  - {name: r1, type: relu}
+  - {name: c2, type: conv, filters: 32, kernel: 3, pad: 1}
+  - {name: b2, type: batchnorm}
+  - {name: sum, type: add, inputs: [b2, r0]}
+  - {name: r2, type: relu}
+  - {name: c3, type: conv, filters: 32, kernel: 3, pad: 1}
+  - {name: r3, type: relu}
+  - {name: p3, type: maxpool, size: 2, stride: 2}
+  - {name: c4, type: conv, filters: 32, kernel: 3, pad: 1}
+  - {name: r4, type: relu}
+  - {name: p4, type: maxpool, size: 2, stride: 2}
+  - {name: gap, type: avgpool, global: true}
+  - {name: fc, type: fc, outputs: 10}
+)";
+  for (const char* text : {residual, kMixed, kHead}) {
+    Network net = parse_netdef_string(text, "t.yaml");
+    random_weights(net, 11);
+    auto gpu = make_gpu_executor(net);
+    auto cpu = make_cpu_executor(net);
+    Dataset data = gpu_random_data(net.input, 37, 10, 5);
+    for (Layout layout : {Layout::kNchw, Layout::kNhwc})
+      for (Precision p : {Precision::kFp32, Precision::kFp16}) {
+        INFO(net.name << " " << layout_name(layout) << " " << precision_name(p));
+        RunOptions o;
+        o.batch = 37;  // blocks of 16, 16 and 5 on two streams
+        o.block = 16;
+        o.streams = 2;
+        o.want_probs = true;
+        o.layout = layout;
+        o.precision = p;
+        const RunResult own = gpu->run(data, o);
+        o.tuning.share_buffers = true;
+        const RunResult shared = gpu->run(data, o);
+        REQUIRE(own.gpu);
+        REQUIRE(shared.gpu);
+        CHECK(own.gpu->buffer_allocations == own.gpu->buffers);
+        CHECK(shared.gpu->buffers == own.gpu->buffers);
+        CHECK(shared.gpu->buffer_allocations < own.gpu->buffers);
+        CHECK(shared.gpu->buffer_bytes_per_image < own.gpu->buffer_bytes_per_image);
+        // Same algorithms (auto's picks are kept for the block size); a buffer overwritten while
+        // in use would be far off.
+        REQUIRE(shared.probs.size() == own.probs.size());
+        double worst = 0;
+        for (size_t i = 0; i < own.probs.size(); ++i)
+          worst = std::max(worst, static_cast<double>(std::fabs(shared.probs[i] - own.probs[i])));
+        CHECK(worst <= (p == Precision::kFp32 ? 1e-5 : 1e-2));
+        if (p == Precision::kFp32) CHECK(shared.predictions == own.predictions);
+        // forward_layers (validation) keeps a buffer per layer, after a shared run.
+        const Validation v = validate(*gpu, *cpu, net, data, 4, o);
+        CHECK(v.pass);
+      }
+  }
+}
+
 TEST_CASE("gpu: --layout nhwc on ResNet's strided block, 128 channels, vs reference" *
           doctest::skip(!gpu_present())) {
   // torchvision's BasicBlock with a projection shortcut (convs without bias, batchnorms folded),

@@ -48,16 +48,26 @@ class DevBuf {
   explicit DevBuf(size_t bytes) { alloc(bytes); }
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
-  DevBuf(DevBuf&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DevBuf(DevBuf&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)), own_(std::exchange(o.own_, true)) {}
   DevBuf& operator=(DevBuf&& o) noexcept {
     if (this != &o) {
       reset();
       p_ = std::exchange(o.p_, nullptr);
       n_ = std::exchange(o.n_, 0);
+      own_ = std::exchange(o.own_, true);
     }
     return *this;
   }
   ~DevBuf() { reset(); }
+  // `bytes` at `p` inside memory another DevBuf owns (which must outlive it): never freed here.
+  static DevBuf view(void* p, size_t bytes) {
+    DevBuf b;
+    b.p_ = p;
+    b.n_ = bytes;
+    b.own_ = false;
+    return b;
+  }
 
   void alloc(size_t bytes) {
     reset();
@@ -66,9 +76,10 @@ class DevBuf {
     n_ = bytes;
   }
   void reset() {
-    if (p_) cudaFree(p_);  // no check: called from destructors, and a failed free leaks at worst
+    if (p_ && own_) cudaFree(p_);  // no check: called from destructors, and a failed free leaks at worst
     p_ = nullptr;
     n_ = 0;
+    own_ = true;
   }
   template <typename T = float>
   T* as() const {
@@ -80,6 +91,7 @@ class DevBuf {
  private:
   void* p_ = nullptr;
   size_t n_ = 0;
+  bool own_ = true;
 };
 
 // Page-locked host memory (cudaHostAlloc), so asynchronous copies really are asynchronous.

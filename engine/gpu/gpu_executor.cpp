@@ -265,7 +265,9 @@ class GpuExecutor : public Executor {
   }
 
   // Each conv's algorithm for blocks of `block`, then slots for them.
-  SlotNeeds slot_needs() const;
+  // share: buffers never in use at once share memory (run() with GpuTuning::share_buffers; never
+  // forward_layers, which reads every layer's buffer after the last step).
+  SlotNeeds slot_needs(bool share) const;
   void preprocess(Slot& s, int64_t n) const;
   void run_layers(Slot& s, int64_t n, bool events, int ev_base);
   void run_step(const Step& st, Slot& s, int64_t n);
@@ -289,7 +291,7 @@ class GpuExecutor : public Executor {
   int64_t warmed_block_ = -1;
 };
 
-SlotNeeds GpuExecutor::slot_needs() const {
+SlotNeeds GpuExecutor::slot_needs(bool share) const {
   SlotNeeds needs;
   needs.input_bytes = net_.input.size() * (float_input_ ? int64_t{sizeof(float)} : 1);
   needs.buf_floats = plan_.buf_floats;
@@ -299,6 +301,9 @@ SlotNeeds GpuExecutor::slot_needs() const {
       if (is_nhwc(static_cast<int>(b))) needs.buf_floats[b] = (needs.buf_floats[b] * bytes + 3) / 4;
     for (int64_t f : nhwc_layout_.copy_floats) needs.buf_floats.push_back(f);
   }
+  if (share)
+    needs.share_group =
+        share_groups(buffer_lifetimes(net_, plan_, nhwc_ ? &nhwc_layout_ : nullptr), needs.buf_floats);
   for (const Step& st : plan_.steps)
     if (st.op == Op::kConv && conv_weights(st.layer).im2col)
       needs.max_col = std::max(needs.max_col, conv_weights(st.layer).im2col->col_bytes_per_image());
@@ -804,8 +809,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   DevBuf resident;
   if (opt.resident) resident = pipeline_->upload_resident(data, resident_count);
   try {
-    pipeline_->ensure_slots(slot_needs(), opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch,
-                            opt.gpu_memory, reserved, &facts);
+    pipeline_->ensure_slots(slot_needs(opt.tuning.share_buffers),
+                            opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, opt.gpu_memory,
+                            reserved, &facts);
   } catch (const Error& e) {
     if (!opt.resident) throw;
     throw Error("--resident (the " + std::to_string(resident_count) + " distinct images take " +
@@ -814,6 +820,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   std::vector<std::unique_ptr<Slot>>& slots = pipeline_->slots();
   block = pipeline_->block();
   const int S = pipeline_->streams();
+  facts.buffer_bytes_per_image = pipeline_->buffer_bytes_per_image();
+  facts.buffers = static_cast<int>(slots[0]->bufs.size());
+  facts.buffer_allocations = pipeline_->buffer_allocations();
   // Equal blocks but the last; every full block runs the slot's captured graph. (Not a short
   // first block so that compute starts after a shorter copy: one more block, and two that run
   // outside the graphs, cost more than it saves; docs/performance.md.)
@@ -1051,7 +1060,7 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
     alloc();
     return outs;
   }
-  pipeline_->ensure_slots(slot_needs(), 1, block, n, opt.gpu_memory, 0, nullptr);
+  pipeline_->ensure_slots(slot_needs(false), 1, block, n, opt.gpu_memory, 0, nullptr);
   block = pipeline_->block();
   Slot& s = *pipeline_->slots()[0];
   prepare_graphs(std::min(block, n), s.cudnn_ws.bytes());

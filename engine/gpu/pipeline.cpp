@@ -38,8 +38,8 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
   streams = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(streams, want_blocks)));
   const bool use_im2col = needs.im2col, use_cudnn = needs.cudnn;
   if (!slots_.empty() && streams_ == streams && block_ == block && cap_ == cap &&
-      input_bytes_ == needs.input_bytes && buf_floats_ == needs.buf_floats && (col_ || !use_im2col) &&
-      (cudnn_ || !use_cudnn))
+      input_bytes_ == needs.input_bytes && buf_floats_ == needs.buf_floats &&
+      share_group_ == needs.share_group && (col_ || !use_im2col) && (cudnn_ || !use_cudnn))
     return;
   slots_.clear();  // give the memory back before measuring what is free
 
@@ -54,9 +54,25 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
   size_t cudnn_ws = use_cudnn ? std::min(kCudnnWorkspace, usable / 16) : 0;
   const size_t fixed = kLtWorkspace + col + cudnn_ws;
 
-  size_t per_image = static_cast<size_t>(needs.input_bytes) + sizeof(int32_t);
-  for (size_t b = 0; b < needs.buf_floats.size(); ++b)
-    per_image += static_cast<size_t>(needs.buf_floats[b]) * sizeof(float);
+  // Floats per image of each allocation: a buffer's own, or its group's largest.
+  std::vector<int64_t> alloc_floats = needs.buf_floats;
+  if (!needs.share_group.empty()) {
+    if (needs.share_group.size() != needs.buf_floats.size())
+      throw Error("GPU buffers: " + std::to_string(needs.share_group.size()) + " groups for " +
+                  std::to_string(needs.buf_floats.size()) + " buffers");
+    alloc_floats.assign(needs.buf_floats.size(), 0);
+    for (size_t b = 0; b < needs.buf_floats.size(); ++b) {
+      int64_t& g = alloc_floats.at(static_cast<size_t>(needs.share_group[b]));
+      g = std::max(g, needs.buf_floats[b]);
+    }
+  }
+  size_t buffer_bytes = 0;
+  int allocations = 0;
+  for (int64_t f : alloc_floats) {
+    buffer_bytes += static_cast<size_t>(f) * sizeof(float);
+    allocations += f > 0;
+  }
+  size_t per_image = static_cast<size_t>(needs.input_bytes) + sizeof(int32_t) + buffer_bytes;
 
   int64_t fit = 0;
   for (;;) {
@@ -89,8 +105,17 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
     s->in_u8.alloc(static_cast<size_t>(block * needs.input_bytes));
     s->pred.alloc(static_cast<size_t>(block) * sizeof(int32_t));
     s->bufs.resize(needs.buf_floats.size());
-    for (size_t b = 0; b < needs.buf_floats.size(); ++b)
-      s->bufs[b].alloc(static_cast<size_t>(block * needs.buf_floats[b]) * sizeof(float));
+    if (needs.share_group.empty()) {
+      for (size_t b = 0; b < needs.buf_floats.size(); ++b)
+        s->bufs[b].alloc(static_cast<size_t>(block * needs.buf_floats[b]) * sizeof(float));
+    } else {
+      s->arena.resize(alloc_floats.size());
+      for (size_t g = 0; g < alloc_floats.size(); ++g)
+        s->arena[g].alloc(static_cast<size_t>(block * alloc_floats[g]) * sizeof(float));
+      for (size_t b = 0; b < needs.buf_floats.size(); ++b)
+        s->bufs[b] = DevBuf::view(s->arena[static_cast<size_t>(needs.share_group[b])].get(),
+                                  static_cast<size_t>(block * needs.buf_floats[b]) * sizeof(float));
+    }
     s->lt_ws.alloc(kLtWorkspace);
     s->col.alloc(col);
     s->cudnn_ws.alloc(cudnn_ws);
@@ -103,6 +128,9 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
   cap_ = cap;
   input_bytes_ = needs.input_bytes;
   buf_floats_ = needs.buf_floats;
+  share_group_ = needs.share_group;
+  buffer_bytes_ = static_cast<int64_t>(buffer_bytes);
+  allocations_ = allocations;
   col_ = use_im2col;
   cudnn_ = use_cudnn;
 }

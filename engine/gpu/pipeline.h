@@ -31,7 +31,8 @@ struct Slot {
   cudaStream_t stream = nullptr;
   int64_t block = 0;
   DevBuf in_u8, pred;
-  std::vector<DevBuf> bufs;  // one per plan buffer, for a full block
+  std::vector<DevBuf> bufs;   // one per plan buffer, for a full block (views into `arena` when shared)
+  std::vector<DevBuf> arena;  // SlotNeeds::share_group: one allocation per group of buffers
   DevBuf col, lt_ws, cudnn_ws;
   PinnedBuf pred_host, probs_host, staging;
   std::unique_ptr<CudnnHandle> cudnn;
@@ -50,8 +51,12 @@ struct Slot {
 
 // What the slots must hold, per image and per stream.
 struct SlotNeeds {
-  int64_t input_bytes = 0;             // one image as the data set holds it (uint8 or float32)
-  std::vector<int64_t> buf_floats;     // the plan's buffers, floats per image
+  int64_t input_bytes = 0;          // one image as the data set holds it (uint8 or float32)
+  std::vector<int64_t> buf_floats;  // the plan's buffers, floats per image
+  // Empty: every buffer its own allocation. Else each buffer's group (share_groups, plan.h):
+  // the buffers of a group are never in use at once and share one allocation, as large as the
+  // largest of them.
+  std::vector<int> share_group;
   size_t max_col = 0;                  // the largest im2col column matrix of one image
   bool im2col = false, cudnn = false;  // some conv may run it: its workspace is needed
 };
@@ -73,6 +78,9 @@ class BlockPipeline {
   std::vector<std::unique_ptr<Slot>>& slots() { return slots_; }
   int streams() const { return streams_; }
   int64_t block() const { return block_; }
+  // The slots' activation buffers: bytes per image of one slot, and how many allocations hold them.
+  int64_t buffer_bytes_per_image() const { return buffer_bytes_; }
+  int buffer_allocations() const { return allocations_; }
   void drop_graphs();
 
   // --resident: images 0..count-1 of the data set in device memory, as stored (slots of an earlier run that
@@ -96,6 +104,9 @@ class BlockPipeline {
   bool col_ = false, cudnn_ = false;  // the slots have im2col / cuDNN workspaces
   int64_t input_bytes_ = 0;           // per image of the slots' input buffers
   std::vector<int64_t> buf_floats_;   // the buffers' sizes the slots were made for (the layout's)
+  std::vector<int> share_group_;      // and how they shared memory
+  int64_t buffer_bytes_ = 0;          // per image, all the buffers' allocations of one slot
+  int allocations_ = 0;
 };
 
 }  // namespace cnnrun::gpu

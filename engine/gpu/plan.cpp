@@ -1,5 +1,7 @@
 #include "engine/gpu/plan.h"
 
+#include <algorithm>
+
 #include "engine/gpu/conv2d_implicit.h"
 #include "engine/passes.h"
 
@@ -98,6 +100,69 @@ Plan make_plan(const Network& net) {
     out_buf[i] = st.out;
   }
   return plan;
+}
+
+std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, const NhwcLayout* layout) {
+  const int end = static_cast<int>(plan.steps.size());
+  const size_t B = plan.buf_floats.size() + (layout ? layout->copy_floats.size() : 0);
+  std::vector<Lifetime> life(B, Lifetime{end, -1});
+  auto use = [&](int b, int step) {
+    Lifetime& l = life[static_cast<size_t>(b)];
+    l.first = std::min(l.first, step);
+    l.last = std::max(l.last, step);
+  };
+  use(0, -1);
+  for (int i = 0; i < end; ++i) {
+    const Step& st = plan.steps[static_cast<size_t>(i)];
+    for (int b : st.ins) use(b, i);
+    if (st.residual_buf >= 0) use(st.residual_buf, i);
+    use(st.out, i);
+    if (st.pool_layer >= 0) use(plan.steps[static_cast<size_t>(st.pool_layer)].out, i);
+    if (layout && layout->f32_in[static_cast<size_t>(i)] >= 0) use(layout->f32_in[static_cast<size_t>(i)], i);
+  }
+  use(plan.steps[static_cast<size_t>(net.output)].out, end);
+  if (layout && layout->out_f32 >= 0) {  // made right after the output's step
+    use(layout->out_f32, net.output);
+    use(layout->out_f32, end);
+  }
+  for (Lifetime& l : life)
+    if (l.last < l.first) l = Lifetime{end, end};  // never used: harmless at the end
+  return life;
+}
+
+std::vector<int> share_groups(const std::vector<Lifetime>& life, const std::vector<int64_t>& sizes) {
+  const size_t B = life.size();
+  std::vector<size_t> order(B);
+  for (size_t b = 0; b < B; ++b) order[b] = b;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return life[a].first < life[b].first; });
+  std::vector<int> group(B, -1);
+  std::vector<int> busy_until;  // per group: the last step of its members
+  std::vector<int64_t> size;    // per group: its largest member
+  for (size_t b : order) {
+    int pick = -1;
+    for (size_t g = 0; g < size.size(); ++g) {
+      if (busy_until[g] >= life[b].first) continue;
+      const bool holds = size[g] >= sizes[b];
+      if (pick < 0) {
+        pick = static_cast<int>(g);
+        continue;
+      }
+      const int64_t p = size[static_cast<size_t>(pick)];
+      const bool pick_holds = p >= sizes[b];
+      if (holds ? (!pick_holds || size[g] < p) : (!pick_holds && size[g] > p)) pick = static_cast<int>(g);
+    }
+    if (pick < 0) {
+      pick = static_cast<int>(size.size());
+      size.push_back(0);
+      busy_until.push_back(-2);
+    }
+    const auto g = static_cast<size_t>(pick);
+    group[b] = pick;
+    size[g] = std::max(size[g], sizes[b]);
+    busy_until[g] = std::max(busy_until[g], life[b].last);
+  }
+  return group;
 }
 
 bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t) {

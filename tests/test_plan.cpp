@@ -1,0 +1,167 @@
+// The GPU planner's buffer sharing (engine/gpu/plan.h): when each buffer is in use, and which
+// buffers may share memory. Pure planning, no GPU: these run with the CPU tests wherever the GPU
+// executor is built; tests/test_gpu_layers.cpp runs networks with and without sharing on a GPU.
+#ifdef CNNRUN_HAVE_GPU
+#include <doctest/doctest.h>
+
+#include <random>
+
+#include "engine/gpu/plan.h"
+#include "engine/network.h"
+#include "tests/test_util.h"
+
+using namespace cnnrun;
+using namespace cnnrun::gpu;
+
+namespace {
+
+// No two buffers of one group are in use at the same step.
+void check_groups_valid(const std::vector<Lifetime>& life, const std::vector<int>& group) {
+  REQUIRE(group.size() == life.size());
+  for (size_t a = 0; a < life.size(); ++a) {
+    REQUIRE(group[a] >= 0);
+    for (size_t b = a + 1; b < life.size(); ++b) {
+      if (group[a] != group[b]) continue;
+      CAPTURE(a);
+      CAPTURE(b);
+      CHECK((life[a].last < life[b].first || life[b].last < life[a].first));
+    }
+  }
+}
+
+int64_t shared_floats(const std::vector<int>& group, const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> g(sizes.size(), 0);
+  for (size_t b = 0; b < sizes.size(); ++b)
+    g[static_cast<size_t>(group[b])] = std::max(g[static_cast<size_t>(group[b])], sizes[b]);
+  int64_t t = 0;
+  for (int64_t f : g) t += f;
+  return t;
+}
+
+int64_t all_floats(const std::vector<int64_t>& sizes) {
+  int64_t t = 0;
+  for (int64_t f : sizes) t += f;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("plan: buffer lifetimes run from the first write to the last read, fused layers included") {
+  Network net = test::parse_layers(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: r1, type: relu}
+  - {name: c2, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: r2, type: relu}
+  - {name: c3, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: sum, type: add, inputs: [c3, r1]}
+  - {name: r3, type: relu}
+  - {name: p, type: maxpool, size: 2}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  const Plan plan = make_plan(net);
+  auto out = [&](const char* name) { return plan.steps[static_cast<size_t>(net.find(name))].out; };
+  // c3 takes the residual add and its ReLU into its epilogue, reading r1's buffer there.
+  REQUIRE(plan.steps[4].residual_buf == out("r1"));
+  const std::vector<Lifetime> life = buffer_lifetimes(net, plan, nullptr);
+  REQUIRE(life.size() == plan.buf_floats.size());
+  auto check = [&](int b, int first, int last) {
+    CAPTURE(b);
+    CHECK(life[static_cast<size_t>(b)].first == first);
+    CHECK(life[static_cast<size_t>(b)].last == last);
+  };
+  check(0, -1, 0);          // the input: copied in before step 0, read by c1
+  check(out("c1"), 0, 5);   // c1 (r1 fused): read by c2, by c3's residual add, and the fused add
+  check(out("c2"), 2, 4);   // c2 (r2 fused): read by c3
+  check(out("c3"), 4, 7);   // c3 + add + r3: read by the pool
+  check(out("p"), 7, 9);    // the pool: the flatten aliases it, the fc reads it
+  check(out("fc"), 9, 10);  // the output: read after the last step
+  const std::vector<int> group = share_groups(life, plan.buf_floats);
+  check_groups_valid(life, group);
+  // input+c2+p share one allocation, c1+fc another, c3 the third.
+  CHECK(group[0] == group[static_cast<size_t>(out("c2"))]);
+  CHECK(group[0] == group[static_cast<size_t>(out("p"))]);
+  CHECK(group[static_cast<size_t>(out("c1"))] == group[static_cast<size_t>(out("fc"))]);
+  CHECK(shared_floats(group, plan.buf_floats) == 3 * 4 * 8 * 8);
+
+  // Channels last: the fc reads an FP32 NCHW copy, made and read at the fc's step.
+  const NhwcLayout lay = make_nhwc_layout(net, plan);
+  REQUIRE(lay.ok);
+  const int copy = lay.f32_in[static_cast<size_t>(net.find("fc"))];
+  REQUIRE(copy == static_cast<int>(plan.buf_floats.size()));
+  const std::vector<Lifetime> life_nhwc = buffer_lifetimes(net, plan, &lay);
+  REQUIRE(life_nhwc.size() == plan.buf_floats.size() + lay.copy_floats.size());
+  CHECK(life_nhwc[static_cast<size_t>(copy)].first == 9);
+  CHECK(life_nhwc[static_cast<size_t>(copy)].last == 9);
+}
+
+TEST_CASE("plan: a conv that may compute its pool writes the pool's buffer at its own step") {
+  Network net = test::parse_layers(R"(  - {name: c1, type: conv, filters: 8, kernel: 3, pad: 1}
+  - {name: r1, type: relu}
+  - {name: p1, type: maxpool, size: 2}
+  - {name: c2, type: conv, filters: 8, kernel: 3, pad: 1}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  const Plan plan = make_plan(net);
+  const Step& c1 = plan.steps[0];
+  REQUIRE(c1.pool_layer == 2);
+  const std::vector<Lifetime> life = buffer_lifetimes(net, plan, nullptr);
+  const int pool_buf = plan.steps[2].out;
+  CHECK(life[static_cast<size_t>(pool_buf)].first == 0);  // not 2: the implicit kernel writes it at c1
+  CHECK(life[static_cast<size_t>(c1.out)].first == 0);
+  CHECK(life[static_cast<size_t>(c1.out)].last == 2);
+  // So c1's and the pool's buffers never share, though the pool's own step comes later.
+  const std::vector<int> group = share_groups(life, plan.buf_floats);
+  check_groups_valid(life, group);
+  CHECK(group[static_cast<size_t>(c1.out)] != group[static_cast<size_t>(pool_buf)]);
+}
+
+TEST_CASE("plan: share_groups never puts buffers in use at once together, and reuses what it can") {
+  // A chain of back-to-back lifetimes (each read by the next step only) needs two allocations.
+  std::vector<Lifetime> chain;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 10; ++i) {
+    chain.push_back({i - 1, i});
+    sizes.push_back(100 + i);
+  }
+  std::vector<int> g = share_groups(chain, sizes);
+  check_groups_valid(chain, g);
+  CHECK(*std::max_element(g.begin(), g.end()) == 1);
+  CHECK(shared_floats(g, sizes) == 109 + 108);
+  // Random lifetimes and sizes: always valid, never more memory than one buffer each.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 40);
+    std::vector<Lifetime> life;
+    std::vector<int64_t> sz;
+    for (int b = 0; b < n; ++b) {
+      const int first = static_cast<int>(rng() % 30) - 1;
+      life.push_back({first, first + static_cast<int>(rng() % 8)});
+      sz.push_back(1 + static_cast<int64_t>(rng() % 1000));
+    }
+    const std::vector<int> gr = share_groups(life, sz);
+    CAPTURE(trial);
+    check_groups_valid(life, gr);
+    CHECK(shared_floats(gr, sz) <= all_floats(sz));
+  }
+}
+
+TEST_CASE("plan: ResNet-18's buffers in use at once are a fraction of all its buffers") {
+  Network net = parse_netdef_file(std::string(CNNRUN_SOURCE_DIR) + "/netdefs/torchvision/resnet18.yaml");
+  const Plan plan = make_plan(net);
+  const NhwcLayout nhwc = make_nhwc_layout(net, plan);
+  REQUIRE(nhwc.ok);
+  for (const NhwcLayout* lay : {static_cast<const NhwcLayout*>(nullptr), &nhwc}) {
+    std::vector<int64_t> sizes = plan.buf_floats;
+    if (lay) sizes.insert(sizes.end(), lay->copy_floats.begin(), lay->copy_floats.end());
+    const std::vector<Lifetime> life = buffer_lifetimes(net, plan, lay);
+    const std::vector<int> group = share_groups(life, sizes);
+    check_groups_valid(life, group);
+    const int64_t shared = shared_floats(group, sizes), all = all_floats(sizes);
+    MESSAGE("ResNet-18 at 224x224" << std::string(lay ? " NHWC" : "") << ": " << all
+                                   << " floats per image in " << sizes.size() << " buffers, " << shared
+                                   << " shared");
+    CHECK(shared * 4 < all);
+  }
+}
+#endif  // CNNRUN_HAVE_GPU
