@@ -27,8 +27,10 @@ the CPU in float32: the "x-check" column, max |difference| over max |value| of t
 per precision:
 - cnnrun: --engine gpu --resident --batch N --cycle --repeat R --precision P (default algorithm
   choice), --validate --validate-images V: the median forward time (input already on the GPU,
-  predictions copied back), the validation's max relative error over all layers against the CPU
-  reference at that precision's tolerance, the convolution algorithms that ran, and the peak GPU
+  predictions copied back), its first run's GPU setup (weights, workspaces and the algorithm
+  search, where cuDNN's graph API compiles kernels; not in the forward time), the validation's
+  max relative error over all layers against the CPU reference at that precision's tolerance,
+  the convolution algorithms that ran, and the peak GPU
   memory: nvidia-smi's memory.used sampled every 50 ms during the process, minus its value just
   before (so it includes cnnrun's CUDA context and library handles).
 - PyTorch: cudnn.benchmark, input already on the GPU, the median of R runs after two warm-ups
@@ -465,6 +467,17 @@ def run_cnnrun(a, args, log, timeout):
     return rc, out, err, t0, t1
 
 
+def setup_seconds(notes):
+    """The GPU setup of the timed process's first run (weights, workspaces, the algorithm search:
+    cuDNN's graph API compiles kernels there), from its report's "gpu: setup (...) X ms" note;
+    None on the CPU."""
+    for x in notes:
+        m = re.match(r"gpu: setup \(.*\) ([0-9.]+) ms, not in the forward time", x)
+        if m:
+            return float(m.group(1)) / 1e3
+    return None
+
+
 def algo_summary(j):
     """'cudnn 12, implicit 3' for the conv layers (what ran where)."""
     counts = {}
@@ -503,6 +516,7 @@ def cnnrun_row(a, netdef, extra, weights, data, n, validate, precision, tag, mem
         "algos": algo_summary(j), "version": j.get("cnnrun_version"),
         "resident": any("input resident on GPU" in x for x in j.get("notes", [])),
         "gpu_note": next((x for x in j.get("notes", []) if x.startswith("gpu:")), None),
+        "setup_s": setup_seconds(j.get("notes", [])),
     })
     if base is not None:
         p = mem.peak(t0, t1)
@@ -707,11 +721,11 @@ def table(a, rows, header):
     mem_col = "peak GPU MiB cnnrun / PyTorch"
     out = [f"## Model zoo: {header}", "",
            "| network | input | images | precision | cnnrun ms | PyTorch ms (fastest way) | ratio | cnnrun img/s "
-           f"| validation max rel (tolerance) | {mem_col} | x-check | cnnrun conv/fc algorithms |",
-           "| --- | --- | ---: | --- | ---: | --- | ---: | ---: | --- | --- | --- | --- |"]
+           f"| cnnrun setup s | validation max rel (tolerance) | {mem_col} | x-check | cnnrun conv/fc algorithms |",
+           "| --- | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | --- | --- | --- | --- |"]
     for r in rows:
         if "unavailable" in r:
-            out.append(f"| {r['title']} | {r['input']} | - | - | {r['unavailable']} | | | | | | | |")
+            out.append(f"| {r['title']} | {r['input']} | - | - | {r['unavailable']} | | | | | | | | |")
             continue
         c, t = r["cnnrun"], r.get("torch") or {}
         best = t.get("best")
@@ -743,8 +757,9 @@ def table(a, rows, header):
         xc = "-" if r.get("xcheck") is None else f"{r['xcheck']:.1e}"
         if r.get("xcheck") is not None and not r["xcheck"] <= 1e-4:  # NaN: output shapes differ
             xc += " MISMATCH"
+        setup = "-" if c.get("setup_s") is None else f"{c['setup_s']:.1f}"
         out.append(f"| {r['title']} | {r['input']} | {r['images']} | {r['precision']} | {cn} | {tv} | {ratio} | "
-                   f"{rate} | {val} | {mem} | {xc} | {c.get('algos', '-') or '-'} |")
+                   f"{rate} | {setup} | {val} | {mem} | {xc} | {c.get('algos', '-') or '-'} |")
     out += ["", a.notes_text, ""]
     return "\n".join(out)
 

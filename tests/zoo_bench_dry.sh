@@ -3,7 +3,8 @@
 # fp32 and fp16, checked through its zoo_results.json: both networks were expressible and ran,
 # validated against the reference, matched PyTorch on the same weights and images (x-check), the
 # fp16 rows carry cnnrun's own refusal (the CPU computes in FP32), and the header names the
-# commit the binary says it was built from. Times are printed by the script, never checked.
+# commit the binary says it was built from; the GPU setup column's parser reads the report's
+# note as engine/report.cpp writes it. Times are printed by the script, never checked.
 # Skipped (77) without a python3 that imports torch and torchvision.
 #   tests/zoo_bench_dry.sh CNNRUN_BINARY SOURCE_DIR
 set -uo pipefail
@@ -20,6 +21,20 @@ if ! DRY=1 CNNRUN="$bin" NETS="lenet5 resnet18" SIZES=32 PRECISIONS="fp32 fp16" 
   exit 1
 fi
 cat "$w/out/zoo_table.md"
+grep -q "| cnnrun img/s | cnnrun setup s | validation max rel" "$w/out/zoo_table.md" ||
+  { echo "FAIL: the table's header lacks its columns"; exit 1; }
+# The GPU setup column's parser, on the report note's exact wording (engine/report.cpp).
+$py -c "
+import sys
+sys.path.insert(0, '$src/bench')
+import zoo_bench
+note = 'gpu: setup (weights, workspaces, algorithm search, upload of the resident pixels) 3361.316 ms, not in the forward time'
+assert zoo_bench.setup_seconds(['gpu: 3 blocks', note]) == 3.361316, 'setup note not parsed'
+assert zoo_bench.setup_seconds(['gpu: 3 blocks']) is None
+" || { echo "FAIL: setup_seconds"; exit 1; }
+grep -q '"gpu: setup (weights, workspaces, algorithm search, "' "$src/engine/report.cpp" &&
+  grep -q '", not in the forward time"' "$src/engine/report.cpp" ||
+  { echo "FAIL: engine/report.cpp's setup note changed: update bench/zoo_bench.py's setup_seconds"; exit 1; }
 version=$("$bin" --version)
 $py - "$w/out/zoo_results.json" "$version" <<'PY'
 import json, re, sys
@@ -37,7 +52,8 @@ for net, size in (("lenet5", "1x28x28"), ("resnet18", "3x32x32")):
     if r["input"] != size:
         errors.append(f"{net}: input {r['input']}, expected {size}")
     c = r["cnnrun"].get("fp32", {})
-    if c.get("rc") != 0 or not c.get("validate_pass") or c.get("median_ms", 0) <= 0 or c.get("runs") != 5:
+    if c.get("rc") != 0 or not c.get("validate_pass") or c.get("median_ms", 0) <= 0 or c.get("runs") != 5 \
+            or "setup_s" not in c or c["setup_s"] is not None:  # the CPU engine reports no GPU setup
         errors.append(f"{net} fp32: cnnrun row {c}")
     if not r.get("xcheck_max_rel", 1) < 1e-4:
         errors.append(f"{net}: x-check {r.get('xcheck_max_rel')} (not the same weights and images?)")
