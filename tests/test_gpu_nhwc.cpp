@@ -279,7 +279,7 @@ layers:
     Dataset data = gpu_random_data(net.input, 37, 10, 5);
     for (Layout layout : {Layout::kNchw, Layout::kNhwc})
       for (Precision p : {Precision::kFp32, Precision::kFp16}) {
-        INFO(net.name << " " << layout_name(layout) << " " << precision_name(p));
+        INFO(net.name << " " << std::string(layout_name(layout)) << " " << std::string(precision_name(p)));
         RunOptions o;
         o.batch = 37;  // blocks of 16, 16 and 5 on two streams
         o.block = 16;
