@@ -108,6 +108,10 @@ struct CpuRunFacts {
   int memory_cut_threads_from = 0;
   std::string host_memory;
   int64_t bytes_per_image = 0;
+  // A worker's layer-output buffers: bytes per image, and how many buffers / allocations (fewer:
+  // shared by outputs never in use at once).
+  int64_t buffer_bytes_per_image = 0;
+  int buffers = 0, buffer_allocations = 0;
 };
 
 // auto's search for one conv: each algorithm's best time or why it could not run.

@@ -1,5 +1,6 @@
 #include "engine/passes.h"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -155,6 +156,68 @@ Fusions find_fusions(const Network& net) {
     if (is_pool_2x2_s2(*net.layers[static_cast<size_t>(k)])) f.pool[i] = k;
   }
   return f;
+}
+
+std::vector<Lifetime> layer_lifetimes(const Network& net) {
+  const int L = static_cast<int>(net.layers.size());
+  std::vector<Lifetime> life(static_cast<size_t>(L), Lifetime{L, -1});
+  // The layer whose buffer holds layer j's output (identities alias their input), or -1: the input.
+  auto owner = [&](int j) {
+    while (j >= 0 && runs_as_identity(*net.layers[static_cast<size_t>(j)]))
+      j = net.layers[static_cast<size_t>(j)]->inputs[0];
+    return j;
+  };
+  auto use = [&](int j, int step) {
+    if ((j = owner(j)) < 0) return;
+    Lifetime& l = life[static_cast<size_t>(j)];
+    l.first = std::min(l.first, step);
+    l.last = std::max(l.last, step);
+  };
+  for (int i = 0; i < L; ++i) {
+    const Layer& l = *net.layers[static_cast<size_t>(i)];
+    if (!runs_as_identity(l)) use(i, i);
+    for (int j : l.inputs) use(j, i);
+  }
+  use(net.output, L);
+  for (Lifetime& l : life)
+    if (l.first > l.last) l = Lifetime{L, L - 1};  // an identity: never in use
+  return life;
+}
+
+std::vector<int> share_groups(const std::vector<Lifetime>& life, const std::vector<int64_t>& sizes) {
+  const size_t B = life.size();
+  std::vector<size_t> order(B);
+  for (size_t b = 0; b < B; ++b) order[b] = b;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return life[a].first < life[b].first; });
+  std::vector<int> group(B, -1);
+  std::vector<int> busy_until;  // per group: the last step of its members
+  std::vector<int64_t> size;    // per group: its largest member
+  for (size_t b : order) {
+    if (life[b].first > life[b].last) continue;  // never in use
+    int pick = -1;
+    for (size_t g = 0; g < size.size(); ++g) {
+      if (busy_until[g] >= life[b].first) continue;
+      const bool holds = size[g] >= sizes[b];
+      if (pick < 0) {
+        pick = static_cast<int>(g);
+        continue;
+      }
+      const int64_t p = size[static_cast<size_t>(pick)];
+      const bool pick_holds = p >= sizes[b];
+      if (holds ? (!pick_holds || size[g] < p) : (!pick_holds && size[g] > p)) pick = static_cast<int>(g);
+    }
+    if (pick < 0) {
+      pick = static_cast<int>(size.size());
+      size.push_back(0);
+      busy_until.push_back(-2);
+    }
+    const auto g = static_cast<size_t>(pick);
+    group[b] = pick;
+    size[g] = std::max(size[g], sizes[b]);
+    busy_until[g] = std::max(busy_until[g], life[b].last);
+  }
+  return group;
 }
 
 }  // namespace cnnrun

@@ -8,8 +8,11 @@
 //   fold_batchnorms    batchnorm folded into the conv/fc before it (changes weights; at load)
 //   find_fusions       which layers could run in their producer's kernel (the GPU planner
 //                      then keeps those its kernels accept)
+//   layer_lifetimes,   when each layer's output is in use, and which outputs may share memory
+//   share_groups       (the CPU reference's run; the GPU planner has its own lifetimes)
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -66,5 +69,24 @@ struct Fusions {
   int input_conv = -1;
 };
 Fusions find_fusions(const Network& net);
+
+// When a buffer is in use, in the steps of one forward pass: from the step that first writes it
+// to the last that reads it (first > last: never).
+struct Lifetime {
+  int first = 0, last = 0;
+};
+// Per layer, when its output is in use on an executor that runs every layer but the identities
+// in order (the CPU reference): layer i writes at step i; it is read at the step of every layer
+// that reads it directly or through identity layers (which alias their input); the network
+// output is read at step layers.size() (after the last layer). Identity layers own nothing:
+// {layers.size(), layers.size() - 1}.
+std::vector<Lifetime> layer_lifetimes(const Network& net);
+
+// Which buffers share one allocation: a group never holds two buffers in use at the same step
+// (one's last step before the other's first: a step never writes over what it reads; a buffer
+// never in use joins none and gets -1). Greedy in order of first use: each buffer joins, among
+// the groups free by then, the smallest that holds it, else the largest (which grows), else a
+// new group. Returns each buffer's group (0, 1, ...).
+std::vector<int> share_groups(const std::vector<Lifetime>& life, const std::vector<int64_t>& sizes);
 
 }  // namespace cnnrun

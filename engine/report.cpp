@@ -208,6 +208,10 @@ std::vector<std::string> report_notes(const Report& r) {
       out.push_back("cpu: only " + std::to_string(c.threads_started) + " of " + std::to_string(c.threads) +
                     " threads could be started (a thread or memory limit?); the others' blocks ran on them");
     out.push_back("cpu: " + std::to_string(c.block) + " images per block, Eigen SIMD: " + c.simd);
+    out.push_back("cpu: layer outputs " + std::to_string(c.buffer_bytes_per_image) +
+                  " bytes per image per thread, " + std::to_string(c.buffers) + " buffers in " +
+                  std::to_string(c.buffer_allocations) + " allocations" +
+                  (c.buffer_allocations < c.buffers ? " (shared by outputs never in use at once)" : ""));
   }
   if (r.run.gpu) gpu_notes(*r.run.gpu, out);
   if (r.stream.block_images > 0)

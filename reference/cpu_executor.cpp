@@ -39,25 +39,62 @@ namespace {
 // enough that a thread's activations for one block stay in a few MB.
 constexpr int64_t kDefaultBlock = 64;
 
-// One worker's state: a buffer per layer sized for a full block, the preprocessed input, and
-// the time spent in each layer.
+// Each layer's output buffer: its own (forward_layers reads them all after the block), or, for
+// run(), shared with the layers whose outputs are never in use at the same time
+// (layer_lifetimes, share_groups): only the network output is read after the block.
+struct BufferPlan {
+  std::vector<int> group;       // per layer; -1: an identity layer, which owns nothing
+  std::vector<int64_t> floats;  // per group, per image: its largest member
+  int buffers = 0;              // layers that own an output (not identities)
+  BufferPlan(const Network& net, bool share) {
+    const size_t L = net.layers.size();
+    std::vector<int64_t> sizes(L, 0);
+    for (size_t i = 0; i < L; ++i)
+      if (!runs_as_identity(*net.layers[i])) sizes[i] = net.layers[i]->out_shape.size();
+    if (share) {
+      group = share_groups(layer_lifetimes(net), sizes);
+    } else {
+      group.assign(L, -1);
+      for (size_t i = 0, g = 0; i < L; ++i)
+        if (!runs_as_identity(*net.layers[i])) group[i] = static_cast<int>(g++);
+    }
+    for (size_t i = 0; i < L; ++i) {
+      if (group[i] < 0) continue;
+      ++buffers;
+      if (floats.size() <= static_cast<size_t>(group[i])) floats.resize(static_cast<size_t>(group[i]) + 1, 0);
+      floats[static_cast<size_t>(group[i])] = std::max(floats[static_cast<size_t>(group[i])], sizes[i]);
+    }
+  }
+  int64_t per_image() const {
+    int64_t t = 0;
+    for (int64_t f : floats) t += f;
+    return t;
+  }
+};
+
+// One worker's state: the layers' output buffers sized for a full block (BufferPlan), the
+// preprocessed input, and the time spent in each layer.
 struct BlockRunner {
   const Network& net;
   const std::vector<ref::ForwardFn>& fns;
   std::vector<float> input;
-  std::vector<std::vector<float>> bufs;
+  std::vector<std::vector<float>> storage;  // per BufferPlan group
+  std::vector<float*> bufs;                 // per layer (null: an identity)
   std::vector<const float*> outs;
   std::vector<double> seconds;
   ref::Workspace ws;
 
-  BlockRunner(const Network& n, const std::vector<ref::ForwardFn>& f, int64_t block) : net(n), fns(f) {
+  BlockRunner(const Network& n, const std::vector<ref::ForwardFn>& f, int64_t block, const BufferPlan& plan)
+      : net(n), fns(f) {
     input.resize(static_cast<size_t>(block * net.input.size()));
-    bufs.resize(net.layers.size());
+    storage.resize(plan.floats.size());
+    for (size_t g = 0; g < storage.size(); ++g)
+      storage[g].resize(static_cast<size_t>(block * plan.floats[g]));
+    bufs.assign(net.layers.size(), nullptr);
+    for (size_t i = 0; i < net.layers.size(); ++i)
+      if (plan.group[i] >= 0) bufs[i] = storage[static_cast<size_t>(plan.group[i])].data();
     outs.resize(net.layers.size());
     seconds.assign(net.layers.size(), 0.0);
-    for (size_t i = 0; i < net.layers.size(); ++i)
-      if (!runs_as_identity(*net.layers[i]))
-        bufs[i].resize(static_cast<size_t>(block * net.layers[i]->out_shape.size()));
   }
 
   // Preprocesses images first..first+n-1 (modulo the data set's count) and runs every layer.
@@ -75,9 +112,9 @@ struct BlockRunner {
         continue;
       }
       auto t0 = Clock::now();
-      fns[li](l, ins, n, bufs[li].data(), ws);
+      fns[li](l, ins, n, bufs[li], ws);
       seconds[li] += seconds_since(t0);
-      outs[li] = bufs[li].data();
+      outs[li] = bufs[li];
     }
   }
 };
@@ -108,29 +145,32 @@ class CpuExecutor : public Executor {
     const int64_t usable = mem.available / 10 * 9;  // Eigen's GEMM blocking and the heap take some
     const int64_t results = check_results_fit(batch, opt.want_probs, out_size, mem);
     CpuRunFacts facts;
-    fit_memory(usable - results, mem, &block, &threads, &facts);
+    const BufferPlan buffers(net_, true);  // only the output is read after a block
+    fit_memory(usable - results, mem, buffers, &block, &threads, &facts);
     r.images = batch;
     r.predictions.assign(static_cast<size_t>(batch), 0);
     if (opt.want_probs) r.probs.assign(static_cast<size_t>(batch * out_size), 0.f);
     std::atomic<int64_t> correct{0}, nonfinite{0};
 
     auto t0 = Clock::now();
-    std::vector<double> seconds = for_blocks(
-        data, 0, batch, block, threads, opt.progress, [&](BlockRunner& br, int64_t first, int64_t n) {
-          const float* y = br.outs[static_cast<size_t>(net_.output)];
-          int64_t good = 0, bad = 0;
-          for (int64_t i = 0; i < n; ++i) {
-            const float* v = y + i * out_size;
-            const int32_t best = predicted_class(v, out_size);
-            bad += !std::all_of(v, v + out_size, [](float x) { return std::isfinite(x); });
-            const int64_t img = first + i;
-            r.predictions[static_cast<size_t>(img)] = best;
-            if (data.labelled() && best == data.labels[static_cast<size_t>(img % data.count)]) ++good;
-            if (opt.want_probs) std::copy(v, v + out_size, r.probs.begin() + img * out_size);
-          }
-          correct += good;
-          nonfinite += bad;
-        });
+    std::vector<double> seconds =
+        for_blocks(data, 0, batch, block, threads, buffers, opt.progress,
+                   [&](BlockRunner& br, int64_t first, int64_t n) {
+                     const float* y = br.outs[static_cast<size_t>(net_.output)];
+                     int64_t good = 0, bad = 0;
+                     for (int64_t i = 0; i < n; ++i) {
+                       const float* v = y + i * out_size;
+                       const int32_t best = predicted_class(v, out_size);
+                       bad += !std::all_of(v, v + out_size, [](float x) { return std::isfinite(x); });
+                       const int64_t img = first + i;
+                       r.predictions[static_cast<size_t>(img)] = best;
+                       if (data.labelled() && best == data.labels[static_cast<size_t>(img % data.count)])
+                         ++good;
+                       if (opt.want_probs) std::copy(v, v + out_size, r.probs.begin() + img * out_size);
+                     }
+                     correct += good;
+                     nonfinite += bad;
+                   });
     r.forward_seconds = seconds_since(t0);
     r.correct = correct.load();
     r.nonfinite_images = nonfinite.load();
@@ -139,6 +179,9 @@ class CpuExecutor : public Executor {
                std::to_string(EIGEN_MAJOR_VERSION) + ", " + std::to_string(started_) +
                (started_ == 1 ? " thread)" : " threads)");
     facts.block = block;
+    facts.buffer_bytes_per_image = buffers.per_image() * 4;
+    facts.buffers = buffers.buffers;
+    facts.buffer_allocations = static_cast<int>(buffers.floats.size());
     facts.simd = Eigen::SimdInstructionSetsInUse();
     facts.threads = threads;
     facts.threads_started = started_;
@@ -169,8 +212,9 @@ class CpuExecutor : public Executor {
     for (const auto& l : net_.layers)
       outs.emplace_back(std::vector<int64_t>{n, l->out_shape.c, l->out_shape.h, l->out_shape.w});
     const int threads = thread_count(0, n, kDefaultBlock);
+    const BufferPlan own(net_, false);  // every layer's output is read after each block
     for_blocks(
-        data, first, n, kDefaultBlock, threads, nullptr, [&](BlockRunner& br, int64_t start, int64_t m) {
+        data, first, n, kDefaultBlock, threads, own, nullptr, [&](BlockRunner& br, int64_t start, int64_t m) {
           for (size_t i = 0; i < outs.size(); ++i) {
             const int64_t size = net_.layers[i]->out_shape.size();
             std::copy(br.outs[i], br.outs[i] + m * size, outs[i].data.begin() + (start - first) * size);
@@ -191,15 +235,14 @@ class CpuExecutor : public Executor {
     int64_t largest_bytes = 0;
     int64_t total(int64_t block) const { return block * per_image + workspace; }
   };
-  WorkerBytes worker_bytes() const {
+  WorkerBytes worker_bytes(const BufferPlan& buffers) const {
     WorkerBytes w;
-    w.per_image = net_.input.size() * 4;
+    w.per_image = net_.input.size() * 4 + buffers.per_image() * 4;
     w.largest = "input";
-    w.largest_bytes = w.per_image;
+    w.largest_bytes = net_.input.size() * 4;
     for (const auto& l : net_.layers) {
       if (runs_as_identity(*l)) continue;
       const int64_t b = l->out_shape.size() * 4;
-      w.per_image += b;
       if (b > w.largest_bytes) w.largest = "layer '" + l->name + "' (" + l->type + ")", w.largest_bytes = b;
       if (l->kind == LayerKind::kConv)
         w.workspace = std::max(w.workspace, ref::conv_workspace_floats(*l) * 4);
@@ -211,9 +254,9 @@ class CpuExecutor : public Executor {
   // at once, naming the largest layer, when one image on one thread does not fit. A run too big
   // for memory is an error here, not a kill by the OOM killer 40 s later.
   // (budget: 90 % of what host_memory() found, less the results.)
-  void fit_memory(int64_t budget, const HostMemory& mem, int64_t* block, int* threads,
-                  CpuRunFacts* facts) const {
-    const WorkerBytes w = worker_bytes();
+  void fit_memory(int64_t budget, const HostMemory& mem, const BufferPlan& buffers, int64_t* block,
+                  int* threads, CpuRunFacts* facts) const {
+    const WorkerBytes w = worker_bytes(buffers);
     const int64_t block0 = *block;
     const int threads0 = *threads;
     auto fits = [&](int64_t b, int t) {
@@ -250,12 +293,13 @@ class CpuExecutor : public Executor {
   }
 
   // Runs images first..first+count-1 in blocks of `block` (block k starts at first + k*block)
-  // on `threads` workers; `done(runner, start, n)` sees each block's outputs before the worker
-  // moves on. Returns the per-layer seconds summed over all blocks.
+  // on `threads` workers, each with the layers' buffers as `buffers` says; `done(runner, start,
+  // n)` sees each block's outputs before the worker moves on. Returns the per-layer seconds
+  // summed over all blocks.
   template <class Done>
   std::vector<double> for_blocks(const Dataset& data, int64_t first, int64_t count, int64_t block,
-                                 int threads, const std::function<void(int64_t, int64_t)>& progress,
-                                 Done done) {
+                                 int threads, const BufferPlan& buffers,
+                                 const std::function<void(int64_t, int64_t)>& progress, Done done) {
     const int64_t blocks = count / block + (count % block != 0);
     std::atomic<int64_t> next{0};
     std::atomic<bool> failed{false};
@@ -266,7 +310,7 @@ class CpuExecutor : public Executor {
 
     auto worker = [&] {
       try {
-        BlockRunner br(net_, fns_, std::min(block, count));
+        BlockRunner br(net_, fns_, std::min(block, count), buffers);
         for (int64_t b; !failed && (b = next++) < blocks;) {
           const int64_t start = first + b * block, n = std::min(block, first + count - start);
           br.run(data, start, n);

@@ -195,6 +195,52 @@ TEST_CASE("cpu executor: wrong image shape and missing weights are errors") {
                        Error);
 }
 
+TEST_CASE("cpu run: layer outputs share memory by lifetime, with forward_layers' exact values") {
+  // Branches that stay in use across other layers (a residual add, a concat, a squeeze-and-
+  // excitation product), identities in between and an identity as the output.
+  Network net = parse_netdef_string(
+      "input: {channels: 3, height: 10, width: 9}\n"
+      "classes: [a, b, c, d, e, f]\n"
+      "layers:\n"
+      "  - {name: c1, type: conv, filters: 8, kernel: 3, pad: 1}\n"
+      "  - {name: r1, type: relu}\n"
+      "  - {name: c2, type: conv, filters: 8, kernel: 3, pad: 1}\n"
+      "  - {name: bn2, type: batchnorm}\n"
+      "  - {name: c3, type: conv, filters: 8, kernel: 3, pad: 1}\n"
+      "  - {name: sum, type: add, inputs: [c3, r1]}\n"
+      "  - {name: r3, type: relu}\n"
+      "  - {name: gap, type: avgpool, global: true}\n"
+      "  - {name: s1, type: conv, filters: 8, kernel: 1}\n"
+      "  - {name: sg, type: sigmoid}\n"
+      "  - {name: se, type: mul, inputs: [r3, sg]}\n"
+      "  - {name: b1, type: conv, filters: 4, kernel: 1, inputs: bn2}\n"
+      "  - {name: cat, type: concat, inputs: [se, b1, r1]}\n"
+      "  - {name: p, type: maxpool, size: 2}\n"
+      "  - {name: f, type: flatten}\n"
+      "  - {name: fc, type: fc, outputs: 6}\n"
+      "  - {name: drop, type: dropout, rate: 0.2}\n",
+      "branchy");
+  test::uniform_weights(net, 3, -0.3f, 0.3f);
+  Dataset data = random_data(net, 11, 9);
+  auto ex = make_cpu_executor(net);
+  const std::vector<Tensor> outs = ex->forward_layers(data, 0, data.count, RunOptions{});
+  const Tensor& y = outs[static_cast<size_t>(net.output)];
+  for (int threads : {1, 2}) {
+    RunOptions o;
+    o.batch = 11;
+    o.block = 3;  // blocks of 3, 3, 3 and 2
+    o.threads = threads;
+    o.want_probs = true;
+    const RunResult r = ex->run(data, o);
+    CAPTURE(threads);
+    REQUIRE(r.cpu);
+    CHECK(r.cpu->buffers == 15);  // every layer but the flatten and the dropout
+    CHECK(r.cpu->buffer_allocations < r.cpu->buffers);
+    REQUIRE(r.probs.size() == y.data.size());
+    CHECK(std::memcmp(r.probs.data(), y.data.data(), y.data.size() * sizeof(float)) == 0);
+  }
+}
+
 TEST_CASE("median_run: the median forward time, the run nearest it, and the first run's GPU setup") {
   auto make = [](double fwd, double setup, int32_t tag) {
     RunResult r;

@@ -3,6 +3,8 @@
 // passes find readers, identities, fusions and batchnorm folds from the graph alone.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <random>
 #include <set>
 
 #include "engine/layers/conv.h"
@@ -271,4 +273,65 @@ TEST_CASE("passes: find_fusions takes a residual add (and its activation) into t
   CHECK(at(f.residual, "c5") == -1);  // its relu comes before the add: that is act, not residual
   CHECK(at(f.act, "c5") == idx(net, "r5"));
   CHECK(at(f.residual, "c0") == -1);
+}
+
+TEST_CASE("passes: layer_lifetimes follow reads through identity layers to the output") {
+  Network net = parse(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: r1, type: relu}
+  - {name: d1, type: dropout, rate: 0.5}
+  - {name: c2, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: sum, type: add, inputs: [c2, d1]}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+  - {name: out, type: dropout, rate: 0.1}
+)");
+  const std::vector<Lifetime> life = layer_lifetimes(net);
+  REQUIRE(life.size() == net.layers.size());
+  auto check = [&](const char* name, int first, int last) {
+    CAPTURE(name);
+    CHECK(life[static_cast<size_t>(idx(net, name))].first == first);
+    CHECK(life[static_cast<size_t>(idx(net, name))].last == last);
+  };
+  check("c1", 0, 1);  // read by r1 only
+  check("r1", 1, 4);  // through the dropout: by c2 and sum
+  check("d1", 8, 7);  // an identity owns nothing
+  check("c2", 3, 4);
+  check("sum", 4, 6);  // through the flatten: by the fc
+  check("fc", 6, 8);   // through the output dropout: after the last layer
+  check("out", 8, 7);
+}
+
+TEST_CASE("share_groups: never two buffers in use at once together; reuses what it can") {
+  // A chain of back-to-back lifetimes (each read by the next step only) needs two allocations.
+  std::vector<Lifetime> chain;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < 10; ++i) {
+    chain.push_back({i - 1, i});
+    sizes.push_back(100 + i);
+  }
+  std::vector<int> g = share_groups(chain, sizes);
+  CHECK(test::check_share_groups(chain, sizes, g) == 109 + 108);
+  CHECK(*std::max_element(g.begin(), g.end()) == 1);
+  // Of the free groups, the smallest that holds the buffer; else the largest, which grows;
+  // a new group only when none is free.
+  CHECK(share_groups({{0, 0}, {0, 0}, {1, 1}}, {50, 10, 8}) == std::vector<int>{0, 1, 1});
+  CHECK(share_groups({{0, 0}, {0, 0}, {1, 1}}, {50, 10, 60}) == std::vector<int>{0, 1, 0});
+  CHECK(share_groups({{0, 1}, {0, 2}, {2, 3}, {3, 4}}, {50, 10, 8, 40}) == std::vector<int>{0, 1, 0, 1});
+  CHECK(share_groups({{0, 1}, {1, 2}}, {5, 5}) == std::vector<int>{0, 1});  // read and written at step 1
+  // Random lifetimes and sizes: always valid, never more memory than a buffer each.
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 40);
+    std::vector<Lifetime> life;
+    std::vector<int64_t> sz;
+    int64_t all = 0;
+    for (int b = 0; b < n; ++b) {
+      const int first = static_cast<int>(rng() % 30) - 1;
+      life.push_back({first, first + static_cast<int>(rng() % 9) - 1});  // some never in use
+      sz.push_back(1 + static_cast<int64_t>(rng() % 1000));
+      if (life.back().first <= life.back().last) all += sz.back();
+    }
+    CAPTURE(trial);
+    CHECK(test::check_share_groups(life, sz, share_groups(life, sz)) <= all);
+  }
 }

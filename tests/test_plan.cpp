@@ -4,8 +4,6 @@
 #ifdef CNNRUN_HAVE_GPU
 #include <doctest/doctest.h>
 
-#include <random>
-
 #include "engine/gpu/plan.h"
 #include "engine/network.h"
 #include "tests/test_util.h"
@@ -14,29 +12,6 @@ using namespace cnnrun;
 using namespace cnnrun::gpu;
 
 namespace {
-
-// No two buffers of one group are in use at the same step.
-void check_groups_valid(const std::vector<Lifetime>& life, const std::vector<int>& group) {
-  REQUIRE(group.size() == life.size());
-  for (size_t a = 0; a < life.size(); ++a) {
-    REQUIRE(group[a] >= 0);
-    for (size_t b = a + 1; b < life.size(); ++b) {
-      if (group[a] != group[b]) continue;
-      CAPTURE(a);
-      CAPTURE(b);
-      CHECK((life[a].last < life[b].first || life[b].last < life[a].first));
-    }
-  }
-}
-
-int64_t shared_floats(const std::vector<int>& group, const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> g(sizes.size(), 0);
-  for (size_t b = 0; b < sizes.size(); ++b)
-    g[static_cast<size_t>(group[b])] = std::max(g[static_cast<size_t>(group[b])], sizes[b]);
-  int64_t t = 0;
-  for (int64_t f : g) t += f;
-  return t;
-}
 
 int64_t all_floats(const std::vector<int64_t>& sizes) {
   int64_t t = 0;
@@ -76,12 +51,12 @@ TEST_CASE("plan: buffer lifetimes run from the first write to the last read, fus
   check(out("p"), 7, 9);    // the pool: the flatten aliases it, the fc reads it
   check(out("fc"), 9, 10);  // the output: read after the last step
   const std::vector<int> group = share_groups(life, plan.buf_floats);
-  check_groups_valid(life, group);
+  const int64_t shared = test::check_share_groups(life, plan.buf_floats, group);
   // input+c2+p share one allocation, c1+fc another, c3 the third.
   CHECK(group[0] == group[static_cast<size_t>(out("c2"))]);
   CHECK(group[0] == group[static_cast<size_t>(out("p"))]);
   CHECK(group[static_cast<size_t>(out("c1"))] == group[static_cast<size_t>(out("fc"))]);
-  CHECK(shared_floats(group, plan.buf_floats) == 3 * 4 * 8 * 8);
+  CHECK(shared == 3 * 4 * 8 * 8);
 
   // Channels last: the fc reads an FP32 NCHW copy, made and read at the fc's step.
   const NhwcLayout lay = make_nhwc_layout(net, plan);
@@ -112,38 +87,8 @@ TEST_CASE("plan: a conv that may compute its pool writes the pool's buffer at it
   CHECK(life[static_cast<size_t>(c1.out)].last == 2);
   // So c1's and the pool's buffers never share, though the pool's own step comes later.
   const std::vector<int> group = share_groups(life, plan.buf_floats);
-  check_groups_valid(life, group);
+  test::check_share_groups(life, plan.buf_floats, group);
   CHECK(group[static_cast<size_t>(c1.out)] != group[static_cast<size_t>(pool_buf)]);
-}
-
-TEST_CASE("plan: share_groups never puts buffers in use at once together, and reuses what it can") {
-  // A chain of back-to-back lifetimes (each read by the next step only) needs two allocations.
-  std::vector<Lifetime> chain;
-  std::vector<int64_t> sizes;
-  for (int i = 0; i < 10; ++i) {
-    chain.push_back({i - 1, i});
-    sizes.push_back(100 + i);
-  }
-  std::vector<int> g = share_groups(chain, sizes);
-  check_groups_valid(chain, g);
-  CHECK(*std::max_element(g.begin(), g.end()) == 1);
-  CHECK(shared_floats(g, sizes) == 109 + 108);
-  // Random lifetimes and sizes: always valid, never more memory than one buffer each.
-  std::mt19937 rng(7);
-  for (int trial = 0; trial < 200; ++trial) {
-    const int n = 1 + static_cast<int>(rng() % 40);
-    std::vector<Lifetime> life;
-    std::vector<int64_t> sz;
-    for (int b = 0; b < n; ++b) {
-      const int first = static_cast<int>(rng() % 30) - 1;
-      life.push_back({first, first + static_cast<int>(rng() % 8)});
-      sz.push_back(1 + static_cast<int64_t>(rng() % 1000));
-    }
-    const std::vector<int> gr = share_groups(life, sz);
-    CAPTURE(trial);
-    check_groups_valid(life, gr);
-    CHECK(shared_floats(gr, sz) <= all_floats(sz));
-  }
 }
 
 TEST_CASE("plan: ResNet-18's buffers in use at once are a fraction of all its buffers") {
@@ -156,8 +101,7 @@ TEST_CASE("plan: ResNet-18's buffers in use at once are a fraction of all its bu
     if (lay) sizes.insert(sizes.end(), lay->copy_floats.begin(), lay->copy_floats.end());
     const std::vector<Lifetime> life = buffer_lifetimes(net, plan, lay);
     const std::vector<int> group = share_groups(life, sizes);
-    check_groups_valid(life, group);
-    const int64_t shared = shared_floats(group, sizes), all = all_floats(sizes);
+    const int64_t shared = test::check_share_groups(life, sizes, group), all = all_floats(sizes);
     MESSAGE("ResNet-18 at 224x224" << std::string(lay ? " NHWC" : "") << ": " << all
                                    << " floats per image in " << sizes.size() << " buffers, " << shared
                                    << " shared");

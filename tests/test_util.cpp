@@ -22,6 +22,31 @@ layers:
 
 Network parse_layers(const std::string& layers) { return parse_netdef_string(kSmallHead + layers, "t.yaml"); }
 
+int64_t check_share_groups(const std::vector<Lifetime>& life, const std::vector<int64_t>& sizes,
+                           const std::vector<int>& group) {
+  REQUIRE(group.size() == life.size());
+  std::vector<int64_t> floats;
+  for (size_t a = 0; a < life.size(); ++a) {
+    CAPTURE(a);
+    if (life[a].first > life[a].last) {
+      CHECK(group[a] == -1);  // never in use
+      continue;
+    }
+    REQUIRE(group[a] >= 0);
+    const auto g = static_cast<size_t>(group[a]);
+    if (floats.size() <= g) floats.resize(g + 1, 0);
+    floats[g] = std::max(floats[g], sizes[a]);
+    for (size_t b = a + 1; b < life.size(); ++b) {
+      if (group[a] != group[b]) continue;
+      CAPTURE(b);
+      CHECK((life[a].last < life[b].first || life[b].last < life[a].first));
+    }
+  }
+  int64_t t = 0;
+  for (int64_t f : floats) t += f;
+  return t;
+}
+
 bool gpu_present() {
   static const bool present = [] {
     std::string why;

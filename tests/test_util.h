@@ -16,6 +16,7 @@
 #include "engine/executor.h"
 #include "engine/io/dataset.h"
 #include "engine/network.h"
+#include "engine/passes.h"
 
 namespace cnnrun::test {
 
@@ -90,6 +91,12 @@ CifarBatch cifar_batch(const Dataset& sample);
 extern const char* const kSmallHead;
 // kSmallHead + `layers` parsed as "t.yaml".
 Network parse_layers(const std::string& layers);
+
+// share_groups' promise: every buffer in use has a group, and no two buffers of a group are in
+// use at the same step (engine/passes.h). Returns the floats the groups take (their largest
+// members summed).
+int64_t check_share_groups(const std::vector<Lifetime>& life, const std::vector<int64_t>& sizes,
+                           const std::vector<int>& group);
 
 // Runs a shell command, returns its exit status; stdout+stderr go to *out.
 int run_command(const std::string& cmd, std::string* out);

@@ -130,41 +130,6 @@ std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, con
   return life;
 }
 
-std::vector<int> share_groups(const std::vector<Lifetime>& life, const std::vector<int64_t>& sizes) {
-  const size_t B = life.size();
-  std::vector<size_t> order(B);
-  for (size_t b = 0; b < B; ++b) order[b] = b;
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return life[a].first < life[b].first; });
-  std::vector<int> group(B, -1);
-  std::vector<int> busy_until;  // per group: the last step of its members
-  std::vector<int64_t> size;    // per group: its largest member
-  for (size_t b : order) {
-    int pick = -1;
-    for (size_t g = 0; g < size.size(); ++g) {
-      if (busy_until[g] >= life[b].first) continue;
-      const bool holds = size[g] >= sizes[b];
-      if (pick < 0) {
-        pick = static_cast<int>(g);
-        continue;
-      }
-      const int64_t p = size[static_cast<size_t>(pick)];
-      const bool pick_holds = p >= sizes[b];
-      if (holds ? (!pick_holds || size[g] < p) : (!pick_holds && size[g] > p)) pick = static_cast<int>(g);
-    }
-    if (pick < 0) {
-      pick = static_cast<int>(size.size());
-      size.push_back(0);
-      busy_until.push_back(-2);
-    }
-    const auto g = static_cast<size_t>(pick);
-    group[b] = pick;
-    size[g] = std::max(size[g], sizes[b]);
-    busy_until[g] = std::max(busy_until[g], life[b].last);
-  }
-  return group;
-}
-
 bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t) {
   return st.pool_layer >= 0 && t.fuse_pool && algo == ConvAlgo::kImplicit;
 }

@@ -12,6 +12,7 @@
 #include "engine/layers/activation.h"
 #include "engine/layers/conv.h"
 #include "engine/network.h"
+#include "engine/passes.h"
 
 namespace cnnrun::gpu {
 
@@ -87,26 +88,17 @@ struct NhwcLayout {
 
 NhwcLayout make_nhwc_layout(const Network& net, const Plan& plan);
 
-// Buffer sharing (GpuTuning::share_buffers): when each buffer is in use during a block, in step
-// indices, from the first step that may write it to the last that may read it. The network
-// input is written at -1 (copied in before the first step); the network output (and its FP32
-// copy, made right after the output's step) is read at steps.size() (the argmax and the copy to
-// the host). Over every algorithm a
-// step may run: a conv whose implicit kernel may compute the 2x2 pool writes the pool's buffer
-// at its own step, a residual input is read at its conv's step, and a layer computed in its
-// producer's epilogue (kFused) or aliasing its input (kIdentity) counts its reads at its own,
-// later, step. With `layout` (may be null), its FP32 NCHW copies (buffers plan.buf_floats.size()
-// and on) are written and read at the step that reads them.
-struct Lifetime {
-  int first = 0, last = 0;
-};
+// Buffer sharing (GpuTuning::share_buffers, with share_groups of engine/passes.h): when each
+// buffer is in use during a block, in step indices, from the first step that may write it to the
+// last that may read it. The network input is written at -1 (copied in before the first step);
+// the network output (and its FP32 copy, made right after the output's step) is read at
+// steps.size() (the argmax and the copy to the host). Over every algorithm a step may run: a
+// conv whose implicit kernel may compute the 2x2 pool writes the pool's buffer at its own step,
+// a residual input is read at its conv's step, and a layer computed in its producer's epilogue
+// (kFused) or aliasing its input (kIdentity) counts its reads at its own, later, step. With
+// `layout` (may be null), its FP32 NCHW copies (buffers plan.buf_floats.size() and on) are
+// written and read at the step that reads them.
 std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, const NhwcLayout* layout);
-
-// Which buffers share one allocation: a group never holds two buffers in use at the same step
-// (one's last step before the other's first: a step never writes over what it reads). Greedy in
-// order of first use: each buffer joins, among the groups free by then, the smallest that holds
-// it, else the largest (which grows), else a new group. Returns each buffer's group (0, 1, ...).
-std::vector<int> share_groups(const std::vector<Lifetime>& life, const std::vector<int64_t>& sizes);
 
 // Whether conv step `st` run with `algo` computes its pool / reads the uint8 input.
 bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t);
