@@ -168,10 +168,7 @@ std::vector<Lifetime> layer_lifetimes(const Network& net) {
     return j;
   };
   auto use = [&](int j, int step) {
-    if ((j = owner(j)) < 0) return;
-    Lifetime& l = life[static_cast<size_t>(j)];
-    l.first = std::min(l.first, step);
-    l.last = std::max(l.last, step);
+    if ((j = owner(j)) >= 0) life[static_cast<size_t>(j)].cover(step);
   };
   for (int i = 0; i < L; ++i) {
     const Layer& l = *net.layers[static_cast<size_t>(i)];
@@ -184,7 +181,8 @@ std::vector<Lifetime> layer_lifetimes(const Network& net) {
   return life;
 }
 
-std::vector<int> share_groups(const std::vector<Lifetime>& life, const std::vector<int64_t>& sizes) {
+std::vector<int> share_groups(const std::vector<Lifetime>& life, const std::vector<int64_t>& sizes,
+                              std::vector<int64_t>* group_sizes) {
   const size_t B = life.size();
   std::vector<size_t> order(B);
   for (size_t b = 0; b < B; ++b) order[b] = b;
@@ -217,6 +215,7 @@ std::vector<int> share_groups(const std::vector<Lifetime>& life, const std::vect
     size[g] = std::max(size[g], sizes[b]);
     busy_until[g] = std::max(busy_until[g], life[b].last);
   }
+  if (group_sizes) *group_sizes = size;
   return group;
 }
 

@@ -12,6 +12,7 @@
 //   share_groups       (the CPU reference's run; the GPU planner has its own lifetimes)
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -74,6 +75,10 @@ Fusions find_fusions(const Network& net);
 // to the last that reads it (first > last: never).
 struct Lifetime {
   int first = 0, last = 0;
+  void cover(int step) {  // in use at `step` too
+    first = std::min(first, step);
+    last = std::max(last, step);
+  }
 };
 // Per layer, when its output is in use on an executor that runs every layer but the identities
 // in order (the CPU reference): layer i writes at step i; it is read at the step of every layer
@@ -86,7 +91,9 @@ std::vector<Lifetime> layer_lifetimes(const Network& net);
 // (one's last step before the other's first: a step never writes over what it reads; a buffer
 // never in use joins none and gets -1). Greedy in order of first use: each buffer joins, among
 // the groups free by then, the smallest that holds it, else the largest (which grows), else a
-// new group. Returns each buffer's group (0, 1, ...).
-std::vector<int> share_groups(const std::vector<Lifetime>& life, const std::vector<int64_t>& sizes);
+// new group. Returns each buffer's group (0, 1, ...); *group_sizes (may be null) gets each
+// group's size, its largest member's.
+std::vector<int> share_groups(const std::vector<Lifetime>& life, const std::vector<int64_t>& sizes,
+                              std::vector<int64_t>* group_sizes = nullptr);
 
 }  // namespace cnnrun

@@ -52,18 +52,16 @@ struct BufferPlan {
     for (size_t i = 0; i < L; ++i)
       if (!runs_as_identity(*net.layers[i])) sizes[i] = net.layers[i]->out_shape.size();
     if (share) {
-      group = share_groups(layer_lifetimes(net), sizes);
+      group = share_groups(layer_lifetimes(net), sizes, &floats);
     } else {
       group.assign(L, -1);
-      for (size_t i = 0, g = 0; i < L; ++i)
-        if (!runs_as_identity(*net.layers[i])) group[i] = static_cast<int>(g++);
+      for (size_t i = 0; i < L; ++i)
+        if (!runs_as_identity(*net.layers[i])) {
+          group[i] = static_cast<int>(floats.size());
+          floats.push_back(sizes[i]);
+        }
     }
-    for (size_t i = 0; i < L; ++i) {
-      if (group[i] < 0) continue;
-      ++buffers;
-      if (floats.size() <= static_cast<size_t>(group[i])) floats.resize(static_cast<size_t>(group[i]) + 1, 0);
-      floats[static_cast<size_t>(group[i])] = std::max(floats[static_cast<size_t>(group[i])], sizes[i]);
-    }
+    for (int g : group) buffers += g >= 0;
   }
   int64_t per_image() const {
     int64_t t = 0;

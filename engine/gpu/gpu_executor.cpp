@@ -302,8 +302,8 @@ SlotNeeds GpuExecutor::slot_needs(bool share) const {
     for (int64_t f : nhwc_layout_.copy_floats) needs.buf_floats.push_back(f);
   }
   if (share)
-    needs.share_group =
-        share_groups(buffer_lifetimes(net_, plan_, nhwc_ ? &nhwc_layout_ : nullptr), needs.buf_floats);
+    needs.share_group = share_groups(buffer_lifetimes(net_, plan_, nhwc_ ? &nhwc_layout_ : nullptr),
+                                     needs.buf_floats, &needs.group_floats);
   for (const Step& st : plan_.steps)
     if (st.op == Op::kConv && conv_weights(st.layer).im2col)
       needs.max_col = std::max(needs.max_col, conv_weights(st.layer).im2col->col_bytes_per_image());

@@ -54,18 +54,12 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
   size_t cudnn_ws = use_cudnn ? std::min(kCudnnWorkspace, usable / 16) : 0;
   const size_t fixed = kLtWorkspace + col + cudnn_ws;
 
-  // Floats per image of each allocation: a buffer's own, or its group's largest.
-  std::vector<int64_t> alloc_floats = needs.buf_floats;
-  if (!needs.share_group.empty()) {
-    if (needs.share_group.size() != needs.buf_floats.size())
-      throw Error("GPU buffers: " + std::to_string(needs.share_group.size()) + " groups for " +
-                  std::to_string(needs.buf_floats.size()) + " buffers");
-    alloc_floats.assign(needs.buf_floats.size(), 0);
-    for (size_t b = 0; b < needs.buf_floats.size(); ++b) {
-      int64_t& g = alloc_floats.at(static_cast<size_t>(needs.share_group[b]));
-      g = std::max(g, needs.buf_floats[b]);
-    }
-  }
+  // Floats per image of each allocation: a buffer's own, or its group's.
+  if (!needs.share_group.empty() && needs.share_group.size() != needs.buf_floats.size())
+    throw Error("GPU buffers: " + std::to_string(needs.share_group.size()) + " groups for " +
+                std::to_string(needs.buf_floats.size()) + " buffers");
+  const std::vector<int64_t>& alloc_floats =
+      needs.share_group.empty() ? needs.buf_floats : needs.group_floats;
   size_t buffer_bytes = 0;
   int allocations = 0;
   for (int64_t f : alloc_floats) {

@@ -53,10 +53,11 @@ struct Slot {
 struct SlotNeeds {
   int64_t input_bytes = 0;          // one image as the data set holds it (uint8 or float32)
   std::vector<int64_t> buf_floats;  // the plan's buffers, floats per image
-  // Empty: every buffer its own allocation. Else each buffer's group (share_groups, plan.h):
-  // the buffers of a group are never in use at once and share one allocation, as large as the
-  // largest of them.
+  // Empty: every buffer its own allocation. Else each buffer's group and each group's floats per
+  // image (share_groups, engine/passes.h): the buffers of a group are never in use at once and
+  // share one allocation, as large as the largest of them.
   std::vector<int> share_group;
+  std::vector<int64_t> group_floats;
   size_t max_col = 0;                  // the largest im2col column matrix of one image
   bool im2col = false, cudnn = false;  // some conv may run it: its workspace is needed
 };

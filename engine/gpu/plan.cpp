@@ -1,7 +1,5 @@
 #include "engine/gpu/plan.h"
 
-#include <algorithm>
-
 #include "engine/gpu/conv2d_implicit.h"
 #include "engine/passes.h"
 
@@ -106,11 +104,7 @@ std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, con
   const int end = static_cast<int>(plan.steps.size());
   const size_t B = plan.buf_floats.size() + (layout ? layout->copy_floats.size() : 0);
   std::vector<Lifetime> life(B, Lifetime{end, -1});
-  auto use = [&](int b, int step) {
-    Lifetime& l = life[static_cast<size_t>(b)];
-    l.first = std::min(l.first, step);
-    l.last = std::max(l.last, step);
-  };
+  auto use = [&](int b, int step) { life[static_cast<size_t>(b)].cover(step); };
   use(0, -1);
   for (int i = 0; i < end; ++i) {
     const Step& st = plan.steps[static_cast<size_t>(i)];
