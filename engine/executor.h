@@ -97,6 +97,14 @@ struct LayerTime {
 // Facts the executors hand the report about how a run went. Executors fill fields; only
 // engine/report.cpp turns them into sentences ("Note: ..." lines and the JSON's notes).
 
+// An executor's activation buffers: bytes per image of one worker's (CPU thread's, GPU stream's)
+// allocations, and how many buffers those allocations hold (fewer allocations: buffers never in
+// use at once share one).
+struct BufferFacts {
+  int64_t bytes_per_image = 0;
+  int count = 0, allocations = 0;
+};
+
 struct CpuRunFacts {
   int64_t block = 0;        // images per block
   std::string simd;         // Eigen's SIMD instruction sets in use
@@ -108,10 +116,7 @@ struct CpuRunFacts {
   int memory_cut_threads_from = 0;
   std::string host_memory;
   int64_t bytes_per_image = 0;
-  // A worker's layer-output buffers: bytes per image, and how many buffers / allocations (fewer:
-  // shared by outputs never in use at once).
-  int64_t buffer_bytes_per_image = 0;
-  int buffers = 0, buffer_allocations = 0;
+  BufferFacts buffers;  // a worker's layer outputs
 };
 
 // auto's search for one conv: each algorithm's best time or why it could not run.
@@ -149,10 +154,7 @@ struct GpuRunFacts {
   std::string graph_error;  // kCaptureFailed: why
   int64_t block = 0;        // images per full block
   int64_t blocks = 0;
-  // Device memory per image of a slot's activation buffers (GpuTuning::share_buffers: fewer
-  // allocations, shared by buffers never in use at once), and how many buffers / allocations.
-  int64_t buffer_bytes_per_image = 0;
-  int buffers = 0, buffer_allocations = 0;
+  BufferFacts buffers;  // a slot's activation buffers (GpuTuning::share_buffers: shared)
   int streams = 0;
   std::string cudnn_version;
   enum class Pixels { kResident, kRegistered, kStaged, kPinned } pixels = Pixels::kPinned;

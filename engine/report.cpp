@@ -100,6 +100,13 @@ std::string tuning_note(const ConvTuning& t) {
 
 namespace {
 
+// "<head> N bytes per image per <worker>, B buffers in A allocations (shared ...)".
+std::string buffers_note(const std::string& head, const BufferFacts& b, const char* worker) {
+  return head + " " + std::to_string(b.bytes_per_image) + " bytes per image per " + worker + ", " +
+         std::to_string(b.count) + " buffers in " + std::to_string(b.allocations) + " allocations" +
+         (b.allocations < b.count ? " (shared by buffers never in use at once)" : "");
+}
+
 void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
   // What the forward time covers, first.
   const std::string what = g.float_input ? "float32 values" : "uint8 pixels";
@@ -171,10 +178,7 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
   out.push_back(std::string("gpu: setup (weights, workspaces, algorithm search, ") +
                 (g.resident ? "upload of the resident pixels" : "page-locking") + ") " +
                 fmt_ms(g.setup_seconds) + ", not in the forward time");
-  out.push_back("gpu: activation buffers " + std::to_string(g.buffer_bytes_per_image) +
-                " bytes per image per stream, " + std::to_string(g.buffers) + " buffers in " +
-                std::to_string(g.buffer_allocations) + " allocations" +
-                (g.buffer_allocations < g.buffers ? " (shared by buffers never in use at once)" : ""));
+  out.push_back(buffers_note("gpu: activation buffers", g.buffers, "stream"));
   out.push_back("gpu: preprocess " + fmt_ms(g.preprocess_seconds) + ", argmax+accuracy " +
                 fmt_ms(g.argmax_seconds) + (g.resident ? ", D2D pixels " : ", H2D ") + fmt_ms(g.h2d_seconds) +
                 ", D2H " + fmt_ms(g.d2h_seconds) + " (event intervals summed over blocks)");
@@ -208,10 +212,7 @@ std::vector<std::string> report_notes(const Report& r) {
       out.push_back("cpu: only " + std::to_string(c.threads_started) + " of " + std::to_string(c.threads) +
                     " threads could be started (a thread or memory limit?); the others' blocks ran on them");
     out.push_back("cpu: " + std::to_string(c.block) + " images per block, Eigen SIMD: " + c.simd);
-    out.push_back("cpu: layer outputs " + std::to_string(c.buffer_bytes_per_image) +
-                  " bytes per image per thread, " + std::to_string(c.buffers) + " buffers in " +
-                  std::to_string(c.buffer_allocations) + " allocations" +
-                  (c.buffer_allocations < c.buffers ? " (shared by outputs never in use at once)" : ""));
+    out.push_back(buffers_note("cpu: layer outputs", c.buffers, "thread"));
   }
   if (r.run.gpu) gpu_notes(*r.run.gpu, out);
   if (r.stream.block_images > 0)

@@ -177,9 +177,7 @@ class CpuExecutor : public Executor {
                std::to_string(EIGEN_MAJOR_VERSION) + ", " + std::to_string(started_) +
                (started_ == 1 ? " thread)" : " threads)");
     facts.block = block;
-    facts.buffer_bytes_per_image = buffers.per_image() * 4;
-    facts.buffers = buffers.buffers;
-    facts.buffer_allocations = static_cast<int>(buffers.floats.size());
+    facts.buffers = {buffers.per_image() * 4, buffers.buffers, static_cast<int>(buffers.floats.size())};
     facts.simd = Eigen::SimdInstructionSetsInUse();
     facts.threads = threads;
     facts.threads_started = started_;

@@ -234,8 +234,8 @@ TEST_CASE("cpu run: layer outputs share memory by lifetime, with forward_layers'
     const RunResult r = ex->run(data, o);
     CAPTURE(threads);
     REQUIRE(r.cpu);
-    CHECK(r.cpu->buffers == 15);  // every layer but the flatten and the dropout
-    CHECK(r.cpu->buffer_allocations < r.cpu->buffers);
+    CHECK(r.cpu->buffers.count == 15);  // every layer but the flatten and the dropout
+    CHECK(r.cpu->buffers.allocations < r.cpu->buffers.count);
     REQUIRE(r.probs.size() == y.data.size());
     CHECK(std::memcmp(r.probs.data(), y.data.data(), y.data.size() * sizeof(float)) == 0);
   }

@@ -292,10 +292,10 @@ layers:
         const RunResult shared = gpu->run(data, o);
         REQUIRE(own.gpu);
         REQUIRE(shared.gpu);
-        CHECK(own.gpu->buffer_allocations == own.gpu->buffers);
-        CHECK(shared.gpu->buffers == own.gpu->buffers);
-        CHECK(shared.gpu->buffer_allocations < own.gpu->buffers);
-        CHECK(shared.gpu->buffer_bytes_per_image < own.gpu->buffer_bytes_per_image);
+        CHECK(own.gpu->buffers.allocations == own.gpu->buffers.count);
+        CHECK(shared.gpu->buffers.count == own.gpu->buffers.count);
+        CHECK(shared.gpu->buffers.allocations < own.gpu->buffers.count);
+        CHECK(shared.gpu->buffers.bytes_per_image < own.gpu->buffers.bytes_per_image);
         // Same algorithms (auto's picks are kept for the block size); a buffer overwritten while
         // in use would be far off.
         REQUIRE(shared.probs.size() == own.probs.size());

@@ -820,9 +820,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   std::vector<std::unique_ptr<Slot>>& slots = pipeline_->slots();
   block = pipeline_->block();
   const int S = pipeline_->streams();
-  facts.buffer_bytes_per_image = pipeline_->buffer_bytes_per_image();
-  facts.buffers = static_cast<int>(slots[0]->bufs.size());
-  facts.buffer_allocations = pipeline_->buffer_allocations();
+  facts.buffers = {pipeline_->buffer_bytes_per_image(), static_cast<int>(slots[0]->bufs.size()),
+                   pipeline_->buffer_allocations()};
   // Equal blocks but the last; every full block runs the slot's captured graph. (Not a short
   // first block so that compute starts after a shorter copy: one more block, and two that run
   // outside the graphs, cost more than it saves; docs/performance.md.)
