@@ -8,7 +8,7 @@
 
 namespace cnnrun {
 
-const char* const kGpuOffNames = "pool,u8,rows,graph,tc,exact,pack,graphapi";
+const char* const kGpuOffNames = "pool,u8,rows,graph,tc,exact,pack,graphapi,share";
 
 bool GpuTuning::operator==(const GpuTuning& o) const {
   return fuse_pool == o.fuse_pool && fuse_u8 == o.fuse_u8 && row_copies == o.row_copies &&
@@ -57,10 +57,11 @@ RunResult median_run(std::vector<RunResult> runs) {
 GpuTuning parse_gpu_off(const std::string& list) {
   GpuTuning t;
   const std::pair<const char*, bool GpuTuning::*> names[] = {
-      {"pool", &GpuTuning::fuse_pool},  {"u8", &GpuTuning::fuse_u8},
-      {"rows", &GpuTuning::row_copies}, {"graph", &GpuTuning::graphs},
-      {"tc", &GpuTuning::tensor_cores}, {"exact", &GpuTuning::exact_pixels},
-      {"pack", &GpuTuning::pack_low},   {"graphapi", &GpuTuning::cudnn_graph}};
+      {"pool", &GpuTuning::fuse_pool},     {"u8", &GpuTuning::fuse_u8},
+      {"rows", &GpuTuning::row_copies},    {"graph", &GpuTuning::graphs},
+      {"tc", &GpuTuning::tensor_cores},    {"exact", &GpuTuning::exact_pixels},
+      {"pack", &GpuTuning::pack_low},      {"graphapi", &GpuTuning::cudnn_graph},
+      {"share", &GpuTuning::share_buffers}};
   size_t start = 0;
   while (start <= list.size()) {
     const size_t end = std::min(list.find(',', start), list.size());

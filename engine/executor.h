@@ -30,13 +30,12 @@ struct GpuTuning {
   bool cudnn_graph = true;   // graphapi: channels last, cuDNN's graph API is timed against its legacy API
   // Not a --gpu-off name (tests): the graph API's engine wherever it runs, untimed.
   bool graph_first = false;
-  // Not a --gpu-off name yet (tests; off until measured on a GPU): run() lets buffers that are
-  // never in use at the same step share memory (engine/gpu/plan.h, share_groups).
-  bool share_buffers = false;
+  bool share_buffers = true;  // share: run() lets buffers never in use at the same step share memory
+                              // (engine/gpu/plan.h, share_groups)
   bool operator==(const GpuTuning& o) const;
   bool operator!=(const GpuTuning& o) const { return !(*this == o); }
 };
-// The names --gpu-off takes, comma-separated: "pool,u8,rows,graph,tc,exact,pack,graphapi".
+// The names --gpu-off takes, comma-separated: "pool,u8,rows,graph,tc,exact,pack,graphapi,share".
 extern const char* const kGpuOffNames;
 // All on but the comma-separated names in `list` ("" = all on). Throws Error naming an unknown
 // name and the known ones.

@@ -398,21 +398,50 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
 }
 
 TEST_CASE("gpu: an image that cannot fit in GPU memory is a clear error" * doctest::skip(!gpu_present())) {
-  // A 1x1 conv to 1000 x 512 x 512 (just under the netdef's per-layer limit of 2^28 values),
-  // then 250 tanh layers, each its own 1 GiB buffer: about 250 GiB for a single image, more
-  // than any GPU has, with almost no weights.
-  std::ostringstream t;
-  t << "input: {channels: 1, height: 512, width: 512}\nclasses: " << classes(10) << "\nlayers:\n"
-    << "  - {name: c1, type: conv, filters: 1000, kernel: 1}\n";
-  for (int i = 0; i < 250; ++i) t << "  - {name: t" << i << ", type: tanh}\n";
-  t << "  - {name: gap, type: avgpool, global: true}\n  - {name: fc, type: fc, outputs: 10}\n";
-  Network net = parse_netdef_string(t.str(), "huge");
-  random_weights(net, 1);
-  Dataset data = gpu_random_data(net.input, 1, 10, 1);
-  auto gpu = make_gpu_executor(net);
+  // A 1x1 conv to `filters` x 512 x 512, then `tanhs` tanh layers of that size, with almost no
+  // weights; `branches`: each tanh reads the conv and their sum reads them all.
+  auto huge = [](int filters, int tanhs, bool branches) {
+    std::ostringstream t;
+    t << "input: {channels: 1, height: 512, width: 512}\nclasses: " << classes(10) << "\nlayers:\n"
+      << "  - {name: c1, type: conv, filters: " << filters << ", kernel: 1}\n";
+    for (int i = 0; i < tanhs; ++i)
+      t << "  - {name: t" << i << ", type: tanh" << (branches ? ", inputs: c1" : "") << "}\n";
+    if (branches) {
+      t << "  - {name: sum, type: add, inputs: [t0";
+      for (int i = 1; i < tanhs; ++i) t << ", t" << i;
+      t << "]}\n";
+    }
+    t << "  - {name: gap, type: avgpool, global: true}\n  - {name: fc, type: fc, outputs: 10}\n";
+    Network net = parse_netdef_string(t.str(), "huge");
+    random_weights(net, 1);
+    return net;
+  };
   RunOptions o;
   o.batch = 1;
-  CHECK_THROWS_WITH_AS(gpu->run(data, o), doctest::Contains("GPU memory: one image needs"), Error);
+  // 250 branches of 1000 x 512 x 512 (just under the netdef's per-layer limit of 2^28 values),
+  // 1 GiB each and all alive until their sum: about 250 GiB for a single image even with buffers
+  // shared by lifetime, more than any GPU has.
+  {
+    Network net = huge(1000, 250, true);
+    Dataset data = gpu_random_data(net.input, 1, 10, 1);
+    auto gpu = make_gpu_executor(net);
+    CHECK_THROWS_WITH_AS(gpu->run(data, o), doctest::Contains("GPU memory: one image needs"), Error);
+  }
+  // A chain of 1000 tanh layers of 256 MiB: a buffer per layer (--gpu-off share) is 250 GiB;
+  // shared by lifetime, two buffers alternate and the image fits in well under 1 GiB.
+  {
+    Network net = huge(256, 1000, false);
+    Dataset data = gpu_random_data(net.input, 1, 10, 1);
+    auto gpu = make_gpu_executor(net);
+    o.tuning.share_buffers = false;
+    CHECK_THROWS_WITH_AS(gpu->run(data, o), doctest::Contains("GPU memory: one image needs"), Error);
+    o.tuning.share_buffers = true;
+    const RunResult r = gpu->run(data, o);
+    REQUIRE(r.gpu);
+    CHECK(r.gpu->buffers.count >= 1000);
+    CHECK(r.gpu->buffers.allocations <= 3);
+    CHECK(r.gpu->buffers.bytes_per_image <= 3 * (int64_t(256) * 512 * 512 * 4));
+  }
 }
 
 TEST_CASE("gpu: a pinned_memory cap cuts the block to the page-locked host buffers it allows" *

@@ -287,8 +287,9 @@ layers:
         o.want_probs = true;
         o.layout = layout;
         o.precision = p;
+        o.tuning.share_buffers = false;  // --gpu-off share
         const RunResult own = gpu->run(data, o);
-        o.tuning.share_buffers = true;
+        o.tuning.share_buffers = true;  // the default
         const RunResult shared = gpu->run(data, o);
         REQUIRE(own.gpu);
         REQUIRE(shared.gpu);
