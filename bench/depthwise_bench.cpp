@@ -5,12 +5,16 @@
 // bias+activation pass after it, both timed). Prints one line per layer and the totals;
 // bench/depthwise_torch.py prints PyTorch's times for the same layers, so the two can be read side
 // by side (docs/performance.md). Built with the GPU executor (CMake target depthwise_bench):
-//   build-gpu/depthwise_bench [IMAGES=256] [INPUT=224] [REPEATS=20]
+//   build-gpu/depthwise_bench [IMAGES=256] [INPUT=224] [REPEATS=20] [TILES=1024[,2048...]]
+// TILES: the kernel's outputs per thread block (depthwise_config's tile_outputs), one column each;
+// the ratio is cuDNN's time over the first.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "engine/gpu/activation.h"
@@ -70,8 +74,15 @@ int main(int argc, char** argv) {
   const int images = argc > 1 ? std::atoi(argv[1]) : 256;
   const int input = argc > 2 ? std::atoi(argv[2]) : 224;
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 20;
-  if (images < 1 || input < 8 || repeats < 1) {
-    std::fprintf(stderr, "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1]\n", argv[0]);
+  std::vector<int> tiles;
+  {
+    std::istringstream in(argc > 4 ? argv[4] : std::to_string(kDepthwiseTileOutputs));
+    for (std::string t; std::getline(in, t, ',');) tiles.push_back(std::atoi(t.c_str()));
+  }
+  const bool tiles_ok =
+      !tiles.empty() && std::all_of(tiles.begin(), tiles.end(), [](int t) { return t >= 32; });
+  if (images < 1 || input < 8 || repeats < 1 || !tiles_ok) {
+    std::fprintf(stderr, "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...]]\n", argv[0]);
     return 2;
   }
   try {
@@ -84,9 +95,11 @@ int main(int argc, char** argv) {
         "MobileNetV2 depthwise 3x3 + ReLU6, %d images at %dx%d, median "
         "of %d (ms)\n",
         images, input, input, repeats);
-    std::printf("%-4s %5s %4s %2s | %9s %9s %7s | %s\n", "#", "ch", "in", "s", "depthwise", "cudnn", "ratio",
-                "cudnn algorithm");
-    double tot_dw = 0, tot_cudnn = 0;
+    std::printf("%-4s %5s %4s %2s |", "#", "ch", "in", "s");
+    for (int t : tiles) std::printf(" %9s", ("dw@" + std::to_string(t)).c_str());
+    std::printf(" %9s %7s | %s\n", "cudnn", "ratio", "cudnn algorithm");
+    std::vector<double> tot_dw(tiles.size(), 0.0);
+    double tot_cudnn = 0;
     std::mt19937 g(1);
     std::uniform_real_distribution<float> d(-1.f, 1.f);
     int i = 0;
@@ -110,12 +123,16 @@ int main(int argc, char** argv) {
       a.in_h = a.in_w = l.h;
       a.out_h = a.out_w = static_cast<int>(p.out_h);
       a.kernel_h = a.kernel_w = 3, a.stride_h = a.stride_w = l.stride, a.pad_h = a.pad_w = 1;
-      const DepthwiseConfig cfg = depthwise_config(a);
       const ActFn relu6{Act::kRelu6};
-      const float t_dw = time_ms(s, repeats, [&] {
-        launch_conv_depthwise(cfg, a, x.as<float>(), w.as<float>(), b.as<float>(), y.as<float>(), images,
-                              relu6, s);
-      });
+      std::vector<float> t_dw;
+      for (size_t k = 0; k < tiles.size(); ++k) {
+        const DepthwiseConfig cfg = depthwise_config(a, tiles[k]);
+        t_dw.push_back(time_ms(s, repeats, [&] {
+          launch_conv_depthwise(cfg, a, x.as<float>(), w.as<float>(), b.as<float>(), y.as<float>(), images,
+                                relu6, s);
+        }));
+        tot_dw[k] += t_dw[k];
+      }
       CudnnConv conv(p, relu6);
       conv.find(h, s, images, x.as<float>(), w.as<float>(), b.as<float>(), b.as<float>(), nullptr,
                 y.as<float>(), ws.get(), ws_bytes);
@@ -123,11 +140,14 @@ int main(int argc, char** argv) {
         conv.forward(h, s, images, x.as<float>(), w.as<float>(), b.as<float>(), b.as<float>(), nullptr,
                      y.as<float>(), ws.get(), ws_bytes);
       });
-      tot_dw += t_dw, tot_cudnn += t_cudnn;
-      std::printf("%-4d %5d %4d %2d | %9.4f %9.4f %6.2fx | %s\n", i++, l.c, l.h, l.stride, t_dw, t_cudnn,
-                  t_cudnn / t_dw, conv.algo_name().c_str());
+      tot_cudnn += t_cudnn;
+      std::printf("%-4d %5d %4d %2d |", i++, l.c, l.h, l.stride);
+      for (float t : t_dw) std::printf(" %9.4f", t);
+      std::printf(" %9.4f %6.2fx | %s\n", t_cudnn, t_cudnn / t_dw[0], conv.algo_name().c_str());
     }
-    std::printf("total                | %9.4f %9.4f %6.2fx\n", tot_dw, tot_cudnn, tot_cudnn / tot_dw);
+    std::printf("total                |");
+    for (double t : tot_dw) std::printf(" %9.4f", t);
+    std::printf(" %9.4f %6.2fx\n", tot_cudnn, tot_cudnn / tot_dw[0]);
     CUDA_CHECK(cudaStreamDestroy(s));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "depthwise_bench: %s\n", e.what());

@@ -418,7 +418,14 @@ TEST_CASE("gpu: depthwise convolution kernel vs plain loops" * doctest::skip(!gp
                         // odd patch width, a channel multiplier, stride 1 down and 2 across
                         {16, 1, 80, 71, 5, 5, 2, 2, 2, 2, 1, 1, 2},
                         {8, 2, 40, 70, 3, 3, 2, 2, 1, 1, 1, 1, 2},
-                        {6, 1, 20, 66, 3, 3, 1, 2, 1, 1, 1, 1, 2}};
+                        {6, 1, 20, 66, 3, 3, 1, 2, 1, 1, 1, 1, 2},
+                        // a warp a plane (rows under 32): a last tile of 5 live planes of 16; rows cut
+                        // into two tiles, the last a row short; staged a warp a plane but outputs
+                        // under 32; tiny planes with a multiplier (one value a thread throughout)
+                        {7, 1, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 3},
+                        {3, 1, 301, 20, 3, 3, 1, 1, 1, 1, 1, 1, 2},
+                        {10, 1, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, 3},
+                        {12, 2, 3, 3, 3, 3, 2, 2, 1, 1, 1, 1, 3}};
   uint32_t seed = 200;
   int k = 0;
   for (const Case& c : cases) {

@@ -2,32 +2,47 @@
 // and reads each input value KH*KW times, so it is bound by memory traffic, not arithmetic, and
 // the GEMM lowerings (im2col, cuDNN's grouped GEMMs with one channel per group) waste most of their
 // work on tiny matrices. Here a thread block stages the input rows that `rows` output rows of
-// `planes` consecutive (image, filter) planes need, padding as zeros, into shared memory once
-// (each input value is read from global memory about once, (rows - 1) * stride + reach rows for
-// `rows` output rows), with the planes' weights; then each of its 256 threads computes about four
-// outputs from shared memory, adds the bias and applies the activation, and writes them
-// coalesced. Rows of 32 values or more are staged and computed a warp a row, lanes along it (no
-// index division per value); narrower ones one value a thread over the flattened tile. Small planes (late
-// MobileNet stages, 7x7 or 14x14) are packed several per block so the threads stay busy; large ones are cut
-// into row tiles. The common 3x3 and 5x5 kernels are compile-time loops; other sizes use the same code with
-// run-time bounds.
+// `planes` consecutive (image, filter) planes need, padding as zeros, and the planes' weights into
+// shared memory once (each input value is read from global memory about once), with asynchronous
+// copies (cp.async): a thread has all its copies in flight before it waits for any. Then its 256
+// threads compute about 16 outputs each (kDepthwiseTileOutputs) from shared memory, add the bias,
+// apply the activation and write them coalesced. No index is divided per value: rows of 32 values
+// or more are staged and computed a warp a row, lanes along it; narrower planes a warp a plane,
+// each lane carrying its (row, column) from one value to the next 32 on (Walk); only planes under
+// 32 values (1x1 and 2x2 outputs) go one value a thread over the flattened tile. Small planes
+// are packed several per block, in whole rounds of the 8 warps; large ones are cut into row tiles
+// of even height. The common 3x3 and 5x5 kernels are compile-time loops; other sizes use the same
+// code with run-time bounds.
 #include <algorithm>
 
 #include "engine/gpu/activation.cuh"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_depthwise.h"
+#include "engine/gpu/cp_async.cuh"
 
 namespace cnnrun::gpu {
 
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTargetOutputs = 1024;    // outputs per tile: 4 per thread
 constexpr size_t kMaxSmem = 48u << 10;  // the default limit, no opt-in needed
 
 struct Tile {
   int planes, rows, row_tiles, patch_h, patch_w;
   int64_t plane_groups;
+};
+
+// Row-major positions of a plane `width` wide, from `start` on in steps of 32: (row, col) carried
+// from one to the next with an add and a compare, no division.
+struct Walk {
+  int row, col, width, d_row, d_col;
+  __device__ Walk(int start, int w)
+      : row(start / w), col(start % w), width(w), d_row(32 / w), d_col(32 % w) {}
+  __device__ void step(int& r, int& c) const {
+    c += d_col;
+    r += d_row;
+    if (c >= width) c -= width, ++r;
+  }
 };
 
 // SPLIT (stride 2 across, undilated, rows of 32 or more): each staged row holds its even columns,
@@ -37,69 +52,102 @@ template <int KH, int KW, bool SPLIT>
 __global__ void __launch_bounds__(kThreads)
     depthwise_kernel(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ bias,
                      float* __restrict__ y, int64_t nf, DepthwiseArgs a, Tile t, ActFn act) {
-  extern __shared__ float smem[];
+  extern __shared__ float smem[];  // [planes][patch_h][patch_w] then [planes][taps]
   const int kh_n = KH > 0 ? KH : a.kernel_h, kw_n = KW > 0 ? KW : a.kernel_w;
   const int taps = kh_n * kw_n;
   const int patch = t.patch_h * t.patch_w;
-  float* wsm = smem + t.planes * patch;  // [planes][taps]
   const int mult = a.filters / a.channels;
   const int tile_outputs = t.planes * t.rows * a.out_w;
   const int64_t tiles = t.plane_groups * t.row_tiles;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  // A warp a plane (planes of 32 values or more but rows under 32): each lane walks the plane's
+  // row-major positions 32 apart, carrying (row, column) instead of dividing per value. Its
+  // start and step, for the staged patch and for the tile's outputs, once per thread.
+  const Walk in_walk(lane, t.patch_w), out_walk(lane, a.out_w);
 
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-    const int64_t p0 = tile / t.row_tiles * t.planes;  // first (image, filter) plane
-    const int oy0 = static_cast<int>(tile % t.row_tiles) * t.rows;
-    const int iy0 = oy0 * a.stride_h - a.pad_h;
-    // The tile's planes as (image, filter) from one 64-bit division per tile: plane pb is
-    // filter f0 + pb of image img0, carried over the images with 32-bit arithmetic, so no value
-    // staged or written pays a 64-bit division.
-    const int64_t img0 = p0 / a.filters;
-    const int f0 = static_cast<int>(p0 - img0 * a.filters);
-    const int64_t left = nf - p0;
-    const int live = left < t.planes ? static_cast<int>(left) : t.planes;  // planes of the tile that exist
-    __syncthreads();  // the previous tile's reads are done
+  // A tile's place: planes p0.. (live of them exist), output rows oy0.., input rows iy0... Its
+  // planes as (image, filter) from one 64-bit division per tile: plane pb is filter f0 + pb of
+  // image img0, carried over the images with 32-bit arithmetic, so no value staged or written
+  // pays a 64-bit division.
+  struct Place {
+    int64_t p0, img0;
+    int oy0, iy0, f0, live;
+  };
+  auto place = [&](int64_t tile) {
+    Place u;
+    u.p0 = tile / t.row_tiles * t.planes;
+    u.oy0 = static_cast<int>(tile % t.row_tiles) * t.rows;
+    u.iy0 = u.oy0 * a.stride_h - a.pad_h;
+    u.img0 = u.p0 / a.filters;
+    u.f0 = static_cast<int>(u.p0 - u.img0 * a.filters);
+    const int64_t left = nf - u.p0;
+    u.live = left < t.planes ? static_cast<int>(left) : t.planes;
+    return u;
+  };
+
+  // Issue a tile's copies into the stage (asynchronous: a thread has all its copies in flight at
+  // once).
+  auto stage = [&](const Place& u, float* buf) {
     // The tile's (image, filter) plane pb, as a pointer to its input channel.
     auto channel = [&](int pb) {
-      const int f = f0 + pb, di = f / a.filters;
+      if (mult == 1) return x + (u.p0 + pb) * a.in_h * a.in_w;  // plane p0 + pb is input plane p0 + pb
+      const int f = u.f0 + pb, di = f / a.filters;
       const int c = (f - di * a.filters) / mult;
-      return x + ((img0 + di) * a.channels + c) * a.in_h * a.in_w;
+      return x + ((u.img0 + di) * a.channels + c) * a.in_h * a.in_w;
     };
     if (t.patch_w >= 32) {  // a warp a patch row, its lanes along it: no division per value
-      for (int row = threadIdx.x / 32; row < t.planes * t.patch_h; row += kThreads / 32) {
-        const int pb = row / t.patch_h, iy = iy0 + row - pb * t.patch_h;
-        const bool in = pb < live && iy >= 0 && iy < a.in_h;
-        const float* src = in ? channel(pb) + int64_t(iy) * a.in_w : nullptr;
-        float* dst = smem + row * t.patch_w;
+      for (int row = warp; row < t.planes * t.patch_h; row += kThreads / 32) {
+        const int pb = row / t.patch_h, iy = u.iy0 + row - pb * t.patch_h;
+        const bool in = pb < u.live && iy >= 0 && iy < a.in_h;
+        const float* src = in ? channel(pb) + int64_t(iy) * a.in_w : x;
+        float* dst = buf + row * t.patch_w;
         const int half = (t.patch_w + 1) / 2;
-        for (int px = threadIdx.x % 32; px < t.patch_w; px += 32) {
+        for (int px = lane; px < t.patch_w; px += 32) {
           const int ix = px - a.pad_w;
-          dst[SPLIT ? (px & 1) * half + (px >> 1) : px] =
-              in && ix >= 0 && ix < a.in_w ? __ldg(src + ix) : 0.f;
+          const bool ok = in && ix >= 0 && ix < a.in_w;
+          cp_async4(dst + (SPLIT ? (px & 1) * half + (px >> 1) : px), ok ? src + ix : x, ok);
         }
       }
-    } else {  // small planes, several a tile: one value a thread
+    } else if (patch >= 32) {  // a warp a plane
+      for (int pb = warp; pb < t.planes; pb += kThreads / 32) {
+        const bool in = pb < u.live;
+        const float* src = in ? channel(pb) : x;
+        float* dst = buf + pb * patch;
+        int py = in_walk.row, px = in_walk.col;
+        for (int r = lane; r < patch; r += 32) {
+          const int iy = u.iy0 + py, ix = px - a.pad_w;
+          const bool ok = in && iy >= 0 && iy < a.in_h && ix >= 0 && ix < a.in_w;
+          cp_async4(dst + r, ok ? src + int64_t(iy) * a.in_w + ix : x, ok);
+          in_walk.step(py, px);
+        }
+      }
+    } else {  // tiny planes, many a tile: one value a thread
       for (int j = threadIdx.x; j < t.planes * patch; j += kThreads) {
         const int pb = j / patch, r = j - pb * patch;
         const int py = r / t.patch_w, px = r - py * t.patch_w;
-        float v = 0.f;
-        const int iy = iy0 + py, ix = px - a.pad_w;
-        if (pb < live && iy >= 0 && iy < a.in_h && ix >= 0 && ix < a.in_w)
-          v = __ldg(channel(pb) + int64_t(iy) * a.in_w + ix);
-        smem[j] = v;
+        const int iy = u.iy0 + py, ix = px - a.pad_w;
+        const bool ok = pb < u.live && iy >= 0 && iy < a.in_h && ix >= 0 && ix < a.in_w;
+        cp_async4(buf + j, ok ? channel(pb) + int64_t(iy) * a.in_w + ix : x, ok);
       }
     }
+    float* wsm = buf + t.planes * patch;
     for (int j = threadIdx.x; j < t.planes * taps; j += kThreads) {
       const int pb = j / taps;
-      wsm[j] = pb < live ? __ldg(w + ((f0 + pb) % a.filters) * taps + (j - pb * taps)) : 0.f;
+      const bool ok = pb < u.live;
+      cp_async4(wsm + j, ok ? w + ((u.f0 + pb) % a.filters) * taps + (j - pb * taps) : w, ok);
     }
-    __syncthreads();
+  };
+
+  // A tile's outputs from its stage.
+  auto compute = [&](const Place& u, const float* buf) {
+    const float* wsm = buf + t.planes * patch;
     // One output: plane pb, tile row ry, column ox.
     auto output = [&](int pb, int ry, int ox) {
-      const float* src = smem + pb * patch + ry * a.stride_h * t.patch_w + ox * a.stride_w;
+      const float* src = buf + pb * patch + ry * a.stride_h * t.patch_w + ox * a.stride_w;
       const float* wk = wsm + pb * taps;
       float acc = 0.f;
       if constexpr (SPLIT) {
-        const float* row = smem + pb * patch + ry * a.stride_h * t.patch_w;
+        const float* row = buf + pb * patch + ry * a.stride_h * t.patch_w;
         const int half = (t.patch_w + 1) / 2;
 #pragma unroll
         for (int ky = 0; ky < KH; ++ky)
@@ -121,24 +169,45 @@ __global__ void __launch_bounds__(kThreads)
       return acc;
     };
     if (a.out_w >= 32) {  // a warp an output row
-      for (int row = threadIdx.x / 32; row < t.planes * t.rows; row += kThreads / 32) {
-        const int pb = row / t.rows, ry = row - pb * t.rows, oy = oy0 + ry;
-        if (pb >= live || oy >= a.out_h) continue;
-        const float b = bias ? __ldg(bias + (f0 + pb) % a.filters) : 0.f;
-        float* dst = y + ((p0 + pb) * a.out_h + oy) * a.out_w;
-        for (int ox = threadIdx.x % 32; ox < a.out_w; ox += 32)
-          dst[ox] = act_eval(act, __fadd_rn(output(pb, ry, ox), b));
+      for (int row = warp; row < t.planes * t.rows; row += kThreads / 32) {
+        const int pb = row / t.rows, ry = row - pb * t.rows, oy = u.oy0 + ry;
+        if (pb >= u.live || oy >= a.out_h) continue;
+        const float b = bias ? __ldg(bias + (u.f0 + pb) % a.filters) : 0.f;
+        float* dst = y + ((u.p0 + pb) * a.out_h + oy) * a.out_w;
+        for (int ox = lane; ox < a.out_w; ox += 32) dst[ox] = act_eval(act, __fadd_rn(output(pb, ry, ox), b));
+      }
+    } else if (t.rows * a.out_w >= 32) {  // a warp a plane
+      for (int pb = warp; pb < u.live; pb += kThreads / 32) {
+        const float b = bias ? __ldg(bias + (u.f0 + pb) % a.filters) : 0.f;
+        float* dst = y + ((u.p0 + pb) * a.out_h + u.oy0) * a.out_w;
+        int ry = out_walk.row, ox = out_walk.col;
+        for (int r = lane; r < t.rows * a.out_w; r += 32) {
+          if (u.oy0 + ry < a.out_h) dst[r] = act_eval(act, __fadd_rn(output(pb, ry, ox), b));
+          out_walk.step(ry, ox);
+        }
       }
     } else {
       for (int j = threadIdx.x; j < tile_outputs; j += kThreads) {
         const int pb = j / (t.rows * a.out_w), r = j - pb * (t.rows * a.out_w);
         const int ry = r / a.out_w, ox = r - ry * a.out_w;
-        const int oy = oy0 + ry;
-        if (pb >= live || oy >= a.out_h) continue;
-        const float b = bias ? __ldg(bias + (f0 + pb) % a.filters) : 0.f;
-        y[((p0 + pb) * a.out_h + oy) * a.out_w + ox] = act_eval(act, __fadd_rn(output(pb, ry, ox), b));
+        const int oy = u.oy0 + ry;
+        if (pb >= u.live || oy >= a.out_h) continue;
+        const float b = bias ? __ldg(bias + (u.f0 + pb) % a.filters) : 0.f;
+        y[((u.p0 + pb) * a.out_h + oy) * a.out_w + ox] = act_eval(act, __fadd_rn(output(pb, ry, ox), b));
       }
     }
+  };
+
+  // One stage: a block per tile (as many as fit run at once, and while some wait for their copies
+  // others compute; two stages in a grid of resident blocks measured slower, docs/performance.md).
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const Place u = place(tile);
+    stage(u, smem);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    compute(u, smem);
+    __syncthreads();  // the stage's reads are done before the next tile's copies refill it
   }
 }
 
@@ -146,9 +215,23 @@ int patch_rows(const DepthwiseArgs& a, int rows) {
   return (rows - 1) * a.stride_h + (a.kernel_h - 1) * a.dilation_h + 1;
 }
 
+// The stage: the planes' patches and weights.
+size_t stage_bytes(const DepthwiseConfig& c, int taps) {
+  return sizeof(float) * (size_t(c.planes) * size_t(c.patch_h) * size_t(c.patch_w) + size_t(c.planes) * taps);
+}
+
+template <int KH, int KW, bool SPLIT>
+void launch(const DepthwiseConfig& cfg, const DepthwiseArgs& a, const float* x, const float* w,
+            const float* bias, float* y, int64_t nf, const Tile& t, ActFn act, cudaStream_t s) {
+  const int64_t tiles = t.plane_groups * t.row_tiles;
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(1) << 24));
+  depthwise_kernel<KH, KW, SPLIT><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
+  CUDA_CHECK_LAUNCH("depthwise_kernel");
+}
+
 }  // namespace
 
-DepthwiseConfig depthwise_config(const DepthwiseArgs& a) {
+DepthwiseConfig depthwise_config(const DepthwiseArgs& a, int tile_outputs) {
   DepthwiseConfig c;
   if (a.channels < 1 || a.filters < a.channels || a.filters % a.channels != 0) {
     c.why = "filters (" + std::to_string(a.filters) + ") are not a multiple of the channels (" +
@@ -160,23 +243,24 @@ DepthwiseConfig depthwise_config(const DepthwiseArgs& a) {
     c.why = "empty output or a non-positive kernel, stride or dilation";
     return c;
   }
+  tile_outputs = std::max(tile_outputs, 1);
   const int64_t plane = int64_t(a.out_h) * a.out_w;
-  if (plane >= kTargetOutputs) {
+  if (plane >= tile_outputs) {
     c.planes = 1;
-    c.rows = static_cast<int>(std::clamp<int64_t>(kTargetOutputs / a.out_w, 1, a.out_h));
+    c.rows = static_cast<int>(std::clamp<int64_t>(tile_outputs / a.out_w, 1, a.out_h));
   } else {
-    c.planes = static_cast<int>(kTargetOutputs / plane);
+    c.planes = static_cast<int>(tile_outputs / plane);
+    if (c.planes >= 8) c.planes -= c.planes % 8;  // whole rounds of the 8 warps, a plane each
     c.rows = a.out_h;
   }
   c.patch_w = (a.out_w - 1) * a.stride_w + (a.kernel_w - 1) * a.dilation_w + 1;
   const int taps = a.kernel_h * a.kernel_w;
   for (;;) {
     c.patch_h = patch_rows(a, c.rows);
-    c.smem =
-        sizeof(float) * (size_t(c.planes) * size_t(c.patch_h) * size_t(c.patch_w) + size_t(c.planes) * taps);
+    c.smem = stage_bytes(c, taps);
     if (c.smem <= kMaxSmem) break;
     if (c.planes > 1) {
-      c.planes = (c.planes + 1) / 2;
+      c.planes = c.planes / 2 >= 8 ? c.planes / 2 / 8 * 8 : (c.planes + 1) / 2;
     } else if (c.rows > 1) {
       c.rows = (c.rows + 1) / 2;
     } else {
@@ -186,7 +270,12 @@ DepthwiseConfig depthwise_config(const DepthwiseArgs& a) {
       return c;
     }
   }
+  // Rows spread evenly over the row tiles (56 rows as 14+14+14+14, not 18+18+18+2: a short
+  // last tile leaves most of its block idle).
   c.row_tiles = (a.out_h + c.rows - 1) / c.rows;
+  c.rows = (a.out_h + c.row_tiles - 1) / c.row_tiles;
+  c.patch_h = patch_rows(a, c.rows);
+  c.smem = stage_bytes(c, taps);
   c.ok = true;
   return c;
 }
@@ -217,24 +306,19 @@ void launch_conv_depthwise(const DepthwiseConfig& cfg, const DepthwiseArgs& a, c
   const int64_t nf = n * a.filters;
   if (nf <= 0) return;
   Tile t{cfg.planes, cfg.rows, cfg.row_tiles, cfg.patch_h, cfg.patch_w, (nf + cfg.planes - 1) / cfg.planes};
-  const int64_t tiles = t.plane_groups * t.row_tiles;
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(1) << 24));
   const bool split = a.stride_w == 2 && a.dilation_w == 1 && cfg.patch_w >= 32 && a.out_w >= 32;
   if (a.kernel_h == 3 && a.kernel_w == 3) {
     if (split)
-      depthwise_kernel<3, 3, true><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
+      launch<3, 3, true>(cfg, a, x, w, bias, y, nf, t, act, s);
     else
-      depthwise_kernel<3, 3, false><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
-    CUDA_CHECK_LAUNCH("depthwise_kernel<3, 3>");
+      launch<3, 3, false>(cfg, a, x, w, bias, y, nf, t, act, s);
   } else if (a.kernel_h == 5 && a.kernel_w == 5) {
     if (split)
-      depthwise_kernel<5, 5, true><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
+      launch<5, 5, true>(cfg, a, x, w, bias, y, nf, t, act, s);
     else
-      depthwise_kernel<5, 5, false><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
-    CUDA_CHECK_LAUNCH("depthwise_kernel<5, 5>");
+      launch<5, 5, false>(cfg, a, x, w, bias, y, nf, t, act, s);
   } else {
-    depthwise_kernel<0, 0, false><<<grid, kThreads, cfg.smem, s>>>(x, w, bias, y, nf, a, t, act);
-    CUDA_CHECK_LAUNCH("depthwise_kernel<0, 0>");
+    launch<0, 0, false>(cfg, a, x, w, bias, y, nf, t, act, s);
   }
 }
 

@@ -31,7 +31,10 @@ struct DepthwiseConfig {
   size_t smem = 0;
 };
 
-DepthwiseConfig depthwise_config(const DepthwiseArgs& a);
+// tile_outputs: about how many outputs a thread block computes (256 threads; a tuning knob,
+// measured in docs/performance.md).
+constexpr int kDepthwiseTileOutputs = 4096;
+DepthwiseConfig depthwise_config(const DepthwiseArgs& a, int tile_outputs = kDepthwiseTileOutputs);
 
 // A conv's arguments and tiling: cfg.ok false (with why) unless groups == channels and the
 // filters are a multiple of them, and the tile fits.

@@ -2,20 +2,10 @@
 // and weights into a stage buffer, and the uint8 input's register-to-shared normalisation.
 #pragma once
 
+#include "engine/gpu/cp_async.cuh"
 #include "engine/gpu/implicit/args.cuh"
 
 namespace cnnrun::gpu::implicit {
-
-__device__ __forceinline__ void cp_async4(float* dst, const float* src, bool valid) {
-  unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 // The weights of one channel chunk into the stage buffer after the patch.
 template <int BM>
