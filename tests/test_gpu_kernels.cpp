@@ -18,6 +18,7 @@
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_depthwise.h"
 #include "engine/gpu/mul.h"
+#include "engine/gpu/nhwc.h"
 #include "engine/gpu/pool2d.h"
 #include "engine/gpu/upsample.h"
 #include "engine/layers/upsample.h"
@@ -456,6 +457,74 @@ TEST_CASE("gpu: depthwise convolution kernel vs plain loops" * doctest::skip(!gp
          << cfg.rows << " rows";
     check_close(download(dy, want.size(), st.s), want, 1e-5, 1e-5, what.str());
   }
+}
+
+TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf16" *
+          doctest::skip(!gpu_present())) {
+  Stream st;
+  struct Case {
+    int c, mult, h, w, kh, kw, sh, sw, ph, pw, dh, dw, n;
+  };
+  // 16-byte vectors (96, 32 channels), 8 and 4 bytes (36, 6), one value a thread (7 channels, and
+  // a channel multiplier), MobileNet's 3x3 stride 1 and 2, EfficientNet's 5x5, 7x7 (run-time
+  // loops), stride and dilation together, a 1x1 input with padding.
+  const Case cases[] = {
+      {96, 1, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, 3}, {32, 1, 17, 15, 3, 3, 2, 2, 1, 1, 1, 1, 2},
+      {36, 1, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 3},   {6, 1, 23, 19, 3, 3, 2, 1, 2, 2, 2, 2, 3},
+      {7, 1, 10, 12, 7, 7, 2, 2, 3, 3, 1, 1, 2},  {8, 2, 13, 11, 3, 5, 1, 2, 1, 2, 3, 1, 2},
+      {16, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 5},   {40, 1, 29, 31, 5, 5, 2, 2, 2, 2, 1, 1, 1}};
+  uint32_t seed = 700;
+  int k = 0;
+  for (Storage t : {Storage::kF32, Storage::kF16, Storage::kBf16})
+    for (const Case& c : cases) {
+      DepthwiseArgs a;
+      a.channels = c.c, a.filters = c.c * c.mult, a.in_h = c.h, a.in_w = c.w;
+      a.kernel_h = c.kh, a.kernel_w = c.kw, a.stride_h = c.sh, a.stride_w = c.sw, a.pad_h = c.ph,
+      a.pad_w = c.pw;
+      a.dilation_h = c.dh, a.dilation_w = c.dw;
+      a.out_h = (c.h + 2 * c.ph - c.dh * (c.kh - 1) - 1) / c.sh + 1;
+      a.out_w = (c.w + 2 * c.pw - c.dw * (c.kw - 1) - 1) / c.sw + 1;
+      const ActFn act = kActs[size_t(k++) % (sizeof(kActs) / sizeof(kActs[0]))];
+      const bool with_bias = k % 3 != 0;
+      const int taps = c.kh * c.kw, in_plane = c.h * c.w, out_plane = a.out_h * a.out_w;
+      const std::vector<float> x = test::random_floats(size_t(c.n) * c.c * in_plane, seed++, -1.f, 1.f);
+      const std::vector<float> w = test::random_floats(size_t(a.filters) * taps, seed++, -0.5f, 0.5f);
+      const std::vector<float> b =
+          with_bias ? test::random_floats(size_t(a.filters), seed++, -0.5f, 0.5f) : std::vector<float>();
+      std::vector<float> w_taps(w.size());
+      for (int f = 0; f < a.filters; ++f)
+        for (int q = 0; q < taps; ++q) w_taps[size_t(q) * a.filters + f] = w[size_t(f) * taps + q];
+      // The input in the storage format, and back: the values the kernel reads, for the reference.
+      const int64_t bytes = storage_bytes(t);
+      DevBuf dx = upload(x.data(), x.size()), xs(x.size() * bytes), xr(x.size() * sizeof(float));
+      launch_nchw_to_nhwc(dx.as<float>(), xs.get(), t, c.n, c.c, in_plane, st.s);
+      launch_nhwc_to_nchw(xs.get(), t, xr.as<float>(), c.n, c.c, in_plane, st.s);
+      const std::vector<double> want = depthwise_ref(download(xr, x.size(), st.s), w, b, c.n, a, act);
+      DevBuf dw = upload(w_taps.data(), w_taps.size()), db = upload(b.data(), b.size());
+      DevBuf ys(want.size() * bytes), y(want.size() * sizeof(float));
+      launch_conv_depthwise_nhwc(a, xs.get(), t, dw.as<float>(), with_bias ? db.as<float>() : nullptr,
+                                 ys.get(), c.n, act, st.s);
+      launch_nhwc_to_nchw(ys.get(), t, y.as<float>(), c.n, a.filters, out_plane, st.s);
+      std::ostringstream what;
+      what << storage_name(t) << " C" << c.c << " x" << c.mult << " " << c.h << "x" << c.w << " k" << c.kh
+           << "x" << c.kw << " s" << c.sh << "x" << c.sw << " p" << c.ph << "x" << c.pw << " d" << c.dh << "x"
+           << c.dw << " n" << c.n << " " << act_fn_name(act) << (with_bias ? " bias" : "") << ": "
+           << depthwise_nhwc_vector(a, t) << " filters a thread";
+      // One rounding to the storage format after an FP32 sum (FP16: 2^-11 relative, BF16: 2^-8).
+      const double tol = t == Storage::kF32 ? 1e-5 : t == Storage::kF16 ? 1e-3 : 8e-3;
+      check_close(download(y, want.size(), st.s), want, tol, tol, what.str());
+    }
+  // Vector widths: 16 bytes where the filters allow it, one value a thread with a multiplier.
+  DepthwiseArgs a;
+  a.channels = a.filters = 96;
+  CHECK(depthwise_nhwc_vector(a, Storage::kF16) == 8);
+  CHECK(depthwise_nhwc_vector(a, Storage::kF32) == 4);
+  a.channels = a.filters = 36;
+  CHECK(depthwise_nhwc_vector(a, Storage::kBf16) == 4);
+  a.channels = a.filters = 6;
+  CHECK(depthwise_nhwc_vector(a, Storage::kF32) == 2);
+  a.filters = 12;
+  CHECK(depthwise_nhwc_vector(a, Storage::kF16) == 1);
 }
 
 TEST_CASE("depthwise_config packs small planes, tiles large ones and refuses what does not fit") {

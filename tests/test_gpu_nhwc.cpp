@@ -1,5 +1,6 @@
 // --layout nhwc (issue 13): activations stored channels last in the precision's format, every conv
-// through cuDNN, the passes of engine/gpu/nhwc.h around them. Layer by layer against the CPU
+// through cuDNN or (depthwise) the channels-last depthwise kernel, the passes of engine/gpu/nhwc.h
+// around them. Layer by layer against the CPU
 // reference at every precision, on networks that use every step the layout runs (dense, grouped,
 // depthwise, strided and dilated convs, fused and standalone activations, max/avg/ceil/adaptive
 // pools, add, concat, squeeze-and-excitation's mul, an unfolded batchnorm, fc and softmax on FP32
@@ -121,7 +122,9 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
         for (const LayerTime& t : r.layers)
           if (t.type == "conv") {
             INFO(t.name << ": " << t.algo);
-            CHECK((t.algo.find("cudnn:") == 0 || t.algo.find("cudnn graph:") == 0));
+            // cuDNN, or for a depthwise conv the channels-last depthwise kernel if auto timed it faster
+            CHECK((t.algo.find("cudnn:") == 0 || t.algo.find("cudnn graph:") == 0 ||
+                   (t.name == "dw" && t.algo.find("depthwise(") == 0)));
             CHECK(t.algo.find(stored) != std::string::npos);
             graphs += t.algo.find("cudnn graph:") == 0;
             if (first && kHaveGraphApi && t.name == "c1")
@@ -153,6 +156,77 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
           CHECK(err > unit_roundoff(p) / 4);  // the activations really are stored in the format
       }
   }
+}
+
+TEST_CASE("gpu: --layout nhwc runs the channels-last depthwise kernel where it is pinned or timed faster" *
+          doctest::skip(!gpu_present())) {
+  // MobileNetV2's inverted residual (expand, depthwise, project, add) and a stride-2 one with a
+  // channel multiplier of 2; 40 channels (16-byte vectors at fp16/bf16) and 20 (8 bytes).
+  const char* const text = R"(
+name: inverted
+input: {channels: 3, height: 20, width: 20}
+classes: 10
+layers:
+  - {name: stem, type: conv, filters: 20, kernel: 3, pad: 1}
+  - {name: r0, type: relu6}
+  - {name: expand, type: conv, filters: 40, kernel: 1}
+  - {name: r1, type: relu6}
+  - {name: dw, type: conv, filters: 40, kernel: 3, pad: 1, groups: 40, algo: depthwise}
+  - {name: r2, type: relu6}
+  - {name: project, type: conv, filters: 20, kernel: 1}
+  - {name: sum, type: add, inputs: [project, r0]}
+  - {name: dw2, type: conv, filters: 40, kernel: 5, stride: 2, pad: 2, groups: 20, algo: depthwise}
+  - {name: h2, type: hardswish}
+  - {name: dw3, type: conv, filters: 40, kernel: 3, pad: 1, groups: 40}
+  - {name: gap, type: avgpool, global: true}
+  - {name: fc, type: fc, outputs: 10}
+)";
+  Network net = parse_netdef_string(text, "inverted.yaml");
+  random_weights(net, 21);
+  auto gpu = make_gpu_executor(net);
+  auto cpu = make_cpu_executor(net);
+  Dataset data = gpu_random_data(net.input, 37, 10, 3);
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+    INFO(std::string(precision_name(p)));
+    RunOptions o;
+    o.batch = 37;
+    o.block = 16;
+    o.layout = Layout::kNhwc;
+    o.precision = p;
+    const RunResult r = gpu->run(data, o);
+    const std::string stored = std::string(p == Precision::kFp16   ? "fp16"
+                                           : p == Precision::kBf16 ? "bf16"
+                                                                   : "fp32") +
+                               " NHWC";
+    bool saw_dw3 = false;
+    for (const LayerTime& t : r.layers) {
+      INFO(t.name << ": " << t.algo);
+      if (t.name == "dw")
+        CHECK(t.algo == "depthwise(bias+relu6 epilogue, " + stored + ", " +
+                            (p == Precision::kFp16 || p == Precision::kBf16 ? "8" : "4") +
+                            " filters a thread)");
+      if (t.name == "dw2")
+        CHECK(t.algo == "depthwise(bias+hardswish epilogue, " + stored + ", 1 filters a thread)");
+      if (t.name == "dw3") {  // auto: cuDNN or the kernel, whichever was faster
+        saw_dw3 = true;
+        CHECK((t.algo.find("depthwise(") == 0 || t.algo.find("cudnn") == 0));
+      }
+      if (t.type == "conv") CHECK(t.algo.find(stored) != std::string::npos);
+    }
+    CHECK(saw_dw3);
+    const Validation v = validate(*gpu, *cpu, net, data, 37, o);
+    CHECK(v.pass);
+  }
+  // NCHW keeps the NCHW kernel; implicit cannot run channels last.
+  RunOptions o;
+  o.batch = 37;
+  o.layout = Layout::kNchw;
+  for (const LayerTime& t : gpu->run(data, o).layers)
+    if (t.name == "dw") CHECK(t.algo.find("planes x") != std::string::npos);
+  o.layout = Layout::kNhwc;
+  o.conv_algo = ConvAlgo::kImplicit;
+  CHECK_THROWS_WITH_AS(gpu->run(data, o), doctest::Contains("--conv-algo implicit needs --layout nchw"),
+                       Error);
 }
 
 namespace {
@@ -187,10 +261,19 @@ TEST_CASE(
     for (Precision p : kAll) {
       o.precision = p;
       INFO((grouped ? "grouped " : "dense ") << std::string(precision_name(p)));
-      // Dense: every precision but FP32; grouped: FP16 only (cuDNN's grouped NHWC kernels).
-      CHECK(ran_nhwc(*gpu, data, o) == (grouped ? p == Precision::kFp16 : p != Precision::kFp32));
+      // Dense: every precision but FP32; grouped: FP16 and BF16 (the channels-last depthwise
+      // kernel, or cuDNN's grouped kernels), not TF32.
+      CHECK(ran_nhwc(*gpu, data, o) ==
+            (grouped ? p == Precision::kFp16 || p == Precision::kBf16 : p != Precision::kFp32));
     }
-    // A netdef's algorithm pin other than cudnn keeps NCHW.
+    if (grouped) {  // a depthwise pin runs channels last too
+      net.layers[2]->algo = ConvAlgo::kDepthwise;
+      auto dw = make_gpu_executor(net);
+      o.precision = Precision::kBf16;
+      CHECK(ran_nhwc(*dw, data, o));
+      net.layers[2]->algo = ConvAlgo::kAuto;
+    }
+    // A netdef's algorithm pin of implicit or im2col keeps NCHW.
     net.layers[0]->algo = ConvAlgo::kIm2col;
     auto pinned = make_gpu_executor(net);
     o.precision = Precision::kFp16;

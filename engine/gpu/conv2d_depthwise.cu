@@ -14,11 +14,14 @@
 // of even height. The common 3x3 and 5x5 kernels are compile-time loops; other sizes use the same
 // code with run-time bounds.
 #include <algorithm>
+#include <climits>
+#include <type_traits>
 
 #include "engine/gpu/activation.cuh"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_depthwise.h"
 #include "engine/gpu/cp_async.cuh"
+#include "engine/gpu/storage.cuh"
 
 namespace cnnrun::gpu {
 
@@ -229,6 +232,52 @@ void launch(const DepthwiseConfig& cfg, const DepthwiseArgs& a, const float* x, 
   CUDA_CHECK_LAUNCH("depthwise_kernel");
 }
 
+// Channels last: block (row, chunk) covers output row `row` (image row / out_h, oy row % out_h),
+// its threads V consecutive filters of one output pixel each; the row's pixels x filter vectors
+// are row_vecs, blockDim.x a chunk. V > 1 only with one filter per channel (filter f reads channel
+// f, so a vector of filters reads a vector of channels).
+template <typename T, int V, int KH, int KW>
+__global__ void __launch_bounds__(kThreads)
+    depthwise_nhwc_kernel(const T* __restrict__ x, const float* __restrict__ w,
+                          const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int row_vecs,
+                          ActFn act) {
+  const int j = blockIdx.y * blockDim.x + threadIdx.x;
+  if (j >= row_vecs) return;
+  const int kh_n = KH > 0 ? KH : a.kernel_h, kw_n = KW > 0 ? KW : a.kernel_w;
+  const int fv = a.filters / V;
+  const int ox = j / fv, f0 = (j - ox * fv) * V;
+  const int64_t row = blockIdx.x;
+  const int64_t img = row / a.out_h;
+  const int oy = static_cast<int>(row - img * a.out_h);
+  const int mult = a.filters / a.channels;
+  const int c0 = f0 / mult;
+  const T* xi = x + img * a.in_h * a.in_w * a.channels;
+  float acc[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) acc[k] = 0.f;
+  const int iy0 = oy * a.stride_h - a.pad_h, ix0 = ox * a.stride_w - a.pad_w;
+#pragma unroll
+  for (int ky = 0; ky < kh_n; ++ky) {
+    const int iy = iy0 + ky * a.dilation_h;
+    if (iy < 0 || iy >= a.in_h) continue;
+#pragma unroll
+    for (int kx = 0; kx < kw_n; ++kx) {
+      const int ix = ix0 + kx * a.dilation_w;
+      if (ix < 0 || ix >= a.in_w) continue;
+      const T* src = xi + (int64_t(iy) * a.in_w + ix) * a.channels + c0;
+      const float* wk = w + (ky * kw_n + kx) * a.filters + f0;
+      const Vec<T, V> xv = *reinterpret_cast<const Vec<T, V>*>(src);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] = fmaf(ld(xv.v[k]), __ldg(wk + k), acc[k]);
+    }
+  }
+  Vec<T, V> out;
+#pragma unroll
+  for (int k = 0; k < V; ++k)
+    out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[k], bias ? __ldg(bias + f0 + k) : 0.f)));
+  *reinterpret_cast<Vec<T, V>*>(y + (row * a.out_w + ox) * a.filters + f0) = out;
+}
+
 }  // namespace
 
 DepthwiseConfig depthwise_config(const DepthwiseArgs& a, int tile_outputs) {
@@ -297,6 +346,7 @@ DepthwisePlan depthwise_plan(const ConvParams& p) {
   a.pad_h = static_cast<int>(p.pad_h), a.pad_w = static_cast<int>(p.pad_w);
   a.dilation_h = static_cast<int>(p.dilation_h), a.dilation_w = static_cast<int>(p.dilation_w);
   d.cfg = depthwise_config(a);
+  d.nhwc_ok = a.out_h >= 1 && a.out_w >= 1;
   return d;
 }
 
@@ -320,6 +370,55 @@ void launch_conv_depthwise(const DepthwiseConfig& cfg, const DepthwiseArgs& a, c
   } else {
     launch<0, 0, false>(cfg, a, x, w, bias, y, nf, t, act, s);
   }
+}
+
+int depthwise_nhwc_vector(const DepthwiseArgs& a, Storage t) {
+  if (a.filters != a.channels) return 1;  // a channel multiplier: filters of a vector read one channel
+  const int widest = t == Storage::kF32 ? 4 : 8;  // 16 bytes
+  for (int v = widest; v > 1; v /= 2)
+    if (a.filters % v == 0) return v;
+  return 1;
+}
+
+void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t, const float* w_taps,
+                                const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s) {
+  if (a.channels < 1 || a.filters % a.channels != 0 || a.out_h < 1 || a.out_w < 1)
+    throw Error("channels-last depthwise convolution: filters (" + std::to_string(a.filters) +
+                ") are not a multiple of the channels (" + std::to_string(a.channels) + ")");
+  if (n <= 0) return;
+  const int v = depthwise_nhwc_vector(a, t);
+  const int64_t row_vecs = int64_t(a.out_w) * (a.filters / v);
+  const int64_t chunks = (row_vecs + kThreads - 1) / kThreads, rows = n * a.out_h;
+  if (chunks > 65535 || rows > INT32_MAX)
+    throw Error("channels-last depthwise convolution: " + std::to_string(n) + " images of " +
+                std::to_string(a.out_h) + " x " + std::to_string(a.out_w) + " x " +
+                std::to_string(a.filters) + " outputs exceed its grid");
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(chunks));
+  const bool k3 = a.kernel_h == 3 && a.kernel_w == 3, k5 = a.kernel_h == 5 && a.kernel_w == 5;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    auto go = [&](auto vec) {
+      constexpr int V = decltype(vec)::value;
+      const T* xt = static_cast<const T*>(x);
+      T* yt = static_cast<T*>(y);
+      const int rv = static_cast<int>(row_vecs);
+      if (k3)
+        depthwise_nhwc_kernel<T, V, 3, 3><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
+      else if (k5)
+        depthwise_nhwc_kernel<T, V, 5, 5><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
+      else
+        depthwise_nhwc_kernel<T, V, 0, 0><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
+    };
+    if (v == kVec<T>)
+      go(std::integral_constant<int, kVec<T>>{});
+    else if (v == 4)
+      go(std::integral_constant<int, 4>{});
+    else if (v == 2)
+      go(std::integral_constant<int, 2>{});
+    else
+      go(std::integral_constant<int, 1>{});
+  });
+  CUDA_CHECK_LAUNCH("depthwise_nhwc_kernel");
 }
 
 }  // namespace cnnrun::gpu

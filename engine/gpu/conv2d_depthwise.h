@@ -10,6 +10,7 @@
 #include <string>
 
 #include "engine/gpu/activation.h"
+#include "engine/gpu/nhwc.h"
 #include "engine/layers/conv.h"
 
 namespace cnnrun::gpu {
@@ -37,10 +38,12 @@ constexpr int kDepthwiseTileOutputs = 4096;
 DepthwiseConfig depthwise_config(const DepthwiseArgs& a, int tile_outputs = kDepthwiseTileOutputs);
 
 // A conv's arguments and tiling: cfg.ok false (with why) unless groups == channels and the
-// filters are a multiple of them, and the tile fits.
+// filters are a multiple of them, and the tile fits. nhwc_ok: the channels-last kernel runs it
+// (groups == channels and the filters a multiple of them; it needs no tile).
 struct DepthwisePlan {
   DepthwiseArgs args;
   DepthwiseConfig cfg;
+  bool nhwc_ok = false;
 };
 DepthwisePlan depthwise_plan(const ConvParams& p);
 
@@ -48,5 +51,14 @@ DepthwisePlan depthwise_plan(const ConvParams& p);
 // [filters, 1, kh, kw], bias `filters` values (may be null: zero), y [n, filters, out_h, out_w].
 void launch_conv_depthwise(const DepthwiseConfig& cfg, const DepthwiseArgs& a, const float* x, const float* w,
                            const float* bias, float* y, int64_t n, ActFn act, cudaStream_t s);
+
+// Channels last, in the run's storage format (--layout nhwc): x [n, in_h, in_w, channels] and
+// y [n, out_h, out_w, filters] of T, w_taps the FP32 weights as [kh * kw][filters], bias FP32.
+// A thread computes depthwise_nhwc_vector(a, t) consecutive filters of one output pixel, from
+// 16-byte loads of the input pixel's channels (L1 and L2 serve the taps' reuse), in FP32, and
+// rounds once when it stores, as the other channels-last kernels do.
+void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t, const float* w_taps,
+                                const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s);
+int depthwise_nhwc_vector(const DepthwiseArgs& a, Storage t);
 
 }  // namespace cnnrun::gpu

@@ -8,8 +8,10 @@
 
 namespace cnnrun::gpu {
 
-std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n) {
+std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, bool channels_last) {
   std::string why;
+  if (channels_last && (algo == ConvAlgo::kImplicit || algo == ConvAlgo::kIm2col))
+    return "channels last (--layout nhwc) runs convolutions through cuDNN or the depthwise kernel";
   switch (algo) {
     case ConvAlgo::kImplicit: {
       const ImplicitConfig cfg = implicit_config(p, n);
@@ -19,6 +21,7 @@ std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n) {
       return im2col_can_run(p, &why) ? "" : why;
     case ConvAlgo::kDepthwise: {
       const DepthwisePlan d = depthwise_plan(p);
+      if (channels_last) return d.nhwc_ok ? "" : d.cfg.why;
       return d.cfg.ok ? "" : d.cfg.why;
     }
     case ConvAlgo::kCudnn:
@@ -38,7 +41,7 @@ void ConvSelector::resolve(const Network& net, const Plan& plan, ConvAlgo forced
     Conv& c = convs_[static_cast<size_t>(st.layer)];
     ConvAlgo a = forced != ConvAlgo::kAuto ? forced : l.algo;
     if (a != ConvAlgo::kAuto) {
-      if (const std::string why = conv_cannot_run(st.conv, a, block); !why.empty())
+      if (const std::string why = conv_cannot_run(st.conv, a, block, channels_last_); !why.empty())
         throw Error(l.loc.str() + ": layer '" + l.name + "': the " + conv_algo_name(a) +
                     " convolution cannot run it: " + why);
     }
@@ -50,9 +53,21 @@ void ConvSelector::resolve(const Network& net, const Plan& plan, ConvAlgo forced
   }
 }
 
+void ConvSelector::set_channels_last(bool channels_last) {
+  if (channels_last != channels_last_) forget_picks();
+  channels_last_ = channels_last;
+}
+
+bool ConvSelector::may_use_at(const Plan& plan, int i, ConvAlgo algo) const {
+  if (chosen(i) == algo) return true;
+  // Any block size: whether auto may pick it, not whether it fits this block.
+  return chosen(i) == ConvAlgo::kAuto &&
+         conv_cannot_run(plan.steps[static_cast<size_t>(i)].conv, algo, 1, channels_last_).empty();
+}
+
 bool ConvSelector::may_use(const Plan& plan, ConvAlgo algo) const {
   for (const Step& st : plan.steps)
-    if (st.op == Op::kConv && (chosen(st.layer) == ConvAlgo::kAuto || chosen(st.layer) == algo)) return true;
+    if (st.op == Op::kConv && may_use_at(plan, st.layer, algo)) return true;
   return false;
 }
 
@@ -83,7 +98,7 @@ void ConvSelector::search(const Network& net, const Plan& plan, int64_t n, const
       for (ConvAlgo a : kConvAlgoCandidates) {
         ConvTuning::Candidate cand;
         cand.algo = conv_algo_name(a);
-        if (!conv_cannot_run(st.conv, a, n).empty()) {
+        if (!conv_cannot_run(st.conv, a, n, channels_last_).empty()) {
           cand.outcome = Outcome::kNotApplicable;
         } else {
           try {

@@ -15,12 +15,17 @@ namespace cnnrun::gpu {
 // "" when `algo` computes this convolution for blocks of n images, else why it does not: the
 // search's "n/a", and the error for an algorithm pinned or forced on a layer it cannot run.
 // implicit: dense undilated convs its tiles fit; im2col: dense ones; depthwise: groups ==
-// channels; cudnn: every one.
-std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n);
+// channels; cudnn: every one. channels_last (--layout nhwc): cuDNN and the channels-last
+// depthwise kernel only.
+std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, bool channels_last);
 
 class ConvSelector {
  public:
   explicit ConvSelector(size_t steps) : convs_(steps) {}
+
+  // The activations' layout from now on (the candidates differ; auto's picks are forgotten
+  // when it changes).
+  void set_channels_last(bool channels_last);
 
   // Each conv's algorithm for a run of blocks of `block` images: `forced` (kAuto: none), else
   // the netdef's, else auto's pick timed on this block size (any earlier pick with
@@ -30,10 +35,10 @@ class ConvSelector {
   // The algorithm conv step i runs (kAuto: auto's search has not run yet).
   ConvAlgo chosen(int i) const { return convs_[static_cast<size_t>(i)].chosen; }
   bool any_auto() const { return any_auto_; }
-  // Whether some conv runs `algo`, or is left to auto (which may pick it).
+  // Whether some conv runs `algo`, or is left to auto and `algo` can run it.
   bool may_use(const Plan& plan, ConvAlgo algo) const;
-  // Whether conv step i runs `algo`, or is left to auto.
-  bool may_use_at(int i, ConvAlgo algo) const { return chosen(i) == ConvAlgo::kAuto || chosen(i) == algo; }
+  // Whether conv step i runs `algo`, or is left to auto and `algo` can run it.
+  bool may_use_at(const Plan& plan, int i, ConvAlgo algo) const;
   // What resolve(forced, any_tuning) would choose for step i, without choosing (kAuto: auto's
   // search has not run for it).
   ConvAlgo would_choose(const Network& net, const Step& st, ConvAlgo forced) const;
@@ -60,6 +65,7 @@ class ConvSelector {
   };
   std::vector<Conv> convs_;
   bool any_auto_ = false;
+  bool channels_last_ = false;
 };
 
 }  // namespace cnnrun::gpu

@@ -79,6 +79,14 @@ void DeviceWeights::upload(const Network& net, const Plan& plan, Precision preci
       c.cudnn = std::make_unique<CudnnConv>(p, act_fn(st.act), st.residual_buf >= 0);
       c.cudnn->set_format(precision, false);
       c.dw = depthwise_plan(p);
+      if (c.dw.nhwc_ok) {  // the channels-last kernel's [kh * kw][filters]
+        const int64_t taps = p.kernel_h * p.kernel_w;
+        std::vector<float> tk(static_cast<size_t>(taps * p.filters));
+        for (int64_t f = 0; f < p.filters; ++f)
+          for (int64_t k = 0; k < taps; ++k)
+            tk[static_cast<size_t>(k * p.filters + f)] = w.ptr()[f * taps + k];
+        c.w_taps = gpu::upload(tk.data(), tk.size());
+      }
     } else if (st.op == Op::kFc) {
       const auto& fp = layer_as<FcLayer>(l).p;
       const Tensor& w = l.weight("weight");

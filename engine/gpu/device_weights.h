@@ -27,6 +27,7 @@ struct ConvWeights {
   std::unique_ptr<Im2colConv> im2col;    // null when im2col cannot run the conv (grouped)
   std::unique_ptr<CudnnConv> cudnn;
   DepthwisePlan dw;  // dw.cfg.ok when the depthwise kernel can run it
+  DevBuf w_taps;     // dw.nhwc_ok: the channels-last depthwise kernel's FP32 [kh * kw][filters]
   // Channels-last cuDNN's filters, K x KH x KW x C/groups in each Precision's storage format
   // (nhwc.h), made on a run's first use of --layout nhwc at that precision.
   DevBuf w_nhwc[4];

@@ -136,8 +136,9 @@ class GpuExecutor : public Executor {
     if (opt.layout == Layout::kNhwc) {
       if (!nhwc_layout_.ok)
         *why = "--layout nhwc: " + nhwc_layout_.why;
-      else if (!cudnn_only)
-        *why = std::string("--layout nhwc runs every convolution through cuDNN; --conv-algo ") +
+      else if (!cudnn_only && opt.conv_algo != ConvAlgo::kDepthwise)
+        *why = std::string(
+                   "--layout nhwc runs convolutions through cuDNN or the depthwise kernel; --conv-algo ") +
                conv_algo_name(opt.conv_algo) + " needs --layout nchw";
       return why->empty();
     }
@@ -147,20 +148,19 @@ class GpuExecutor : public Executor {
     for (const Step& st : plan_.steps) {
       if (st.op != Op::kConv) continue;
       const ConvAlgo pin = net_.layers[static_cast<size_t>(st.layer)]->algo;
-      if (pin != ConvAlgo::kAuto && pin != ConvAlgo::kCudnn) return false;  // the netdef wants NCHW
+      if (pin == ConvAlgo::kImplicit || pin == ConvAlgo::kIm2col) return false;  // the netdef wants NCHW
       wide = wide || (st.pool_layer < 0 && st.conv.in_c >= kNhwcMinChannels);
       grouped = grouped || st.conv.groups > 1;
     }
-    return wide && (!grouped || opt.precision == Precision::kFp16);
+    return wide && (!grouped || opt.precision == Precision::kFp16 || opt.precision == Precision::kBf16);
   }
   bool nhwc_for(const RunOptions& opt) const {
     std::string why;
     return nhwc_for(opt, &why);
   }
-  // The conv algorithm a call forces: channels last runs every conv through cuDNN.
-  ConvAlgo conv_algo_for(const RunOptions& opt) const {
-    return nhwc_for(opt) ? ConvAlgo::kCudnn : opt.conv_algo;
-  }
+  // The conv algorithm a call forces (channels last: cuDNN, or auto's pick between cuDNN and the
+  // depthwise kernel where that can run the conv; ConvSelector's candidates).
+  ConvAlgo conv_algo_for(const RunOptions& opt) const { return opt.conv_algo; }
   Storage storage() const { return nhwc_ ? storage_of(prec_) : Storage::kF32; }
   // Buffer b holds channels-last values this call.
   bool is_nhwc(int b) const {
@@ -172,7 +172,7 @@ class GpuExecutor : public Executor {
   int64_t cudnn_block_limit(std::string* layer) const {
     int64_t most = std::numeric_limits<int64_t>::max();
     for (const Step& st : plan_.steps) {
-      if (st.op != Op::kConv || !selector_.may_use_at(st.layer, ConvAlgo::kCudnn)) continue;
+      if (st.op != Op::kConv || !selector_.may_use_at(plan_, st.layer, ConvAlgo::kCudnn)) continue;
       const int64_t big = std::max(st.in_shape.size(), st.out_shape.size());
       const int64_t fit = std::max<int64_t>(1, std::numeric_limits<int32_t>::max() / big);
       if (fit < most) most = fit, *layer = net_.layers[static_cast<size_t>(st.layer)]->name;
@@ -222,6 +222,7 @@ class GpuExecutor : public Executor {
     }
     prec_ = p;
     nhwc_ = nhwc;
+    selector_.set_channels_last(nhwc);
     for (const Step& st : plan_.steps) {
       if (st.op != Op::kConv) continue;
       if (conv_weights(st.layer).im2col) conv_weights(st.layer).im2col->set_precision(p);
@@ -376,8 +377,13 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       return;
     }
     case ConvAlgo::kDepthwise:
-      launch_conv_depthwise(c.dw.cfg, c.dw.args, x, c.w.as<float>(), c.bias.as<float>(), y, n, conv_act,
-                            s.stream);
+      if (nhwc_)
+        launch_conv_depthwise_nhwc(c.dw.args, s.bufs[static_cast<size_t>(st.ins[0])].get(), storage(),
+                                   c.w_taps.as<float>(), c.bias.as<float>(),
+                                   s.bufs[static_cast<size_t>(st.out)].get(), n, conv_act, s.stream);
+      else
+        launch_conv_depthwise(c.dw.cfg, c.dw.args, x, c.w.as<float>(), c.bias.as<float>(), y, n, conv_act,
+                              s.stream);
       add_residual();
       return;
     case ConvAlgo::kIm2col:
@@ -633,7 +639,13 @@ void GpuExecutor::search(Slot& s, const Dataset& data, int64_t n, std::vector<Co
   const CudaEvent e0, e1;
   selector_.search(
       net_, plan_, n, [&](int i, ConvAlgo a) { return time_ms(step(i), s, n, a, e0.get(), e1.get()); },
-      [&](int i) { run_step(step(i), s, n); }, searched);
+      [&](int i) {
+        if (nhwc_)
+          run_step_nhwc(step(i), s, n);
+        else
+          run_step(step(i), s, n);
+      },
+      searched);
   CUDA_CHECK(cudaStreamSynchronize(s.stream));
 }
 
@@ -717,6 +729,10 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                (fuses_u8(st, a, tuning_) ? "uint8 input, " : "") + "bias" + epi + " epilogue" +
                (other ? ", " + act_fn_name(act) + " pass)" : ")") + res;
       }
+      if (a == ConvAlgo::kDepthwise && nhwc_)
+        return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
+               " epilogue, " + storage_name(storage()) + " NHWC, " +
+               std::to_string(depthwise_nhwc_vector(c.dw.args, storage())) + " filters a thread)" + res;
       if (a == ConvAlgo::kDepthwise)
         return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                " epilogue, " + std::to_string(c.dw.cfg.planes) + " planes x " +

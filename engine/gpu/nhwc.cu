@@ -3,9 +3,6 @@
 // one value otherwise, in a grid-stride loop. Values are loaded to FP32, computed with the NCHW
 // kernels' formulas (__fmul_rn/__fadd_rn where the CPU reference multiplies and adds apart) and
 // rounded to the storage format once, when stored.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <climits>
 #include <type_traits>
 
@@ -14,6 +11,7 @@
 #include "engine/gpu/grid_stride.h"
 #include "engine/gpu/nhwc.h"
 #include "engine/gpu/pool_window.cuh"
+#include "engine/gpu/storage.cuh"
 
 namespace cnnrun::gpu {
 
@@ -26,46 +24,6 @@ const char* storage_name(Storage t) {
 }
 
 namespace {
-
-__device__ __forceinline__ float ld(float x) { return x; }
-__device__ __forceinline__ float ld(__half x) { return __half2float(x); }
-__device__ __forceinline__ float ld(__nv_bfloat16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ __forceinline__ T to(float v);
-template <>
-__device__ __forceinline__ float to<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __half to<__half>(float v) {
-  return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 to<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-// V values of one pixel's channels, moved as one 16-byte (or smaller) access.
-template <typename T, int V>
-struct alignas(sizeof(T) * V) Vec {
-  T v[V];
-};
-
-// fn(T*) with T the storage type.
-template <typename Fn>
-void with_storage(Storage t, Fn fn) {
-  switch (t) {
-    case Storage::kF32:
-      return fn(static_cast<float*>(nullptr));
-    case Storage::kF16:
-      return fn(static_cast<__half*>(nullptr));
-    case Storage::kBf16:
-      return fn(static_cast<__nv_bfloat16*>(nullptr));
-  }
-}
-
-template <typename T>
-constexpr int kVec = 16 / static_cast<int>(sizeof(T));
 
 #define GRID_STRIDE(i, count)                                                   \
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (count); \
