@@ -17,6 +17,7 @@
 #include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_depthwise.h"
+#include "engine/gpu/conv_selector.h"
 #include "engine/gpu/mul.h"
 #include "engine/gpu/nhwc.h"
 #include "engine/gpu/pool2d.h"
@@ -525,6 +526,31 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
   CHECK(depthwise_nhwc_vector(a, Storage::kF32) == 2);
   a.filters = 12;
   CHECK(depthwise_nhwc_vector(a, Storage::kF16) == 1);
+}
+
+TEST_CASE("conv_cannot_run: channels last leaves cuDNN and the depthwise kernel, which needs no tile there") {
+  auto conv = [](int64_t c, int64_t f, int64_t groups, int64_t w) {
+    ConvParams p;
+    p.in_c = c, p.filters = f, p.groups = groups;
+    p.kernel_h = p.kernel_w = 3, p.pad_h = p.pad_w = 1;
+    p.in_h = p.out_h = 8, p.in_w = p.out_w = w;
+    return p;
+  };
+  const ConvParams dense = conv(16, 32, 1, 8), dw = conv(32, 32, 32, 8), wide = conv(32, 64, 32, 20000),
+                   grouped = conv(32, 32, 4, 8);
+  for (bool nhwc : {false, true}) {
+    INFO((nhwc ? "channels last" : "NCHW"));
+    CHECK(conv_cannot_run(dense, ConvAlgo::kCudnn, 16, nhwc).empty());
+    CHECK(conv_cannot_run(dense, ConvAlgo::kIm2col, 16, nhwc).empty() == !nhwc);
+    CHECK(conv_cannot_run(dense, ConvAlgo::kImplicit, 16, nhwc).empty() == !nhwc);
+    CHECK_FALSE(conv_cannot_run(dense, ConvAlgo::kDepthwise, 16, nhwc).empty());
+    CHECK(conv_cannot_run(dw, ConvAlgo::kDepthwise, 16, nhwc).empty());
+    // A row of 20000 outputs does not fit the NCHW kernel's shared memory; channels last stages
+    // nothing (a channel multiplier of 2).
+    CHECK(conv_cannot_run(wide, ConvAlgo::kDepthwise, 16, nhwc).empty() == nhwc);
+    CHECK(conv_cannot_run(grouped, ConvAlgo::kDepthwise, 16, nhwc).find("groups (4)") != std::string::npos);
+  }
+  CHECK(conv_cannot_run(dense, ConvAlgo::kImplicit, 16, true).find("--layout nhwc") != std::string::npos);
 }
 
 TEST_CASE("depthwise_config packs small planes, tiles large ones and refuses what does not fit") {
