@@ -5,9 +5,12 @@
 // bias+activation pass after it, both timed). Prints one line per layer and the totals;
 // bench/depthwise_torch.py prints PyTorch's times for the same layers, so the two can be read side
 // by side (docs/performance.md). Built with the GPU executor (CMake target depthwise_bench):
-//   build-gpu/depthwise_bench [IMAGES=256] [INPUT=224] [REPEATS=20] [TILES=1024[,2048...]]
-// TILES: the kernel's outputs per thread block (depthwise_config's tile_outputs), one column each;
-// the ratio is cuDNN's time over the first.
+//   build-gpu/depthwise_bench [IMAGES=256] [INPUT=224] [REPEATS=20] [TILES=4096[,2048...]] [FORMAT=nchw]
+// TILES: the NCHW kernel's outputs per thread block (depthwise_config's tile_outputs), one column
+// each; the ratio is cuDNN's time over the first. FORMAT fp16, bf16 or fp32-nhwc: channels last in
+// that storage format instead (--layout nhwc): the channels-last kernel (TILES unused) against
+// cuDNN's grouped convolution on the same tensors (bench/depthwise_torch.py --dtype fp16
+// --channels-last for PyTorch's).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +24,7 @@
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
 #include "engine/gpu/conv2d_depthwise.h"
+#include "engine/gpu/nhwc.h"
 
 using namespace cnnrun;
 using namespace cnnrun::gpu;
@@ -81,22 +85,32 @@ int main(int argc, char** argv) {
   }
   const bool tiles_ok =
       !tiles.empty() && std::all_of(tiles.begin(), tiles.end(), [](int t) { return t >= 32; });
-  if (images < 1 || input < 8 || repeats < 1 || !tiles_ok) {
-    std::fprintf(stderr, "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...]]\n", argv[0]);
+  const std::string format = argc > 5 ? argv[5] : "nchw";
+  const bool nhwc = format != "nchw";
+  const Precision prec = format == "fp16"   ? Precision::kFp16
+                         : format == "bf16" ? Precision::kBf16
+                                            : Precision::kFp32;
+  const bool format_ok = format == "nchw" || format == "fp16" || format == "bf16" || format == "fp32-nhwc";
+  if (images < 1 || input < 8 || repeats < 1 || !tiles_ok || !format_ok) {
+    std::fprintf(stderr,
+                 "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...]] "
+                 "[FORMAT=nchw|fp16|bf16|fp32-nhwc]\n",
+                 argv[0]);
     return 2;
   }
+  if (nhwc) tiles.assign(1, kDepthwiseTileOutputs);  // one column: the channels-last kernel
+  const Storage st = storage_of(prec);
   try {
     cudaStream_t s;
     CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CudnnHandle h;
     const size_t ws_bytes = 256u << 20;
     DevBuf ws(ws_bytes);
-    std::printf(
-        "MobileNetV2 depthwise 3x3 + ReLU6, %d images at %dx%d, median "
-        "of %d (ms)\n",
-        images, input, input, repeats);
+    std::printf("MobileNetV2 depthwise 3x3 + ReLU6, %d images at %dx%d, %s, median of %d (ms)\n", images,
+                input, input, nhwc ? (std::string(storage_name(st)) + " NHWC").c_str() : "fp32 NCHW",
+                repeats);
     std::printf("%-4s %5s %4s %2s |", "#", "ch", "in", "s");
-    for (int t : tiles) std::printf(" %9s", ("dw@" + std::to_string(t)).c_str());
+    for (int t : tiles) std::printf(" %9s", nhwc ? "dw nhwc" : ("dw@" + std::to_string(t)).c_str());
     std::printf(" %9s %7s | %s\n", "cudnn", "ratio", "cudnn algorithm");
     std::vector<double> tot_dw(tiles.size(), 0.0);
     double tot_cudnn = 0;
@@ -118,6 +132,21 @@ int main(int argc, char** argv) {
       DevBuf x = upload(hx.data(), hx.size()), w = upload(hw.data(), hw.size()),
              b = upload(hb.data(), hb.size());
       DevBuf y(size_t(images) * l.c * p.out_h * p.out_w * sizeof(float));
+      // Channels last: x, the filters (K x 3 x 3 x 1, the same order as K x 1 x 3 x 3) and the bias
+      // in the storage format for cuDNN; the kernel's FP32 [9][channels] weights.
+      const int64_t sb = nhwc ? storage_bytes(st) : 0;  // no channels-last buffers for nchw
+      DevBuf xs(hx.size() * size_t(sb)), ys(size_t(images) * l.c * p.out_h * p.out_w * size_t(sb)),
+          ws_t(hw.size() * size_t(sb)), bs(hb.size() * size_t(sb)), w_taps;
+      if (nhwc) {
+        launch_nchw_to_nhwc(x.as<float>(), xs.get(), st, images, l.c, int64_t(l.h) * l.h, s);
+        launch_to_storage(w.as<float>(), ws_t.get(), st, int64_t(hw.size()), s);
+        launch_to_storage(b.as<float>(), bs.get(), st, int64_t(hb.size()), s);
+        std::vector<float> taps(hw.size());
+        for (int c = 0; c < l.c; ++c)
+          for (int k = 0; k < 9; ++k) taps[size_t(k) * l.c + c] = hw[size_t(c) * 9 + k];
+        w_taps = upload(taps.data(), taps.size());
+        CUDA_CHECK(cudaStreamSynchronize(s));
+      }
       DepthwiseArgs a;
       a.channels = a.filters = l.c;
       a.in_h = a.in_w = l.h;
@@ -128,17 +157,24 @@ int main(int argc, char** argv) {
       for (size_t k = 0; k < tiles.size(); ++k) {
         const DepthwiseConfig cfg = depthwise_config(a, tiles[k]);
         t_dw.push_back(time_ms(s, repeats, [&] {
-          launch_conv_depthwise(cfg, a, x.as<float>(), w.as<float>(), b.as<float>(), y.as<float>(), images,
-                                relu6, s);
+          if (nhwc)
+            launch_conv_depthwise_nhwc(a, xs.get(), st, w_taps.as<float>(), b.as<float>(), ys.get(), images,
+                                       relu6, s);
+          else
+            launch_conv_depthwise(cfg, a, x.as<float>(), w.as<float>(), b.as<float>(), y.as<float>(), images,
+                                  relu6, s);
         }));
         tot_dw[k] += t_dw[k];
       }
       CudnnConv conv(p, relu6);
-      conv.find(h, s, images, x.as<float>(), w.as<float>(), b.as<float>(), b.as<float>(), nullptr,
-                y.as<float>(), ws.get(), ws_bytes);
+      conv.set_format(prec, nhwc);
+      const void* cx = nhwc ? xs.get() : x.get();
+      const void* cw = nhwc ? ws_t.get() : w.get();
+      const void* cb = nhwc ? bs.get() : b.get();
+      void* cy = nhwc ? ys.get() : y.get();
+      conv.find(h, s, images, cx, cw, b.as<float>(), cb, nullptr, cy, ws.get(), ws_bytes);
       const float t_cudnn = time_ms(s, repeats, [&] {
-        conv.forward(h, s, images, x.as<float>(), w.as<float>(), b.as<float>(), b.as<float>(), nullptr,
-                     y.as<float>(), ws.get(), ws_bytes);
+        conv.forward(h, s, images, cx, cw, b.as<float>(), cb, nullptr, cy, ws.get(), ws_bytes);
       });
       tot_cudnn += t_cudnn;
       std::printf("%-4d %5d %4d %2d |", i++, l.c, l.h, l.stride);

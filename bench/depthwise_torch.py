@@ -6,6 +6,10 @@ runs after a warm-up: the convolution alone (what PyTorch dispatches depthwise F
 depthwise kernel or cuDNN, with cudnn.benchmark on) and the convolution + ReLU6.
 
     python3 bench/depthwise_torch.py [--images 256] [--input 224] [--repeats 20]
+                                     [--dtype fp32|fp16|bf16] [--channels-last]
+
+--dtype and --channels-last: the tensors in that format and layout (bench/depthwise_bench.cpp's
+FORMAT fp16, bf16 or fp32-nhwc is cnnrun's side).
 """
 import argparse
 
@@ -44,20 +48,26 @@ def main():
     ap.add_argument("--images", type=int, default=256)
     ap.add_argument("--input", type=int, default=224)
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--dtype", choices=["fp32", "fp16", "bf16"], default="fp32")
+    ap.add_argument("--channels-last", action="store_true")
     a = ap.parse_args()
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+    fmt = torch.channels_last if a.channels_last else torch.contiguous_format
     torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
     print(f"PyTorch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}")
-    print(f"MobileNetV2 depthwise 3x3, {a.images} images at {a.input}x{a.input}, median of {a.repeats} (ms)")
+    layout = "NHWC" if a.channels_last else "NCHW"
+    print(f"MobileNetV2 depthwise 3x3, {a.images} images at {a.input}x{a.input}, {a.dtype} {layout}, "
+          f"median of {a.repeats} (ms)")
     print(f"{'#':4} {'ch':>5} {'in':>4} {'s':>2} | {'conv':>9} {'conv+relu6':>10}")
     tot, tot_act = 0.0, 0.0
     with torch.no_grad():
         for i, (c, h, s) in enumerate(mobilenet_v2(a.input)):
-            x = torch.randn(a.images, c, h, h, device=dev)
-            w = torch.randn(c, 1, 3, 3, device=dev)
-            b = torch.randn(c, device=dev)
+            x = torch.randn(a.images, c, h, h, device=dev, dtype=dtype).to(memory_format=fmt)
+            w = torch.randn(c, 1, 3, 3, device=dev, dtype=dtype).to(memory_format=fmt)
+            b = torch.randn(c, device=dev, dtype=dtype)
             t = median_ms(lambda: F.conv2d(x, w, b, stride=s, padding=1, groups=c), a.repeats)
             t_act = median_ms(lambda: F.relu6(F.conv2d(x, w, b, stride=s, padding=1, groups=c)), a.repeats)
             tot, tot_act = tot + t, tot_act + t_act
