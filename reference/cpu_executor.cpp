@@ -190,7 +190,7 @@ class CpuExecutor : public Executor {
       if (runs_as_identity(l))
         t.algo = "identity";
       else if (l.kind == LayerKind::kConv)
-        t.algo = "im2col+gemm";
+        t.algo = ref::conv_algo(l);
       else if (l.kind == LayerKind::kFc)
         t.algo = "gemm";
       t.seconds = seconds[i];

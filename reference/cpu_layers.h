@@ -42,6 +42,9 @@ using ForwardFn = void (*)(const Layer& l, const std::vector<const float*>& in, 
 void forward_conv(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace& ws);
 // The floats forward_conv takes from the Workspace (one image's columns, and its padded copy).
 int64_t conv_workspace_floats(const Layer& l);
+// How forward_conv computes it, for the report: "depthwise" (one input channel per group) or
+// "im2col+gemm".
+const char* conv_algo(const Layer& l);
 void forward_pool(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace& ws);
 void forward_activation(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out,
                         Workspace& ws);

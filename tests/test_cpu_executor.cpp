@@ -241,6 +241,29 @@ TEST_CASE("cpu run: layer outputs share memory by lifetime, with forward_layers'
   }
 }
 
+TEST_CASE("cpu run: the report names each conv's algorithm (depthwise ones computed directly)") {
+  Network net = parse_netdef_string(
+      "input: {channels: 3, height: 8, width: 8}\n"
+      "classes: 4\n"
+      "layers:\n"
+      "  - {name: dense, type: conv, filters: 8, kernel: 3, pad: 1}\n"
+      "  - {name: dw, type: conv, filters: 16, kernel: 3, stride: 2, pad: 1, groups: 8}\n"
+      "  - {name: grouped, type: conv, filters: 8, kernel: 1, groups: 4}\n"
+      "  - {name: gap, type: avgpool, global: true}\n"
+      "  - {name: fc, type: fc, outputs: 4}\n",
+      "algos");
+  test::uniform_weights(net, 5, -0.3f, 0.3f);
+  Dataset data = random_data(net, 3, 4);
+  RunOptions o;
+  o.batch = 3;
+  const RunResult r = make_cpu_executor(net)->run(data, o);
+  REQUIRE(r.layers.size() == 5);
+  CHECK(r.layers[0].algo == "im2col+gemm");
+  CHECK(r.layers[1].algo == "depthwise");    // one input channel per group, a multiplier of 2
+  CHECK(r.layers[2].algo == "im2col+gemm");  // 2 channels per group
+  CHECK(r.layers[4].algo == "gemm");
+}
+
 TEST_CASE("median_run: the median forward time, the run nearest it, and the first run's GPU setup") {
   auto make = [](double fwd, double setup, int32_t tag) {
     RunResult r;

@@ -458,6 +458,34 @@ TEST_CASE("cpu grouped, depthwise and dilated conv match direct convolution") {
   CHECK(run > 200);
 }
 
+TEST_CASE("cpu depthwise conv on large planes (a row at a time) and small ones (a plane at a time)") {
+  // forward_conv's depthwise path sums stride-1 planes of up to 4096 padded floats whole and larger
+  // ones row by row; the test above meets only small planes. Both sides of the bound, with a
+  // multiplier, dilation and no padding among them.
+  struct C {
+    int64_t channels, filters, h, w, k, stride, pad, dil;
+  };
+  const C cs[] = {{3, 3, 70, 66, 3, 1, 1, 1}, {2, 4, 61, 64, 5, 1, 2, 2}, {4, 4, 62, 62, 3, 1, 1, 1},
+                  {4, 4, 63, 63, 3, 1, 1, 1}, {3, 6, 80, 40, 3, 1, 0, 3}, {5, 5, 90, 75, 3, 2, 1, 1}};
+  uint32_t seed = 40;
+  for (const C& c : cs) {
+    std::ostringstream y;
+    y << "type: conv, filters: " << c.filters << ", kernel: " << c.k << ", stride: " << c.stride
+      << ", pad: " << c.pad << ", groups: " << c.channels << ", dilation: " << c.dil;
+    CAPTURE(y.str());
+    const Shape in{c.channels, c.h, c.w};
+    Network net = net_with(y.str(), in);
+    fill_weights(net, seed++);
+    const Layer& l = *net.layers[0];
+    const int64_t e = c.dil * (c.k - 1) + 1;
+    const int64_t oh = (c.h + 2 * c.pad - e) / c.stride + 1, ow = (c.w + 2 * c.pad - e) / c.stride + 1;
+    std::vector<float> x = random_floats(static_cast<size_t>(2 * in.size()), seed++);
+    check_close(run_layer(l, {x.data()}, 2),
+                naive_conv(x, 2, in, l.weight("weight"), l.weight("bias").ptr(), c.stride, c.stride, c.pad,
+                           c.pad, oh, ow, c.channels, c.dil, c.dil));
+  }
+}
+
 TEST_CASE("conv groups that do not divide channels or filters, and bad dilation, are errors") {
   CHECK(layer_error("type: conv, filters: 6, kernel: 3, groups: 4", {8, 9, 9}) ==
         "test:4:58: layer 't' (conv): key 'groups': 4 groups do not divide the 6 filters evenly (each group "
