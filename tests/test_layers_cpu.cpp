@@ -215,6 +215,7 @@ TEST_CASE("cpu activations apply the scalar formulas") {
   const Shape in{3, 5, 7};
   const int64_t n = 3;
   std::vector<float> x = random_floats(static_cast<size_t>(n * in.size()), 9, -4.f, 4.f);
+  x[0] = -100.f, x[1] = 100.f, x[2] = -1000.f, x[3] = 1000.f;  // saturated
   for (const char* type : {"relu", "tanh", "sigmoid"}) {
     CAPTURE(type);
     Network net = net_with(std::string("type: ") + type, in);
@@ -691,6 +692,11 @@ TEST_CASE("cpu modern activations apply PyTorch's formulas") {
   x[1] = -3.f;
   x[2] = 3.f;
   x[3] = 6.f;
+  // Far into saturation (the exp-based ones neither overflow nor lose the sign there).
+  x[4] = -100.f;
+  x[5] = 100.f;
+  x[6] = -1000.f;
+  x[7] = 1000.f;
   const double pi = std::acos(-1.0);
   struct A {
     const char* yaml;
