@@ -193,22 +193,25 @@ TEST_CASE("cpu maxpool and avgpool match window loops") {
 }
 
 TEST_CASE("cpu global pools reduce the whole plane") {
-  for (const char* mode : {"maxpool", "avgpool"}) {
-    const Shape in{5, 7, 9};
-    const int64_t n = 3;
-    CAPTURE(mode);
-    Network net = net_with(std::string("type: ") + mode + ", global: true", in);
-    const Layer& l = *net.layers[0];
-    REQUIRE(l.out_shape == Shape{5, 1, 1});
-    std::vector<float> x = random_floats(static_cast<size_t>(n * in.size()), 5);
-    std::vector<double> want;
-    for (int64_t plane = 0; plane < n * in.c; ++plane) {
-      const float* p = x.data() + plane * 63;
-      want.push_back(std::string(mode) == "maxpool" ? *std::max_element(p, p + 63)
-                                                    : std::accumulate(p, p + 63, 0.0) / 63.0);
+  // Rows narrower than 16 (summed one by one) and wider (summed vectorised, 57 = 3 x 16 + 9).
+  for (const Shape in : {Shape{5, 7, 9}, Shape{3, 11, 57}})
+    for (const char* mode : {"maxpool", "avgpool"}) {
+      const int64_t n = 3, plane_size = in.h * in.w;
+      CAPTURE(mode);
+      CAPTURE(in.str());
+      Network net = net_with(std::string("type: ") + mode + ", global: true", in);
+      const Layer& l = *net.layers[0];
+      REQUIRE(l.out_shape == Shape{in.c, 1, 1});
+      std::vector<float> x = random_floats(static_cast<size_t>(n * in.size()), 5);
+      std::vector<double> want;
+      for (int64_t plane = 0; plane < n * in.c; ++plane) {
+        const float* p = x.data() + plane * plane_size;
+        want.push_back(std::string(mode) == "maxpool"
+                           ? *std::max_element(p, p + plane_size)
+                           : std::accumulate(p, p + plane_size, 0.0) / static_cast<double>(plane_size));
+      }
+      check_close(run_layer(l, {x.data()}, n), want);
     }
-    check_close(run_layer(l, {x.data()}, n), want);
-  }
 }
 
 TEST_CASE("cpu activations apply the scalar formulas") {

@@ -2,15 +2,23 @@
 // given by pool_window() (engine/layers/pool.h: sliding, ceil_mode, global and adaptive windows
 // in one definition). Max pooling never sees the padding (it would be -inf and never win);
 // average pooling divides by the window clipped to the padded input (count_pad, PyTorch's
-// count_include_pad=True) or by the in-bounds elements only.
+// count_include_pad=True) or by the in-bounds elements only. A wide window's rows are summed with
+// Eigen's vectorised sum (several partial sums, combined at the end): a float sum in one
+// sequential chain waits on every add, and the global average pools of EfficientNet's
+// squeeze-and-excitation blocks took a tenth of its CPU time that way (docs/performance.md).
 #include "engine/layers/pool.h"
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <limits>
 
 #include "reference/cpu_layers.h"
 
 namespace cnnrun::ref {
+
+namespace {
+constexpr int64_t kVectorRow = 16;  // window rows at least this wide are summed vectorised
+}  // namespace
 
 void forward_pool(const Layer& l, const std::vector<const float*>& in, int64_t n, float* out, Workspace&) {
   const PoolParams& p = layer_as<PoolLayer>(l).p;
@@ -30,8 +38,14 @@ void forward_pool(const Layer& l, const std::vector<const float*>& in, int64_t n
             for (int64_t x = wx.begin; x < wx.end; ++x) r = std::max(r, src[y * is.w + x]);
         } else {
           float sum = 0.f;
-          for (int64_t y = wy.begin; y < wy.end; ++y)
-            for (int64_t x = wx.begin; x < wx.end; ++x) sum += src[y * is.w + x];
+          const int64_t width = wx.end - wx.begin;
+          for (int64_t y = wy.begin; y < wy.end; ++y) {
+            const float* row = src + y * is.w + wx.begin;
+            if (width >= kVectorRow)
+              sum += Eigen::Map<const Eigen::ArrayXf>(row, width).sum();
+            else
+              for (int64_t x = 0; x < width; ++x) sum += row[x];
+          }
           const int64_t count = p.count_pad ? wy.span * wx.span : (wy.end - wy.begin) * (wx.end - wx.begin);
           r = sum / static_cast<float>(count);
         }
