@@ -542,6 +542,17 @@ TEST_CASE("images: a JPEG whose frame needs more coded bytes than the file has i
   const auto* d = reinterpret_cast<const uint8_t*>(bytes.data());
   CHECK_THROWS_WITH_AS(decode_image(d, bytes.size()),
                        doctest::Contains("bytes of coded data, the file has 341"), Error);
+  // An arithmetic-coded frame has no such bound (a block may cost a fraction of a bit): 262
+  // bytes announcing 2316 x 56576 pixels (fuzz_image's 393 MB allocation) are held to Pillow's
+  // warning limit instead.
+  const std::string arith = test::read_file(std::string(CNNRUN_SOURCE_DIR) +
+                                            "/tests/fuzz/seeds/image/huge_arithmetic_frame_tiny_file.jpg");
+  REQUIRE(arith.size() == 262);
+  CHECK_THROWS_WITH_AS(
+      decode_image(reinterpret_cast<const uint8_t*>(arith.data()), arith.size()),
+      doctest::Contains("arithmetic-coded JPEG 2316x56576 = 131030016 pixels is over the limit "
+                        "of 89478485"),
+      Error);
   // The seeds that are real JPEGs still decode.
   for (const char* name : {"baseline.jpg", "grey.jpg", "progressive.jpg"}) {
     const std::string ok =

@@ -13,16 +13,19 @@ namespace cnnrun {
 
 namespace {
 
+constexpr int64_t kMaxArithmeticJpegPixels = 89478485;
+
 struct TjCloser {
   void operator()(void* h) const { tjDestroy(h); }
 };
 
 // The fewest bytes a Huffman-coded JPEG of its frame can have: each 8x8 block of each component
 // is coded in a DC scan with a Huffman code of at least one bit. 0 when the frame header is not
-// found or the frame is arithmetic-coded (no such bound). Checked before the pixels are
-// allocated, so that a few hundred bytes announcing 9600 x 9600 pixels are refused, not given
-// 270 MB.
-uint64_t least_huffman_bytes(const uint8_t* d, size_t n) {
+// found or the frame is arithmetic-coded (no such bound: *arithmetic is then true). Checked
+// before the pixels are allocated, so that a few hundred bytes announcing 9600 x 9600 pixels
+// are refused, not given 270 MB.
+uint64_t least_huffman_bytes(const uint8_t* d, size_t n, bool* arithmetic) {
+  *arithmetic = false;
   size_t i = 2;  // after SOI
   while (i + 4 <= n) {
     if (d[i] != 0xFF) return 0;
@@ -42,6 +45,7 @@ uint64_t least_huffman_bytes(const uint8_t* d, size_t n) {
       i += 2 + len;
       continue;
     }
+    *arithmetic = m >= 0xC9;
     if (m >= 0xC9 || len < 8 || i + 2 + len > n) return 0;  // arithmetic-coded, or cut short
     const uint8_t* f = d + i + 4;                           // precision, height, width, components
     const uint64_t h = (static_cast<uint64_t>(f[1]) << 8) | f[2],
@@ -79,7 +83,18 @@ Image decode_jpeg(const uint8_t* data, size_t size) {
   if (w < 1 || h < 1 || w > 65535 || h > 65535)
     throw Error("JPEG size " + std::to_string(w) + "x" + std::to_string(h));
   check_image_pixels(w, h);
-  if (const uint64_t least = least_huffman_bytes(data, size); size < least)
+  bool arithmetic = false;
+  const uint64_t least = least_huffman_bytes(data, size, &arithmetic);
+  // An arithmetic coder can spend a small fraction of a bit on a block, so a few hundred bytes
+  // may announce any size: such frames are held to Pillow's decompression-bomb warning limit
+  // (MAX_IMAGE_PIXELS, 89478485 pixels: at most 256 MiB of RGB pixels).
+  if (arithmetic && int64_t(w) * h > kMaxArithmeticJpegPixels)
+    throw Error("arithmetic-coded JPEG " + std::to_string(w) + "x" + std::to_string(h) + " = " +
+                std::to_string(int64_t(w) * h) + " pixels is over the limit of " +
+                std::to_string(kMaxArithmeticJpegPixels) +
+                " for arithmetic-coded JPEGs (Pillow's decompression-bomb warning limit; their file size "
+                "bounds nothing)");
+  if (size < least)
     throw Error("corrupt JPEG: " + std::to_string(w) + "x" + std::to_string(h) + " pixels need at least " +
                 std::to_string(least) + " bytes of coded data, the file has " + std::to_string(size) +
                 " (truncated)");
