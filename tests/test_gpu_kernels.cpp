@@ -370,6 +370,21 @@ TEST_CASE("gpu: upsample kernel: nearest and bilinear, align_corners, whole and 
 
 namespace {
 
+// A depthwise layer for the kernel tests: c channels, a multiplier, an h x w input, kernel,
+// stride, pad and dilation (h, w), n images; args() with the output size PyTorch's.
+struct DwCase {
+  int c, mult, h, w, kh, kw, sh, sw, ph, pw, dh, dw, n;
+  DepthwiseArgs args() const {
+    DepthwiseArgs a;
+    a.channels = c, a.filters = c * mult, a.in_h = h, a.in_w = w;
+    a.kernel_h = kh, a.kernel_w = kw, a.stride_h = sh, a.stride_w = sw, a.pad_h = ph, a.pad_w = pw;
+    a.dilation_h = dh, a.dilation_w = dw;
+    a.out_h = (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1;
+    a.out_w = (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1;
+    return a;
+  }
+};
+
 std::vector<double> depthwise_ref(const std::vector<float>& x, const std::vector<float>& w,
                                   const std::vector<float>& b, int n, const DepthwiseArgs& a,
                                   const ActFn& act) {
@@ -397,47 +412,38 @@ std::vector<double> depthwise_ref(const std::vector<float>& x, const std::vector
 
 TEST_CASE("gpu: depthwise convolution kernel vs plain loops" * doctest::skip(!gpu_present())) {
   Stream st;
-  struct Case {
-    int c, mult, h, w, kh, kw, sh, sw, ph, pw, dh, dw, n;
-  };
   // MobileNet's 3x3 stride 1 and 2, EfficientNet's 5x5, 7x7 planes packed several to a block,
   // planes cut into row tiles (70x45), stride and dilation together, non-square everything,
   // a channel multiplier of 2 and 3, 1x1, a 1x1 input with padding, and wide stride-2 rows.
-  const Case cases[] = {{32, 1, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 3},
-                        {24, 1, 17, 15, 3, 3, 2, 2, 1, 1, 1, 1, 2},
-                        {40, 1, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 3},
-                        {40, 1, 14, 14, 5, 5, 2, 2, 2, 2, 1, 1, 1},
-                        {96, 1, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 5},
-                        {5, 1, 70, 45, 3, 3, 1, 1, 1, 1, 1, 1, 2},
-                        {7, 1, 23, 19, 3, 3, 2, 1, 2, 2, 2, 2, 3},
-                        {6, 2, 13, 11, 3, 5, 1, 2, 1, 2, 3, 1, 2},
-                        {4, 3, 10, 12, 7, 7, 2, 2, 3, 3, 1, 1, 2},
-                        {9, 1, 8, 8, 1, 1, 1, 1, 0, 0, 1, 1, 4},
-                        {3, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7},
-                        {17, 1, 29, 31, 3, 3, 1, 1, 2, 2, 2, 2, 1},
-                        {33, 1, 112, 112, 3, 3, 2, 2, 1, 1, 1, 1, 1},
-                        // stride 2 across rows of 32 outputs or more (staged even columns first): 5x5 on an
-                        // odd patch width, a channel multiplier, stride 1 down and 2 across
-                        {16, 1, 80, 71, 5, 5, 2, 2, 2, 2, 1, 1, 2},
-                        {8, 2, 40, 70, 3, 3, 2, 2, 1, 1, 1, 1, 2},
-                        {6, 1, 20, 66, 3, 3, 1, 2, 1, 1, 1, 1, 2},
-                        // a warp a plane (rows under 32): a last tile of 5 live planes of 16; rows cut
-                        // into two tiles, the last a row short; staged a warp a plane but outputs
-                        // under 32; tiny planes with a multiplier (one value a thread throughout)
-                        {7, 1, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 3},
-                        {3, 1, 301, 20, 3, 3, 1, 1, 1, 1, 1, 1, 2},
-                        {10, 1, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, 3},
-                        {12, 2, 3, 3, 3, 3, 2, 2, 1, 1, 1, 1, 3}};
+  const DwCase cases[] = {{32, 1, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 3},
+                          {24, 1, 17, 15, 3, 3, 2, 2, 1, 1, 1, 1, 2},
+                          {40, 1, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 3},
+                          {40, 1, 14, 14, 5, 5, 2, 2, 2, 2, 1, 1, 1},
+                          {96, 1, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1, 5},
+                          {5, 1, 70, 45, 3, 3, 1, 1, 1, 1, 1, 1, 2},
+                          {7, 1, 23, 19, 3, 3, 2, 1, 2, 2, 2, 2, 3},
+                          {6, 2, 13, 11, 3, 5, 1, 2, 1, 2, 3, 1, 2},
+                          {4, 3, 10, 12, 7, 7, 2, 2, 3, 3, 1, 1, 2},
+                          {9, 1, 8, 8, 1, 1, 1, 1, 0, 0, 1, 1, 4},
+                          {3, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 7},
+                          {17, 1, 29, 31, 3, 3, 1, 1, 2, 2, 2, 2, 1},
+                          {33, 1, 112, 112, 3, 3, 2, 2, 1, 1, 1, 1, 1},
+                          // stride 2 across rows of 32 outputs or more (staged even columns first): 5x5 on an
+                          // odd patch width, a channel multiplier, stride 1 down and 2 across
+                          {16, 1, 80, 71, 5, 5, 2, 2, 2, 2, 1, 1, 2},
+                          {8, 2, 40, 70, 3, 3, 2, 2, 1, 1, 1, 1, 2},
+                          {6, 1, 20, 66, 3, 3, 1, 2, 1, 1, 1, 1, 2},
+                          // a warp a plane (rows under 32): a last tile of 5 live planes of 16; rows cut
+                          // into two tiles, the last a row short; staged a warp a plane but outputs
+                          // under 32; tiny planes with a multiplier (one value a thread throughout)
+                          {7, 1, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 3},
+                          {3, 1, 301, 20, 3, 3, 1, 1, 1, 1, 1, 1, 2},
+                          {10, 1, 8, 8, 3, 3, 2, 2, 1, 1, 1, 1, 3},
+                          {12, 2, 3, 3, 3, 3, 2, 2, 1, 1, 1, 1, 3}};
   uint32_t seed = 200;
   int k = 0;
-  for (const Case& c : cases) {
-    DepthwiseArgs a;
-    a.channels = c.c, a.filters = c.c * c.mult, a.in_h = c.h, a.in_w = c.w;
-    a.kernel_h = c.kh, a.kernel_w = c.kw, a.stride_h = c.sh, a.stride_w = c.sw, a.pad_h = c.ph,
-    a.pad_w = c.pw;
-    a.dilation_h = c.dh, a.dilation_w = c.dw;
-    a.out_h = (c.h + 2 * c.ph - c.dh * (c.kh - 1) - 1) / c.sh + 1;
-    a.out_w = (c.w + 2 * c.pw - c.dw * (c.kw - 1) - 1) / c.sw + 1;
+  for (const DwCase& c : cases) {
+    const DepthwiseArgs a = c.args();
     DepthwiseConfig cfg = depthwise_config(a);
     REQUIRE(cfg.ok);
     const ActFn act = kActs[size_t(k++) % (sizeof(kActs) / sizeof(kActs[0]))];
@@ -463,13 +469,10 @@ TEST_CASE("gpu: depthwise convolution kernel vs plain loops" * doctest::skip(!gp
 TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf16" *
           doctest::skip(!gpu_present())) {
   Stream st;
-  struct Case {
-    int c, mult, h, w, kh, kw, sh, sw, ph, pw, dh, dw, n;
-  };
   // 16-byte vectors (96, 32 channels), 8 and 4 bytes (36, 6), one value a thread (7 channels, and
   // a channel multiplier), MobileNet's 3x3 stride 1 and 2, EfficientNet's 5x5, 7x7 (run-time
   // loops), stride and dilation together, a 1x1 input with padding.
-  const Case cases[] = {
+  const DwCase cases[] = {
       {96, 1, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, 3}, {32, 1, 17, 15, 3, 3, 2, 2, 1, 1, 1, 1, 2},
       {36, 1, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 3},   {6, 1, 23, 19, 3, 3, 2, 1, 2, 2, 2, 2, 3},
       {7, 1, 10, 12, 7, 7, 2, 2, 3, 3, 1, 1, 2},  {8, 2, 13, 11, 3, 5, 1, 2, 1, 2, 3, 1, 2},
@@ -477,14 +480,8 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
   uint32_t seed = 700;
   int k = 0;
   for (Storage t : {Storage::kF32, Storage::kF16, Storage::kBf16})
-    for (const Case& c : cases) {
-      DepthwiseArgs a;
-      a.channels = c.c, a.filters = c.c * c.mult, a.in_h = c.h, a.in_w = c.w;
-      a.kernel_h = c.kh, a.kernel_w = c.kw, a.stride_h = c.sh, a.stride_w = c.sw, a.pad_h = c.ph,
-      a.pad_w = c.pw;
-      a.dilation_h = c.dh, a.dilation_w = c.dw;
-      a.out_h = (c.h + 2 * c.ph - c.dh * (c.kh - 1) - 1) / c.sh + 1;
-      a.out_w = (c.w + 2 * c.pw - c.dw * (c.kw - 1) - 1) / c.sw + 1;
+    for (const DwCase& c : cases) {
+      const DepthwiseArgs a = c.args();
       const ActFn act = kActs[size_t(k++) % (sizeof(kActs) / sizeof(kActs[0]))];
       const bool with_bias = k % 3 != 0;
       const int taps = c.kh * c.kw, in_plane = c.h * c.w, out_plane = a.out_h * a.out_w;

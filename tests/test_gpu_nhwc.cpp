@@ -86,6 +86,12 @@ double max_rel(const Validation& v, std::string* where) {
   return e;
 }
 
+// How the report names channels-last activations at precision p ("fp16 NHWC"): FP16 and BF16
+// stored as such, the others in FP32.
+std::string stored_nhwc(Precision p) {
+  return std::string(p == Precision::kFp16 ? "fp16" : p == Precision::kBf16 ? "bf16" : "fp32") + " NHWC";
+}
+
 }  // namespace
 
 TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
@@ -113,10 +119,7 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
         o.tuning.graph_first = first;
         o.block = 16;  // three blocks, the last short (it runs outside the CUDA graphs)
         const RunResult r = gpu->run(data, o);
-        const std::string stored = std::string(p == Precision::kFp16   ? "fp16"
-                                               : p == Precision::kBf16 ? "bf16"
-                                                                       : "fp32") +
-                                   " NHWC";
+        const std::string stored = stored_nhwc(p);
         CHECK(r.engine.find(stored + " activations") != std::string::npos);
         int graphs = 0;
         for (const LayerTime& t : r.layers)
@@ -194,10 +197,7 @@ layers:
     o.layout = Layout::kNhwc;
     o.precision = p;
     const RunResult r = gpu->run(data, o);
-    const std::string stored = std::string(p == Precision::kFp16   ? "fp16"
-                                           : p == Precision::kBf16 ? "bf16"
-                                                                   : "fp32") +
-                               " NHWC";
+    const std::string stored = stored_nhwc(p);
     bool saw_dw3 = false;
     for (const LayerTime& t : r.layers) {
       INFO(t.name << ": " << t.algo);
