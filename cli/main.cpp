@@ -737,9 +737,9 @@ int main(int argc, char** argv) {
   app.add_option(
          "--layout", o.layout,
          "GPU: how activations are stored: nchw (FP32 NCHW, every conv algorithm), nhwc (channels "
-         "last in the precision's format, FP16/BF16/FP32, convs through cuDNN or the depthwise kernel) or "
-         "auto (default: "
-         "nhwc at tf32/fp16/bf16 for networks of wide convs, docs/performance.md)")
+         "last in the precision's format, FP16/BF16/FP32, convs through cuDNN, the depthwise kernel or, "
+         "at fp32, cutlass's 3xTF32) or auto (default: nhwc for networks of wide convs, "
+         "docs/performance.md)")
       ->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
   app.add_option("--block", o.block, "images per block (default: chosen from memory)")->check(kPositiveInt);
   app.add_option("--streams", o.streams, "GPU streams (default 3)")->check(CLI::Range(1, 64));

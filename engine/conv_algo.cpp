@@ -12,6 +12,8 @@ const char* conv_algo_name(ConvAlgo a) {
       return "cudnn";
     case ConvAlgo::kDepthwise:
       return "depthwise";
+    case ConvAlgo::kCutlass:
+      return "cutlass";
     case ConvAlgo::kAuto:
       break;
   }
@@ -19,8 +21,8 @@ const char* conv_algo_name(ConvAlgo a) {
 }
 
 std::optional<ConvAlgo> parse_conv_algo(const std::string& s) {
-  for (ConvAlgo a :
-       {ConvAlgo::kAuto, ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn, ConvAlgo::kDepthwise})
+  for (ConvAlgo a : {ConvAlgo::kAuto, ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn,
+                     ConvAlgo::kDepthwise, ConvAlgo::kCutlass})
     if (s == conv_algo_name(a)) return a;
   return std::nullopt;
 }

@@ -13,17 +13,18 @@ enum class ConvAlgo {
   kIm2col,     // column matrix + cuBLASLt GEMM
   kCudnn,      // cuDNN's own search
   kDepthwise,  // our depthwise kernel (groups == channels)
+  kCutlass,    // CUTLASS's implicit GEMM, 3xTF32 (FP32 channels last; engine/gpu/conv2d_cutlass.h)
 };
 
 // The algorithms auto times, in the order it tries them.
 constexpr ConvAlgo kConvAlgoCandidates[] = {ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn,
-                                            ConvAlgo::kDepthwise};
+                                            ConvAlgo::kDepthwise, ConvAlgo::kCutlass};
 
-// "auto", "implicit", "im2col", "cudnn", "depthwise".
+// "auto", "implicit", "im2col", "cudnn", "depthwise", "cutlass".
 const char* conv_algo_name(ConvAlgo a);
 // The algorithm a name means, or nothing (the caller words the error with kConvAlgoExpected).
 std::optional<ConvAlgo> parse_conv_algo(const std::string& s);
 // What a name must be, for error messages.
-constexpr const char* kConvAlgoExpected = "auto, im2col, implicit, cudnn or depthwise";
+constexpr const char* kConvAlgoExpected = "auto, im2col, implicit, cudnn, depthwise or cutlass";
 
 }  // namespace cnnrun

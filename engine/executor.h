@@ -44,16 +44,17 @@ GpuTuning parse_gpu_off(const std::string& list);
 // GPU: how the activations between layers are stored (--layout).
 // - kNchw: FP32 N x C x H x W; every convolution algorithm (implicit, im2col, cudnn, depthwise).
 // - kNhwc: channels last (N x H x W x C) in the precision's storage format (FP16 for fp16, BF16
-//   for bf16, else FP32), every convolution through cuDNN, where tensor cores read it directly, or
-//   a depthwise one through the channels-last depthwise kernel where auto times it faster or
-//   it is pinned; fully-connected layers and softmax read FP32 NCHW copies (engine/gpu/plan.h,
-//   NhwcLayout).
-// - kAuto (measured on the model zoo, H100, docs/performance.md): kNhwc at tf32, fp16 and bf16
-//   when the network can run it and some conv the implicit kernel does not fuse with a 2x2
-//   max-pool reads 32 channels or more; but kNchw at tf32 for networks with grouped
-//   convolutions (not measured channels last since the depthwise kernel runs there), at fp32,
-//   whenever --conv-algo names another algorithm than cudnn, or a netdef pins implicit or
-//   im2col.
+//   for bf16, else FP32), every convolution through cuDNN, where tensor cores read it directly,
+//   at fp32 through CUTLASS's 3xTF32 kernels (cutlass) where auto times them faster or they are
+//   pinned, and a depthwise one through the channels-last depthwise kernel where auto times it
+//   faster or it is pinned; fully-connected layers and softmax read FP32 NCHW copies
+//   (engine/gpu/plan.h, NhwcLayout).
+// - kAuto (measured on the model zoo, H100, docs/performance.md): kNhwc at every precision when
+//   the network can run it and some conv the implicit kernel does not fuse with a 2x2 max-pool
+//   reads 32 channels or more; but kNchw at fp32 in a build without CUTLASS, at tf32 for
+//   networks with grouped convolutions (not measured channels last since the depthwise kernel
+//   runs there), whenever --conv-algo names implicit, im2col or depthwise (cutlass: kNhwc
+//   always), or a netdef pins implicit or im2col.
 enum class Layout { kAuto, kNchw, kNhwc };
 const char* layout_name(Layout l);  // "auto", "nchw", "nhwc"
 std::optional<Layout> parse_layout(const std::string& s);

@@ -10,7 +10,7 @@ pkgs=(cmake g++ make pkg-config libyaml-cpp-dev libeigen3-dev doctest-dev zlib1g
       nlohmann-json3-dev libcli11-dev libpng-dev libturbojpeg0-dev libprotobuf-dev protobuf-compiler
       libonnx-dev libopenmpi-dev openmpi-bin)
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  pkgs+=(python3 python3-pip)  # scripts/fetch_cudnn_frontend.sh downloads a wheel's headers
+  pkgs+=(python3 python3-pip)  # scripts/fetch_headers.sh downloads wheels' headers
 fi
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(python3 python3-numpy python3-torch python3-torchvision python3-pil python3-onnx libonnx-testdata
@@ -36,7 +36,7 @@ if [[ -x /usr/local/cuda/bin/nvcc && -z "${CUDACXX:-}" ]]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
 fi
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then
-  bash scripts/fetch_cudnn_frontend.sh || true  # says why when it cannot; the build goes on without
+  bash scripts/fetch_headers.sh || true  # says why when it cannot; the build goes on without
 fi
 mkdir -p build
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release ${CNNRUN_CMAKE_ARGS:-} >build/configure.log 2>&1 ||

@@ -16,6 +16,7 @@
 
 #include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
+#include "engine/gpu/conv2d_cutlass.h"
 #include "engine/gpu/conv2d_depthwise.h"
 #include "engine/gpu/conv_selector.h"
 #include "engine/gpu/mul.h"
@@ -525,7 +526,125 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
   CHECK(depthwise_nhwc_vector(a, Storage::kF16) == 1);
 }
 
-TEST_CASE("conv_cannot_run: channels last leaves cuDNN and the depthwise kernel, which needs no tile there") {
+TEST_CASE("gpu: cutlass convolution (3xTF32) vs plain loops, every tile, FP32-level accuracy" *
+          doctest::skip(!gpu_present() || !cutlass_missing().empty())) {
+  Stream st;
+  struct Case {
+    int n, c, h, w, k, kh, kw, sh, sw, ph, pw, dh, dw;
+    Act act;
+    bool residual;
+  };
+  // ResNet's 3x3 (stride 1 and 2, with the residual), a 1x1 with ReLU6 and the residual, a 7x7
+  // stride-2 stem on 4 channels, a dilated and strided window of unequal sides, filters not a
+  // multiple of any tile.
+  const Case cases[] = {{3, 16, 14, 14, 32, 3, 3, 1, 1, 1, 1, 1, 1, Act::kRelu, false},
+                        {2, 64, 15, 13, 64, 3, 3, 2, 2, 1, 1, 1, 1, Act::kIdentity, true},
+                        {5, 32, 9, 9, 96, 1, 1, 1, 1, 0, 0, 1, 1, Act::kRelu6, true},
+                        {2, 4, 23, 21, 8, 7, 7, 2, 2, 3, 3, 1, 1, Act::kRelu, false},
+                        {1, 8, 12, 17, 12, 3, 5, 1, 2, 2, 2, 2, 1, Act::kIdentity, false},
+                        {2, 12, 10, 10, 20, 5, 5, 1, 1, 2, 2, 1, 1, Act::kRelu, true}};
+  uint32_t seed = 900;
+  for (const Case& c : cases) {
+    ConvParams p;
+    p.in_c = c.c, p.in_h = c.h, p.in_w = c.w, p.filters = c.k, p.kernel_h = c.kh, p.kernel_w = c.kw;
+    p.stride_h = c.sh, p.stride_w = c.sw, p.pad_h = c.ph, p.pad_w = c.pw, p.dilation_h = c.dh,
+    p.dilation_w = c.dw;
+    p.out_h = (c.h + 2 * c.ph - p.extent_h()) / c.sh + 1;
+    p.out_w = (c.w + 2 * c.pw - p.extent_w()) / c.sw + 1;
+    REQUIRE(cutlass_cannot_run(p, Precision::kFp32, true, c.n).empty());
+    const size_t out = size_t(c.n) * p.out_h * p.out_w * c.k;
+    const std::vector<float> x = test::random_floats(size_t(c.n) * c.h * c.w * c.c, seed++, -1.f, 1.f);
+    const std::vector<float> w = test::random_floats(size_t(c.k) * c.kh * c.kw * c.c, seed++, -0.5f, 0.5f);
+    const std::vector<float> b = test::random_floats(size_t(c.k), seed++, -0.5f, 0.5f);
+    const std::vector<float> z = test::random_floats(out, seed++, -1.f, 1.f);
+    // Plain loops over the NHWC / KRSC tensors in double, and each output's sum of |terms|
+    // (what FP32 rounding errors scale with).
+    std::vector<double> want(out), scale(out);
+    for (int i = 0; i < c.n; ++i)
+      for (int oy = 0; oy < p.out_h; ++oy)
+        for (int ox = 0; ox < p.out_w; ++ox)
+          for (int f = 0; f < c.k; ++f) {
+            double sum = b[size_t(f)], mag = std::fabs(b[size_t(f)]);
+            for (int ky = 0; ky < c.kh; ++ky)
+              for (int kx = 0; kx < c.kw; ++kx) {
+                const int iy = oy * c.sh - c.ph + ky * c.dh, ix = ox * c.sw - c.pw + kx * c.dw;
+                if (iy < 0 || iy >= c.h || ix < 0 || ix >= c.w) continue;
+                for (int ch = 0; ch < c.c; ++ch) {
+                  const double t = double(x[((size_t(i) * c.h + iy) * c.w + ix) * c.c + ch]) *
+                                   w[((size_t(f) * c.kh + ky) * c.kw + kx) * c.c + ch];
+                  sum += t, mag += std::fabs(t);
+                }
+              }
+            const size_t o = ((size_t(i) * p.out_h + oy) * p.out_w + ox) * c.k + f;
+            if (c.residual) sum += z[o], mag += std::fabs(z[o]);
+            want[o] = act_ref(ActFn{c.act}, sum), scale[o] = mag;
+          }
+    DevBuf dx = upload(x.data(), x.size()), dw = upload(w.data(), w.size()), db = upload(b.data(), b.size()),
+           dz = upload(z.data(), z.size()), dy(out * sizeof(float));
+    const float* zp = c.residual ? dz.as<float>() : nullptr;
+    for (int t = 0; t < cutlass_tiles(); ++t) {
+      CUDA_CHECK(
+          cudaMemsetAsync(dy.get(), 0xff, out * sizeof(float), st.s));  // NaNs where nothing is written
+      launch_conv_cutlass(t, p, c.n, dx.as<float>(), dw.as<float>(), db.as<float>(), zp, dy.as<float>(),
+                          ActFn{c.act}, st.s);
+      const std::vector<float> got = download(dy, out, st.s);
+      INFO("tile " << cutlass_tile_name(t) << ", C" << c.c << " " << c.h << "x" << c.w << " -> K" << c.k
+                   << " " << c.kh << "x" << c.kw << " s" << c.sh << "x" << c.sw << " p" << c.ph << "x" << c.pw
+                   << " d" << c.dh << "x" << c.dw << " n" << c.n << " " << act_fn_name(ActFn{c.act})
+                   << (c.residual ? " +z" : ""));
+      // 3xTF32 is within FP32's rounding of the sum (1xTF32 would be off by about 2^-11 of it).
+      size_t bad = out;
+      for (size_t o = 0; o < out && bad == out; ++o)
+        if (!(std::fabs(got[o] - want[o]) <= 1e-6 + 1e-5 * scale[o])) bad = o;
+      if (bad != out) INFO("element " << bad << ": gpu " << got[bad] << ", expected " << want[bad]);
+      CHECK(bad == out);
+    }
+    const int best = cutlass_pick_tile(p, c.n, dx.as<float>(), dw.as<float>(), db.as<float>(), zp,
+                                       dy.as<float>(), ActFn{c.act}, st.s);
+    CHECK((best >= 0 && best < cutlass_tiles()));
+  }
+  // A block whose tensors pass 2 GiB runs as launches of 2047 images (1 MiB an image here):
+  // the images on either side of each seam, and the last, against plain loops.
+  {
+    ConvParams p;
+    p.in_c = p.filters = 4, p.kernel_h = p.kernel_w = 1, p.in_h = p.in_w = p.out_h = p.out_w = 256;
+    const int64_t n = 4100, image = 256 * 256 * 4;
+    std::vector<float> x(size_t(n * image));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = float((i * 2654435761u) % 1999) / 1000.f - 1.f;
+    const std::vector<float> w = test::random_floats(16, seed++, -1.f, 1.f),
+                             b = test::random_floats(4, seed++, -1.f, 1.f);
+    DevBuf dx = upload(x.data(), x.size()), dw = upload(w.data(), w.size()), db = upload(b.data(), b.size()),
+           dy(x.size() * sizeof(float));
+    launch_conv_cutlass(0, p, n, dx.as<float>(), dw.as<float>(), db.as<float>(), nullptr, dy.as<float>(),
+                        ActFn{Act::kRelu}, st.s);
+    const std::vector<float> y = download(dy, x.size(), st.s);
+    for (int64_t i : {int64_t{0}, int64_t{2046}, int64_t{2047}, int64_t{4093}, int64_t{4094}, n - 1}) {
+      INFO("image " << i);
+      size_t bad = 0;
+      for (int64_t px = 0; px < 256 * 256; ++px)
+        for (int f = 0; f < 4; ++f) {
+          double sum = b[size_t(f)];
+          for (int c = 0; c < 4; ++c) sum += double(x[size_t(i * image + px * 4 + c)]) * w[size_t(f * 4 + c)];
+          if (!(std::fabs(y[size_t(i * image + px * 4 + f)] - std::max(sum, 0.0)) <= 1e-5)) ++bad;
+        }
+      CHECK(bad == 0);
+    }
+  }
+  // An activation the epilogue cannot apply, and a misaligned tensor, are refused.
+  ConvParams p;
+  p.in_c = p.filters = 4, p.kernel_h = p.kernel_w = 1, p.in_h = p.in_w = p.out_h = p.out_w = 2;
+  DevBuf d(64 * sizeof(float));
+  CHECK_THROWS_AS(launch_conv_cutlass(0, p, 1, d.as<float>(), d.as<float>(), d.as<float>(), nullptr,
+                                      d.as<float>(), ActFn{Act::kSilu}, st.s),
+                  Error);
+  CHECK_THROWS_AS(launch_conv_cutlass(0, p, 1, d.as<float>() + 1, d.as<float>(), d.as<float>(), nullptr,
+                                      d.as<float>(), ActFn{}, st.s),
+                  Error);
+}
+
+TEST_CASE(
+    "conv_cannot_run: channels last leaves cuDNN, cutlass and the depthwise kernel, which needs no tile "
+    "there") {
   auto conv = [](int64_t c, int64_t f, int64_t groups, int64_t w) {
     ConvParams p;
     p.in_c = c, p.filters = f, p.groups = groups;
@@ -535,19 +654,62 @@ TEST_CASE("conv_cannot_run: channels last leaves cuDNN and the depthwise kernel,
   };
   const ConvParams dense = conv(16, 32, 1, 8), dw = conv(32, 32, 32, 8), wide = conv(32, 64, 32, 20000),
                    grouped = conv(32, 32, 4, 8);
+  const Precision fp32 = Precision::kFp32;
   for (bool nhwc : {false, true}) {
     INFO((nhwc ? "channels last" : "NCHW"));
-    CHECK(conv_cannot_run(dense, ConvAlgo::kCudnn, 16, nhwc).empty());
-    CHECK(conv_cannot_run(dense, ConvAlgo::kIm2col, 16, nhwc).empty() == !nhwc);
-    CHECK(conv_cannot_run(dense, ConvAlgo::kImplicit, 16, nhwc).empty() == !nhwc);
-    CHECK_FALSE(conv_cannot_run(dense, ConvAlgo::kDepthwise, 16, nhwc).empty());
-    CHECK(conv_cannot_run(dw, ConvAlgo::kDepthwise, 16, nhwc).empty());
+    CHECK(conv_cannot_run(dense, ConvAlgo::kCudnn, 16, fp32, nhwc).empty());
+    CHECK(conv_cannot_run(dense, ConvAlgo::kIm2col, 16, fp32, nhwc).empty() == !nhwc);
+    CHECK(conv_cannot_run(dense, ConvAlgo::kImplicit, 16, fp32, nhwc).empty() == !nhwc);
+    CHECK_FALSE(conv_cannot_run(dense, ConvAlgo::kDepthwise, 16, fp32, nhwc).empty());
+    CHECK(conv_cannot_run(dw, ConvAlgo::kDepthwise, 16, fp32, nhwc).empty());
     // A row of 20000 outputs does not fit the NCHW kernel's shared memory; channels last stages
     // nothing (a channel multiplier of 2).
-    CHECK(conv_cannot_run(wide, ConvAlgo::kDepthwise, 16, nhwc).empty() == nhwc);
-    CHECK(conv_cannot_run(grouped, ConvAlgo::kDepthwise, 16, nhwc).find("groups (4)") != std::string::npos);
+    CHECK(conv_cannot_run(wide, ConvAlgo::kDepthwise, 16, fp32, nhwc).empty() == nhwc);
+    CHECK(conv_cannot_run(grouped, ConvAlgo::kDepthwise, 16, fp32, nhwc).find("groups (4)") !=
+          std::string::npos);
+    // cutlass: FP32 channels last only (where the build has CUTLASS).
+    const std::string cut = conv_cannot_run(dense, ConvAlgo::kCutlass, 16, fp32, nhwc);
+    if (!cutlass_missing().empty())
+      CHECK(cut == cutlass_missing());
+    else
+      CHECK(cut.empty() == nhwc);
   }
-  CHECK(conv_cannot_run(dense, ConvAlgo::kImplicit, 16, true).find("--layout nhwc") != std::string::npos);
+  CHECK(conv_cannot_run(dense, ConvAlgo::kImplicit, 16, fp32, true).find("--layout nhwc") !=
+        std::string::npos);
+}
+
+TEST_CASE("cutlass_cannot_run: FP32 channels last, dense, channels and filters in fours, int32 tensors") {
+  ConvParams p;
+  p.in_c = 64, p.filters = 128, p.kernel_h = p.kernel_w = 3, p.pad_h = p.pad_w = 1;
+  p.in_h = p.out_h = p.in_w = p.out_w = 56;
+  if (!cutlass_missing().empty()) {
+    MESSAGE("built without CUTLASS: ", cutlass_missing());
+    CHECK(cutlass_cannot_run(p, Precision::kFp32, true, 8) == cutlass_missing());
+    return;
+  }
+  CHECK(cutlass_tiles() >= 1);
+  CHECK(std::string(cutlass_tile_name(0)).find('x') != std::string::npos);
+  CHECK_THROWS_AS(cutlass_tile_name(cutlass_tiles()), Error);
+  CHECK(cutlass_cannot_run(p, Precision::kFp32, true, 8).empty());
+  for (Precision q : {Precision::kTf32, Precision::kFp16, Precision::kBf16})
+    CHECK(cutlass_cannot_run(p, q, true, 8).find("FP32 channels last") != std::string::npos);
+  CHECK(cutlass_cannot_run(p, Precision::kFp32, false, 8).find("--layout nhwc") != std::string::npos);
+  ConvParams q = p;
+  q.in_c = 3;  // an RGB stem
+  CHECK(cutlass_cannot_run(q, Precision::kFp32, true, 8).find("multiples of 4") != std::string::npos);
+  q = p;
+  q.filters = 10;
+  CHECK(cutlass_cannot_run(q, Precision::kFp32, true, 8).find("multiples of 4") != std::string::npos);
+  q = p;
+  q.groups = 2;
+  CHECK(cutlass_cannot_run(q, Precision::kFp32, true, 8).find("groups (2)") != std::string::npos);
+  // A block of any size runs (in launches under 2 GiB a tensor); one image of 2 GiB does not.
+  CHECK(cutlass_cannot_run(p, Precision::kFp32, true, 100000).empty());
+  q = p;
+  q.in_h = q.in_w = q.out_h = q.out_w = 4096;  // 4096 x 4096 x 128 outputs: 8 GiB
+  CHECK(cutlass_cannot_run(q, Precision::kFp32, true, 1).find("2 GiB") != std::string::npos);
+  CHECK(cutlass_fuses(ActFn{Act::kRelu6}));
+  CHECK_FALSE(cutlass_fuses(ActFn{Act::kSilu}));
 }
 
 TEST_CASE("depthwise_config packs small planes, tiles large ones and refuses what does not fit") {

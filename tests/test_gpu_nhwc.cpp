@@ -23,11 +23,17 @@ using test::random_weights;
 
 namespace {
 
-// Built with the cuDNN frontend's headers (scripts/fetch_cudnn_frontend.sh): the graph API exists.
+// Built with the cuDNN frontend's headers (scripts/fetch_headers.sh): the graph API exists.
 #if defined(CNNRUN_HAVE_CUDNN_FE) && CNNRUN_HAVE_CUDNN_FE
 constexpr bool kHaveGraphApi = true;
 #else
 constexpr bool kHaveGraphApi = false;
+#endif
+// ... and with CUTLASS's: the cutlass convolution exists.
+#if defined(CNNRUN_HAVE_CUTLASS) && CNNRUN_HAVE_CUTLASS
+constexpr bool kHaveCutlass = true;
+#else
+constexpr bool kHaveCutlass = false;
 #endif
 
 // Ends in fc + softmax (FP32 NCHW), reading a flattened channels-last tensor.
@@ -125,9 +131,11 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
         for (const LayerTime& t : r.layers)
           if (t.type == "conv") {
             INFO(t.name << ": " << t.algo);
-            // cuDNN, or for a depthwise conv the channels-last depthwise kernel if auto timed it faster
+            // cuDNN, or for a depthwise conv the channels-last depthwise kernel if auto timed it
+            // faster, at fp32 cutlass if auto timed it faster
             CHECK((t.algo.find("cudnn:") == 0 || t.algo.find("cudnn graph:") == 0 ||
-                   (t.name == "dw" && t.algo.find("depthwise(") == 0)));
+                   (t.name == "dw" && t.algo.find("depthwise(") == 0) ||
+                   (p == Precision::kFp32 && t.algo.find("cutlass(") == 0)));
             CHECK(t.algo.find(stored) != std::string::npos);
             graphs += t.algo.find("cudnn graph:") == 0;
             if (first && kHaveGraphApi && t.name == "c1")
@@ -248,7 +256,7 @@ bool ran_nhwc(Executor& gpu, const Dataset& data, const RunOptions& o) {
 }  // namespace
 
 TEST_CASE(
-    "gpu: --layout auto: channels last at tf32/fp16/bf16 for wide convs, NCHW where it measured faster" *
+    "gpu: --layout auto: channels last for wide convs (fp32 with CUTLASS), NCHW where it measured faster" *
     doctest::skip(!gpu_present())) {
   const Precision kAll[] = {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16};
   Dataset data = gpu_random_data(Shape{3, 12, 12}, 8, 10, 1);
@@ -261,10 +269,10 @@ TEST_CASE(
     for (Precision p : kAll) {
       o.precision = p;
       INFO((grouped ? "grouped " : "dense ") << std::string(precision_name(p)));
-      // Dense: every precision but FP32; grouped: FP16 and BF16 (the channels-last depthwise
-      // kernel, or cuDNN's grouped kernels), not TF32.
-      CHECK(ran_nhwc(*gpu, data, o) ==
-            (grouped ? p == Precision::kFp16 || p == Precision::kBf16 : p != Precision::kFp32));
+      // Dense: every precision (FP32 where the build has CUTLASS's 3xTF32 kernels); grouped:
+      // the same but TF32 (the channels-last depthwise kernel, or cuDNN's grouped kernels).
+      const bool fp32_nhwc = kHaveCutlass || p != Precision::kFp32;
+      CHECK(ran_nhwc(*gpu, data, o) == (fp32_nhwc && !(grouped && p == Precision::kTf32)));
     }
     if (grouped) {  // a depthwise pin runs channels last too
       net.layers[2]->algo = ConvAlgo::kDepthwise;
@@ -432,13 +440,20 @@ TEST_CASE("gpu: --layout nhwc on ResNet's strided block, 128 channels, vs refere
     };
     const Way ways[] = {
         {"nhwc", Layout::kNhwc, ConvAlgo::kAuto, true, false, "add+relu"},
-        {"nhwc, graph API first", Layout::kNhwc, ConvAlgo::kAuto, true, true, "cudnn graph:"},
-        {"nhwc, legacy API", Layout::kNhwc, ConvAlgo::kAuto, false, false, "+add+relu kernel"},
+        // cuDNN's two APIs (at fp32, auto may take cutlass instead).
+        {"nhwc, graph API first", Layout::kNhwc, ConvAlgo::kCudnn, true, true, "cudnn graph:"},
+        {"nhwc, legacy API", Layout::kNhwc, ConvAlgo::kCudnn, false, false, "+add+relu kernel"},
         {"nchw im2col", Layout::kNchw, ConvAlgo::kIm2col, true, false, " + add+relu pass"},
-        {"nchw cudnn", Layout::kNchw, ConvAlgo::kCudnn, true, false, "+add+relu kernel"}};
+        {"nchw cudnn", Layout::kNchw, ConvAlgo::kCudnn, true, false, "+add+relu kernel"},
+        {"nhwc cutlass", Layout::kNhwc, ConvAlgo::kCutlass, true, false, "3xTF32 tensor cores"}};
     for (const Way& way : ways)
       for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
-        if (way.layout == Layout::kNchw && p != Precision::kFp32) continue;
+        if ((way.layout == Layout::kNchw || way.algo == ConvAlgo::kCutlass) && p != Precision::kFp32)
+          continue;
+        if (way.algo == ConvAlgo::kCutlass && !kHaveCutlass) {
+          MESSAGE("skipped (" << way.what << "): built without CUTLASS's headers");
+          continue;
+        }
         if (way.first && !kHaveGraphApi) {
           MESSAGE("skipped (" << way.what << "): built without the cuDNN frontend's headers");
           continue;
@@ -459,6 +474,8 @@ TEST_CASE("gpu: --layout nhwc on ResNet's strided block, 128 channels, vs refere
           if (t.name == "ds") CHECK(t.algo.find(way.ds_algo) != std::string::npos);
           if (t.name == "add" || t.name == "relu") CHECK(t.algo == "fused into ds");
           if (t.name == "ds" && way.first) CHECK(t.algo.find("+add+relu") != std::string::npos);
+          if (t.type == "conv" && way.algo == ConvAlgo::kCutlass)
+            CHECK(t.algo.find(t.name == "ds" ? "bias+add+relu epilogue" : "fp32 NHWC") != std::string::npos);
         }
         const Validation v = validate(*gpu, *cpu, net, data, 40, r);
         std::string where, per;

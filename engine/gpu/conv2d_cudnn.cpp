@@ -316,13 +316,14 @@ void CudnnConv::set_format(Precision p, bool nhwc) {
   m.describe();
 }
 
-void CudnnConv::set_graph_use(GraphUse u) {
+bool CudnnConv::set_graph_use(GraphUse u) {
   Impl& m = *impl_;
-  if (u == m.graph_use) return;
+  if (u == m.graph_use) return false;
   m.graph_use = u;
   m.found = false;
   m.graph.reset();
   m.cand.reset();
+  return true;
 }
 
 void CudnnConv::prepare(const CudnnHandle& h, int64_t n, size_t ws_bytes) {

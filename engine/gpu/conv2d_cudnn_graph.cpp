@@ -350,7 +350,7 @@ CudnnGraphConv::CudnnGraphConv(const ConvParams&, ActFn, bool, Precision) {}
 CudnnGraphConv::~CudnnGraphConv() = default;
 bool CudnnGraphConv::tuned() const { return false; }
 std::string CudnnGraphConv::why() const {
-  return "built without the cuDNN frontend (scripts/fetch_cudnn_frontend.sh)";
+  return "built without the cuDNN frontend (scripts/fetch_headers.sh)";
 }
 void CudnnGraphConv::prepare(void*, int64_t, size_t, int) {}
 float CudnnGraphConv::tune(void*, cudaStream_t, int64_t, const GraphConvIo&, void*, size_t, int) {

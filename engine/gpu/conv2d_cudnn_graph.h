@@ -1,5 +1,5 @@
 // The `cudnn` convolution through cuDNN's graph API (NVIDIA's cuDNN frontend, header-only, from
-// the nvidia-cudnn-frontend wheel: scripts/fetch_cudnn_frontend.sh), behind a plain header: the
+// the nvidia-cudnn-frontend wheel: scripts/fetch_headers.sh), behind a plain header: the
 // frontend is seen by conv2d_cudnn_graph.cpp alone. One operation graph per layer and batch size,
 //     y = act(conv(x, w) + bias [+ z])
 // on channels-last tensors in the precision's storage format, which cuDNN runs as one kernel

@@ -1,6 +1,7 @@
 #include "engine/gpu/conv_selector.h"
 
 #include "engine/core/error.h"
+#include "engine/gpu/conv2d_cutlass.h"
 #include "engine/gpu/conv2d_depthwise.h"
 #include "engine/gpu/conv2d_im2col.h"
 #include "engine/gpu/conv2d_implicit.h"
@@ -8,10 +9,11 @@
 
 namespace cnnrun::gpu {
 
-std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, bool channels_last) {
+std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Precision prec,
+                            bool channels_last) {
   std::string why;
   if (channels_last && (algo == ConvAlgo::kImplicit || algo == ConvAlgo::kIm2col))
-    return "channels last (--layout nhwc) runs convolutions through cuDNN or the depthwise kernel";
+    return "channels last (--layout nhwc) runs convolutions through cuDNN, the depthwise kernel or cutlass";
   switch (algo) {
     case ConvAlgo::kImplicit: {
       const ImplicitConfig cfg = implicit_config(p, n);
@@ -26,6 +28,8 @@ std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, bool 
     }
     case ConvAlgo::kCudnn:
       return "";
+    case ConvAlgo::kCutlass:
+      return cutlass_cannot_run(p, prec, channels_last, n);
     case ConvAlgo::kAuto:
       break;
   }
@@ -41,7 +45,7 @@ void ConvSelector::resolve(const Network& net, const Plan& plan, ConvAlgo forced
     Conv& c = convs_[static_cast<size_t>(st.layer)];
     ConvAlgo a = forced != ConvAlgo::kAuto ? forced : l.algo;
     if (a != ConvAlgo::kAuto) {
-      if (const std::string why = conv_cannot_run(st.conv, a, block, channels_last_); !why.empty())
+      if (const std::string why = conv_cannot_run(st.conv, a, block, prec_, channels_last_); !why.empty())
         throw Error(l.loc.str() + ": layer '" + l.name + "': the " + conv_algo_name(a) +
                     " convolution cannot run it: " + why);
     }
@@ -53,8 +57,9 @@ void ConvSelector::resolve(const Network& net, const Plan& plan, ConvAlgo forced
   }
 }
 
-void ConvSelector::set_channels_last(bool channels_last) {
-  if (channels_last != channels_last_) forget_picks();
+void ConvSelector::set_format(Precision prec, bool channels_last) {
+  if (prec != prec_ || channels_last != channels_last_) forget_picks();
+  prec_ = prec;
   channels_last_ = channels_last;
 }
 
@@ -62,7 +67,7 @@ bool ConvSelector::may_use_at(const Plan& plan, int i, ConvAlgo algo) const {
   if (chosen(i) == algo) return true;
   // Any block size: whether auto may pick it, not whether it fits this block.
   return chosen(i) == ConvAlgo::kAuto &&
-         conv_cannot_run(plan.steps[static_cast<size_t>(i)].conv, algo, 1, channels_last_).empty();
+         conv_cannot_run(plan.steps[static_cast<size_t>(i)].conv, algo, 1, prec_, channels_last_).empty();
 }
 
 bool ConvSelector::may_use(const Plan& plan, ConvAlgo algo) const {
@@ -98,7 +103,7 @@ void ConvSelector::search(const Network& net, const Plan& plan, int64_t n, const
       for (ConvAlgo a : kConvAlgoCandidates) {
         ConvTuning::Candidate cand;
         cand.algo = conv_algo_name(a);
-        if (!conv_cannot_run(st.conv, a, n, channels_last_).empty()) {
+        if (!conv_cannot_run(st.conv, a, n, prec_, channels_last_).empty()) {
           cand.outcome = Outcome::kNotApplicable;
         } else {
           try {

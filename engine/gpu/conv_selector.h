@@ -15,17 +15,18 @@ namespace cnnrun::gpu {
 // "" when `algo` computes this convolution for blocks of n images, else why it does not: the
 // search's "n/a", and the error for an algorithm pinned or forced on a layer it cannot run.
 // implicit: dense undilated convs its tiles fit; im2col: dense ones; depthwise: groups ==
-// channels; cudnn: every one. channels_last (--layout nhwc): cuDNN and the channels-last
-// depthwise kernel only.
-std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, bool channels_last);
+// channels; cudnn: every one; cutlass: dense ones at FP32 channels last (cutlass_cannot_run).
+// channels_last (--layout nhwc): cuDNN, the channels-last depthwise kernel and cutlass only.
+std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Precision prec,
+                            bool channels_last);
 
 class ConvSelector {
  public:
   explicit ConvSelector(size_t steps) : convs_(steps) {}
 
-  // The activations' layout from now on (the candidates differ; auto's picks are forgotten
-  // when it changes).
-  void set_channels_last(bool channels_last);
+  // The operands' precision and the activations' layout from now on (the candidates differ;
+  // auto's picks are forgotten when either changes).
+  void set_format(Precision prec, bool channels_last);
 
   // Each conv's algorithm for a run of blocks of `block` images: `forced` (kAuto: none), else
   // the netdef's, else auto's pick timed on this block size (any earlier pick with
@@ -65,6 +66,7 @@ class ConvSelector {
   };
   std::vector<Conv> convs_;
   bool any_auto_ = false;
+  Precision prec_ = Precision::kFp32;
   bool channels_last_ = false;
 };
 

@@ -26,8 +26,9 @@ struct ConvWeights {
   float x16_scale = 1.f;                 // ... and its accumulators' scale
   std::unique_ptr<Im2colConv> im2col;    // null when im2col cannot run the conv (grouped)
   std::unique_ptr<CudnnConv> cudnn;
-  DepthwisePlan dw;  // dw.cfg.ok when the depthwise kernel can run it
-  DevBuf w_taps;     // dw.nhwc_ok: the channels-last depthwise kernel's FP32 [kh * kw][filters]
+  DepthwisePlan dw;       // dw.cfg.ok when the depthwise kernel can run it
+  DevBuf w_taps;          // dw.nhwc_ok: the channels-last depthwise kernel's FP32 [kh * kw][filters]
+  int cutlass_tile = -1;  // the cutlass convolution's tile, timed on its first run (-1: not yet)
   // Channels-last cuDNN's filters, K x KH x KW x C/groups in each Precision's storage format
   // (nhwc.h), made on a run's first use of --layout nhwc at that precision.
   DevBuf w_nhwc[4];

@@ -22,6 +22,7 @@
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
 #include "engine/gpu/conv2d_cudnn_graph.h"
+#include "engine/gpu/conv2d_cutlass.h"
 #include "engine/gpu/conv2d_im2col.h"
 #include "engine/gpu/conv2d_implicit.h"
 #include "engine/gpu/conv_selector.h"
@@ -120,7 +121,7 @@ class GpuExecutor : public Executor {
   Precision prec_ = Precision::kFp32;  // the format the library plans are made for
   bool nhwc_ = false;                  // ... and the layout (--layout nhwc)
   GpuTuning tuning_;                   // the call in progress's (run or forward_layers)
-  CudnnConv::GraphUse graph_use_ = CudnnConv::GraphUse::kTimed;  // every CudnnConv's
+  CudnnConv::GraphUse graph_use_ = CudnnConv::GraphUse::kTimed;  // the call's (begin: per conv)
   std::vector<std::unique_ptr<CudnnHandle>> prep_handles_;       // prepare_graphs' threads'
   // The call's data set holds float32 values, already preprocessed (a float .npy): they are
   // copied in as they are and no conv reads uint8 pixels.
@@ -132,18 +133,21 @@ class GpuExecutor : public Executor {
   // the error for an explicit --layout nhwc the network or --conv-algo cannot have.
   bool nhwc_for(const RunOptions& opt, std::string* why) const {
     const bool cudnn_only = opt.conv_algo == ConvAlgo::kAuto || opt.conv_algo == ConvAlgo::kCudnn;
+    const bool nchw_algo = opt.conv_algo == ConvAlgo::kImplicit || opt.conv_algo == ConvAlgo::kIm2col;
     if (opt.layout == Layout::kNchw) return false;
-    if (opt.layout == Layout::kNhwc) {
+    if (opt.layout == Layout::kNhwc || (opt.conv_algo == ConvAlgo::kCutlass && nhwc_layout_.ok)) {
       if (!nhwc_layout_.ok)
         *why = "--layout nhwc: " + nhwc_layout_.why;
-      else if (!cudnn_only && opt.conv_algo != ConvAlgo::kDepthwise)
+      else if (nchw_algo)
         *why = std::string(
-                   "--layout nhwc runs convolutions through cuDNN or the depthwise kernel; --conv-algo ") +
+                   "--layout nhwc runs convolutions through cuDNN, the depthwise kernel or cutlass; "
+                   "--conv-algo ") +
                conv_algo_name(opt.conv_algo) + " needs --layout nchw";
       return why->empty();
     }
     // auto: the rule Layout's comment gives (engine/executor.h), measured on the model zoo.
-    if (opt.precision == Precision::kFp32 || !nhwc_layout_.ok || !cudnn_only) return false;
+    if (!nhwc_layout_.ok || !cudnn_only) return false;
+    if (opt.precision == Precision::kFp32 && !cutlass_missing().empty()) return false;
     bool wide = false, grouped = false;
     for (const Step& st : plan_.steps) {
       if (st.op != Op::kConv) continue;
@@ -152,7 +156,7 @@ class GpuExecutor : public Executor {
       wide = wide || (st.pool_layer < 0 && st.conv.in_c >= kNhwcMinChannels);
       grouped = grouped || st.conv.groups > 1;
     }
-    return wide && (!grouped || opt.precision == Precision::kFp16 || opt.precision == Precision::kBf16);
+    return wide && (!grouped || opt.precision != Precision::kTf32);
   }
   bool nhwc_for(const RunOptions& opt) const {
     std::string why;
@@ -204,10 +208,22 @@ class GpuExecutor : public Executor {
     const CudnnConv::GraphUse use = !opt.tuning.cudnn_graph  ? CudnnConv::GraphUse::kOff
                                     : opt.tuning.graph_first ? CudnnConv::GraphUse::kFirst
                                                              : CudnnConv::GraphUse::kTimed;
-    if (use != graph_use_) {  // cuDNN's search again, before any capture
-      graph_use_ = use;
-      for (const Step& st : plan_.steps)
-        if (st.op == Op::kConv) conv_weights(st.layer).cudnn->set_graph_use(use);
+    // At FP32 channels last, a conv that auto may give to cutlass does not time cuDNN's graph API:
+    // its FP32 engines (no tensor cores) were 2-4x slower than cutlass's 3xTF32 on every zoo layer
+    // both ran, and building their plans (NVRTC) took most of a run's setup (30-60 s at 224x224;
+    // docs/performance.md, Session 12). cuDNN's legacy API is still timed.
+    graph_use_ = use;
+    bool changed = false;
+    for (const Step& st : plan_.steps) {
+      if (st.op != Op::kConv) continue;
+      const bool to_cutlass = use == CudnnConv::GraphUse::kTimed && nhwc_ && prec_ == Precision::kFp32 &&
+                              opt.conv_algo == ConvAlgo::kAuto &&
+                              net_.layers[static_cast<size_t>(st.layer)]->algo == ConvAlgo::kAuto &&
+                              conv_cannot_run(st.conv, ConvAlgo::kCutlass, 1, prec_, true).empty();
+      changed = conv_weights(st.layer).cudnn->set_graph_use(to_cutlass ? CudnnConv::GraphUse::kOff : use) ||
+                changed;
+    }
+    if (changed) {  // cuDNN's search again, before any capture
       pipeline_->drop_graphs();
       warmed_slots_ = nullptr;
     }
@@ -216,13 +232,11 @@ class GpuExecutor : public Executor {
   // dropped (cuBLASLt's, cuDNN's search, auto's picks, the captured graphs, the warm-up).
   void set_format(Precision p, bool nhwc) {
     if (p == prec_ && nhwc == nhwc_) return;
-    if (p != prec_) {
+    if (p != prec_)
       for (auto& m : fc_plans_) m.clear();
-      selector_.forget_picks();
-    }
     prec_ = p;
     nhwc_ = nhwc;
-    selector_.set_channels_last(nhwc);
+    selector_.set_format(p, nhwc);
     for (const Step& st : plan_.steps) {
       if (st.op != Op::kConv) continue;
       if (conv_weights(st.layer).im2col) conv_weights(st.layer).im2col->set_precision(p);
@@ -386,6 +400,19 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
                               s.stream);
       add_residual();
       return;
+    case ConvAlgo::kCutlass: {
+      // The residual and a clamp-shaped activation in its epilogue; any other activation after.
+      const ActFn act = act_fn(st.act);
+      const ActFn epi = cutlass_fuses(act) ? act : ActFn{};
+      const float* w = c.w_nhwc[static_cast<int>(prec_)].as<float>();
+      if (c.cutlass_tile < 0)
+        c.cutlass_tile = cutlass_pick_tile(st.conv, n, x, w, c.bias.as<float>(), static_cast<const float*>(z),
+                                           y, epi, s.stream);
+      launch_conv_cutlass(c.cutlass_tile, st.conv, n, x, w, c.bias.as<float>(), static_cast<const float*>(z),
+                          y, epi, s.stream);
+      if (epi != act) launch_act(y, y, n * st.out_shape.size(), act, s.stream);
+      return;
+    }
     case ConvAlgo::kIm2col:
       if (!c.im2col)
         throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name + "': im2col cannot run it");
@@ -738,6 +765,15 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                " epilogue, " + std::to_string(c.dw.cfg.planes) + " planes x " +
                std::to_string(c.dw.cfg.rows) + " rows a block)" + res;
       if (a == ConvAlgo::kIm2col && c.im2col) return c.im2col->algo_name() + res;
+      if (a == ConvAlgo::kCutlass) {
+        const ActFn full = act_fn(st.act);
+        const bool fused = cutlass_fuses(full);
+        return std::string("cutlass(3xTF32 tensor cores, ") +
+               (c.cutlass_tile >= 0 ? cutlass_tile_name(c.cutlass_tile) + std::string(" tile, ") : "") +
+               "bias" + (residual ? "+add" : "") +
+               (fused && full.kind != Act::kIdentity ? "+" + act_fn_name(full) : std::string()) +
+               " epilogue, fp32 NHWC" + (fused ? ")" : ", " + act_fn_name(full) + " pass)");
+      }
       return c.cudnn->algo_name();
     }
     case Op::kFc:

@@ -1,0 +1,8 @@
+// One CUTLASS 3xTF32 forward convolution kernel (engine/gpu/cutlass/fprop.cuh).
+#include "engine/gpu/cutlass/fprop.cuh"
+
+namespace cnnrun::gpu::cutlass_conv {
+
+void run_128x64x32_s3(const Problem& q, cudaStream_t s) { Fprop3xTf32<128, 64, 32, 64, 32, 3>::run(q, s); }
+
+}  // namespace cnnrun::gpu::cutlass_conv
