@@ -8,9 +8,9 @@
 //   build-gpu/depthwise_bench [IMAGES=256] [INPUT=224] [REPEATS=20] [TILES=4096[,2048...]] [FORMAT=nchw]
 // TILES: the NCHW kernel's outputs per thread block (depthwise_config's tile_outputs), one column
 // each; the ratio is cuDNN's time over the first. FORMAT fp16, bf16 or fp32-nhwc: channels last in
-// that storage format instead (--layout nhwc): the channels-last kernel (TILES unused) against
-// cuDNN's grouped convolution on the same tensors (bench/depthwise_torch.py --dtype fp16
-// --channels-last for PyTorch's).
+// that storage format instead (--layout nhwc): the channels-last kernel against cuDNN's grouped
+// convolution on the same tensors (bench/depthwise_torch.py --dtype fp16 --channels-last for
+// PyTorch's), TILES then its row_pixels (1, 2 or 4 pixels a thread; one column each).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -78,27 +78,28 @@ int main(int argc, char** argv) {
   const int images = argc > 1 ? std::atoi(argv[1]) : 256;
   const int input = argc > 2 ? std::atoi(argv[2]) : 224;
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 20;
-  std::vector<int> tiles;
-  {
-    std::istringstream in(argc > 4 ? argv[4] : std::to_string(kDepthwiseTileOutputs));
-    for (std::string t; std::getline(in, t, ',');) tiles.push_back(std::atoi(t.c_str()));
-  }
-  const bool tiles_ok =
-      !tiles.empty() && std::all_of(tiles.begin(), tiles.end(), [](int t) { return t >= 32; });
   const std::string format = argc > 5 ? argv[5] : "nchw";
   const bool nhwc = format != "nchw";
+  std::vector<int> tiles;
+  {
+    std::istringstream in(argc > 4 ? argv[4]
+                                   : std::to_string(nhwc ? kDepthwiseNhwcRowPixels : kDepthwiseTileOutputs));
+    for (std::string t; std::getline(in, t, ',');) tiles.push_back(std::atoi(t.c_str()));
+  }
+  const bool tiles_ok = !tiles.empty() && std::all_of(tiles.begin(), tiles.end(), [&](int t) {
+    return nhwc ? t == 1 || t == 2 || t == 4 : t >= 32;
+  });
   const Precision prec = format == "fp16"   ? Precision::kFp16
                          : format == "bf16" ? Precision::kBf16
                                             : Precision::kFp32;
   const bool format_ok = format == "nchw" || format == "fp16" || format == "bf16" || format == "fp32-nhwc";
   if (images < 1 || input < 8 || repeats < 1 || !tiles_ok || !format_ok) {
     std::fprintf(stderr,
-                 "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...]] "
+                 "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...] | nhwc: 1|2|4[,...]] "
                  "[FORMAT=nchw|fp16|bf16|fp32-nhwc]\n",
                  argv[0]);
     return 2;
   }
-  if (nhwc) tiles.assign(1, kDepthwiseTileOutputs);  // one column: the channels-last kernel
   const Storage st = storage_of(prec);
   try {
     cudaStream_t s;
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
                 input, input, nhwc ? (std::string(storage_name(st)) + " NHWC").c_str() : "fp32 NCHW",
                 repeats);
     std::printf("%-4s %5s %4s %2s |", "#", "ch", "in", "s");
-    for (int t : tiles) std::printf(" %9s", nhwc ? "dw nhwc" : ("dw@" + std::to_string(t)).c_str());
+    for (int t : tiles) std::printf(" %9s", ((nhwc ? "nhwc px" : "dw@") + std::to_string(t)).c_str());
     std::printf(" %9s %7s | %s\n", "cudnn", "ratio", "cudnn algorithm");
     std::vector<double> tot_dw(tiles.size(), 0.0);
     double tot_cudnn = 0;
@@ -159,7 +160,7 @@ int main(int argc, char** argv) {
         t_dw.push_back(time_ms(s, repeats, [&] {
           if (nhwc)
             launch_conv_depthwise_nhwc(a, xs.get(), st, w_taps.as<float>(), b.as<float>(), ys.get(), images,
-                                       relu6, s);
+                                       relu6, s, tiles[k]);
           else
             launch_conv_depthwise(cfg, a, x.as<float>(), w.as<float>(), b.as<float>(), y.as<float>(), images,
                                   relu6, s);

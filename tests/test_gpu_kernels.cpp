@@ -472,12 +472,14 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
   Stream st;
   // 16-byte vectors (96, 32 channels), 8 and 4 bytes (36, 6), one value a thread (7 channels, and
   // a channel multiplier), MobileNet's 3x3 stride 1 and 2, EfficientNet's 5x5, 7x7 (run-time
-  // loops), stride and dilation together, a 1x1 input with padding.
+  // loops), stride and dilation together, a 1x1 input with padding; several pixels a thread with
+  // a channel multiplier and on a 37-wide row without row padding (a last group of one pixel).
   const DwCase cases[] = {
       {96, 1, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, 3}, {32, 1, 17, 15, 3, 3, 2, 2, 1, 1, 1, 1, 2},
       {36, 1, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 3},   {6, 1, 23, 19, 3, 3, 2, 1, 2, 2, 2, 2, 3},
       {7, 1, 10, 12, 7, 7, 2, 2, 3, 3, 1, 1, 2},  {8, 2, 13, 11, 3, 5, 1, 2, 1, 2, 3, 1, 2},
-      {16, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 5},   {40, 1, 29, 31, 5, 5, 2, 2, 2, 2, 1, 1, 1}};
+      {16, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 5},   {40, 1, 29, 31, 5, 5, 2, 2, 2, 2, 1, 1, 1},
+      {24, 2, 11, 13, 3, 3, 1, 1, 1, 1, 1, 1, 2}, {64, 1, 6, 39, 3, 3, 1, 1, 0, 0, 1, 1, 2}};
   uint32_t seed = 700;
   int k = 0;
   for (Storage t : {Storage::kF32, Storage::kF16, Storage::kBf16})
@@ -501,17 +503,22 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
       const std::vector<double> want = depthwise_ref(download(xr, x.size(), st.s), w, b, c.n, a, act);
       DevBuf dw = upload(w_taps.data(), w_taps.size()), db = upload(b.data(), b.size());
       DevBuf ys(want.size() * bytes), y(want.size() * sizeof(float));
-      launch_conv_depthwise_nhwc(a, xs.get(), t, dw.as<float>(), with_bias ? db.as<float>() : nullptr,
-                                 ys.get(), c.n, act, st.s);
-      launch_nhwc_to_nchw(ys.get(), t, y.as<float>(), c.n, a.filters, out_plane, st.s);
-      std::ostringstream what;
-      what << storage_name(t) << " C" << c.c << " x" << c.mult << " " << c.h << "x" << c.w << " k" << c.kh
-           << "x" << c.kw << " s" << c.sh << "x" << c.sw << " p" << c.ph << "x" << c.pw << " d" << c.dh << "x"
-           << c.dw << " n" << c.n << " " << act_fn_name(act) << (with_bias ? " bias" : "") << ": "
-           << depthwise_nhwc_vector(a, t) << " filters a thread";
-      // One rounding to the storage format after an FP32 sum (FP16: 2^-11 relative, BF16: 2^-8).
-      const double tol = t == Storage::kF32 ? 1e-5 : t == Storage::kF16 ? 1e-3 : 8e-3;
-      check_close(download(y, want.size(), st.s), want, tol, tol, what.str());
+      for (int px : {1, 2, 4}) {  // pixels a thread (the unit-stride 3x3 and 5x5 ones take 2 and 4)
+        CUDA_CHECK(
+            cudaMemsetAsync(ys.get(), 0xff, want.size() * bytes, st.s));  // NaNs where nothing is written
+        launch_conv_depthwise_nhwc(a, xs.get(), t, dw.as<float>(), with_bias ? db.as<float>() : nullptr,
+                                   ys.get(), c.n, act, st.s, px);
+        launch_nhwc_to_nchw(ys.get(), t, y.as<float>(), c.n, a.filters, out_plane, st.s);
+        std::ostringstream what;
+        what << storage_name(t) << " C" << c.c << " x" << c.mult << " " << c.h << "x" << c.w << " k" << c.kh
+             << "x" << c.kw << " s" << c.sh << "x" << c.sw << " p" << c.ph << "x" << c.pw << " d" << c.dh
+             << "x" << c.dw << " n" << c.n << " " << act_fn_name(act) << (with_bias ? " bias" : "") << ": "
+             << depthwise_nhwc_vector(a, t) << " filters x " << depthwise_nhwc_pixels(a, px)
+             << " pixels a thread";
+        // One rounding to the storage format after an FP32 sum (FP16: 2^-11 relative, BF16: 2^-8).
+        const double tol = t == Storage::kF32 ? 1e-5 : t == Storage::kF16 ? 1e-3 : 8e-3;
+        check_close(download(y, want.size(), st.s), want, tol, tol, what.str());
+      }
     }
   // Vector widths: 16 bytes where the filters allow it, one value a thread with a multiplier.
   DepthwiseArgs a;
@@ -524,6 +531,20 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
   CHECK(depthwise_nhwc_vector(a, Storage::kF32) == 2);
   a.filters = 12;
   CHECK(depthwise_nhwc_vector(a, Storage::kF16) == 1);
+  // Pixels a thread: several only for 3x3 and 5x5 windows of unit stride and dilation along the row.
+  a.kernel_h = a.kernel_w = 3, a.stride_w = a.dilation_w = 1;
+  CHECK(depthwise_nhwc_pixels(a, 4) == 4);
+  CHECK(depthwise_nhwc_pixels(a, 2) == 2);
+  CHECK(depthwise_nhwc_pixels(a, 3) == 1);
+  CHECK(depthwise_nhwc_pixels(a) == kDepthwiseNhwcRowPixels);
+  a.stride_w = 2;
+  CHECK(depthwise_nhwc_pixels(a, 4) == 1);
+  a.stride_w = 1, a.dilation_w = 2;
+  CHECK(depthwise_nhwc_pixels(a, 4) == 1);
+  a.dilation_w = 1, a.kernel_h = a.kernel_w = 7;
+  CHECK(depthwise_nhwc_pixels(a, 4) == 1);
+  a.kernel_h = a.kernel_w = 5;
+  CHECK(depthwise_nhwc_pixels(a, 4) == 4);
 }
 
 TEST_CASE("gpu: cutlass convolution (3xTF32) vs plain loops, every tile, FP32-level accuracy" *

@@ -233,49 +233,81 @@ void launch(const DepthwiseConfig& cfg, const DepthwiseArgs& a, const float* x, 
 }
 
 // Channels last: block (row, chunk) covers output row `row` (image row / out_h, oy row % out_h),
-// its threads V consecutive filters of one output pixel each; the row's pixels x filter vectors
-// are row_vecs, blockDim.x a chunk. V > 1 only with one filter per channel (filter f reads channel
-// f, so a vector of filters reads a vector of channels).
-template <typename T, int V, int KH, int KW>
+// its threads V consecutive filters of P consecutive output pixels each; the row's pixel groups
+// x filter vectors are row_vecs, blockDim.x a chunk. V > 1 only with one filter per channel
+// (filter f reads channel f, so a vector of filters reads a vector of channels). P > 1 only with
+// a compile-time kernel width, unit stride and dilation along the row: a window row's weights
+// are loaded once for the P pixels and its P + KW - 1 input columns once each (P = 1: KW loads
+// of both per pixel). Each output sums its taps in the same order either way.
+template <typename T, int V, int KH, int KW, int P>
 __global__ void __launch_bounds__(kThreads)
     depthwise_nhwc_kernel(const T* __restrict__ x, const float* __restrict__ w,
                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int row_vecs,
                           ActFn act) {
+  static_assert(P == 1 || KW > 0, "several pixels a thread need a compile-time kernel width");
   const int j = blockIdx.y * blockDim.x + threadIdx.x;
   if (j >= row_vecs) return;
   const int kh_n = KH > 0 ? KH : a.kernel_h, kw_n = KW > 0 ? KW : a.kernel_w;
   const int fv = a.filters / V;
-  const int ox = j / fv, f0 = (j - ox * fv) * V;
+  const int group = j / fv, f0 = (j - group * fv) * V;
+  const int ox0 = group * P;
   const int64_t row = blockIdx.x;
   const int64_t img = row / a.out_h;
   const int oy = static_cast<int>(row - img * a.out_h);
   const int mult = a.filters / a.channels;
   const int c0 = f0 / mult;
   const T* xi = x + img * a.in_h * a.in_w * a.channels;
-  float acc[V];
+  float acc[P][V];
 #pragma unroll
-  for (int k = 0; k < V; ++k) acc[k] = 0.f;
-  const int iy0 = oy * a.stride_h - a.pad_h, ix0 = ox * a.stride_w - a.pad_w;
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[p][k] = 0.f;
+  const int iy0 = oy * a.stride_h - a.pad_h, ix0 = ox0 * a.stride_w - a.pad_w;
 #pragma unroll
   for (int ky = 0; ky < kh_n; ++ky) {
     const int iy = iy0 + ky * a.dilation_h;
     if (iy < 0 || iy >= a.in_h) continue;
+    const T* xrow = xi + int64_t(iy) * a.in_w * a.channels + c0;
+    if constexpr (P == 1) {
 #pragma unroll
-    for (int kx = 0; kx < kw_n; ++kx) {
-      const int ix = ix0 + kx * a.dilation_w;
-      if (ix < 0 || ix >= a.in_w) continue;
-      const T* src = xi + (int64_t(iy) * a.in_w + ix) * a.channels + c0;
-      const float* wk = w + (ky * kw_n + kx) * a.filters + f0;
-      const Vec<T, V> xv = *reinterpret_cast<const Vec<T, V>*>(src);
+      for (int kx = 0; kx < kw_n; ++kx) {
+        const int ix = ix0 + kx * a.dilation_w;
+        if (ix < 0 || ix >= a.in_w) continue;
+        const float* wk = w + (ky * kw_n + kx) * a.filters + f0;
+        const Vec<T, V> xv = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
 #pragma unroll
-      for (int k = 0; k < V; ++k) acc[k] = fmaf(ld(xv.v[k]), __ldg(wk + k), acc[k]);
+        for (int k = 0; k < V; ++k) acc[0][k] = fmaf(ld(xv.v[k]), __ldg(wk + k), acc[0][k]);
+      }
+    } else {
+      float wr[KW][V];
+#pragma unroll
+      for (int kx = 0; kx < KW; ++kx)
+#pragma unroll
+        for (int k = 0; k < V; ++k) wr[kx][k] = __ldg(w + (ky * KW + kx) * a.filters + f0 + k);
+#pragma unroll
+      for (int q = 0; q < P + KW - 1; ++q) {  // input column ix0 + q serves pixel p = q - kx
+        const int ix = ix0 + q;
+        if (ix < 0 || ix >= a.in_w) continue;
+        const Vec<T, V> xv = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
+#pragma unroll
+        for (int kx = 0; kx < KW; ++kx) {
+          const int p = q - kx;
+          if (p < 0 || p >= P) continue;
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc[p][k] = fmaf(ld(xv.v[k]), wr[kx][k], acc[p][k]);
+        }
+      }
     }
   }
-  Vec<T, V> out;
 #pragma unroll
-  for (int k = 0; k < V; ++k)
-    out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[k], bias ? __ldg(bias + f0 + k) : 0.f)));
-  *reinterpret_cast<Vec<T, V>*>(y + (row * a.out_w + ox) * a.filters + f0) = out;
+  for (int p = 0; p < P; ++p) {
+    if (ox0 + p >= a.out_w) break;
+    Vec<T, V> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], bias ? __ldg(bias + f0 + k) : 0.f)));
+    *reinterpret_cast<Vec<T, V>*>(y + (row * a.out_w + ox0 + p) * a.filters + f0) = out;
+  }
 }
 
 }  // namespace
@@ -380,14 +412,21 @@ int depthwise_nhwc_vector(const DepthwiseArgs& a, Storage t) {
   return 1;
 }
 
+int depthwise_nhwc_pixels(const DepthwiseArgs& a, int row_pixels) {
+  const bool shares = a.stride_w == 1 && a.dilation_w == 1 &&
+                      ((a.kernel_h == 3 && a.kernel_w == 3) || (a.kernel_h == 5 && a.kernel_w == 5));
+  return shares && (row_pixels == 2 || row_pixels == 4) ? row_pixels : 1;
+}
+
 void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t, const float* w_taps,
-                                const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s) {
+                                const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s,
+                                int row_pixels) {
   if (a.channels < 1 || a.filters % a.channels != 0 || a.out_h < 1 || a.out_w < 1)
     throw Error("channels-last depthwise convolution: filters (" + std::to_string(a.filters) +
                 ") are not a multiple of the channels (" + std::to_string(a.channels) + ")");
   if (n <= 0) return;
-  const int v = depthwise_nhwc_vector(a, t);
-  const int64_t row_vecs = int64_t(a.out_w) * (a.filters / v);
+  const int v = depthwise_nhwc_vector(a, t), px = depthwise_nhwc_pixels(a, row_pixels);
+  const int64_t row_vecs = int64_t((a.out_w + px - 1) / px) * (a.filters / v);
   const int64_t chunks = (row_vecs + kThreads - 1) / kThreads, rows = n * a.out_h;
   if (chunks > 65535 || rows > INT32_MAX)
     throw Error("channels-last depthwise convolution: " + std::to_string(n) + " images of " +
@@ -402,12 +441,21 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
       const T* xt = static_cast<const T*>(x);
       T* yt = static_cast<T*>(y);
       const int rv = static_cast<int>(row_vecs);
+      auto fixed = [&](auto kernel) {  // KH = KW = K, P pixels a thread
+        constexpr int K = decltype(kernel)::value;
+        if (px == 4)
+          depthwise_nhwc_kernel<T, V, K, K, 4><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
+        else if (px == 2)
+          depthwise_nhwc_kernel<T, V, K, K, 2><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
+        else
+          depthwise_nhwc_kernel<T, V, K, K, 1><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
+      };
       if (k3)
-        depthwise_nhwc_kernel<T, V, 3, 3><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
+        fixed(std::integral_constant<int, 3>{});
       else if (k5)
-        depthwise_nhwc_kernel<T, V, 5, 5><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
+        fixed(std::integral_constant<int, 5>{});
       else
-        depthwise_nhwc_kernel<T, V, 0, 0><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
+        depthwise_nhwc_kernel<T, V, 0, 0, 1><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
     };
     if (v == kVec<T>)
       go(std::integral_constant<int, kVec<T>>{});

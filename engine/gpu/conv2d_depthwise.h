@@ -54,11 +54,19 @@ void launch_conv_depthwise(const DepthwiseConfig& cfg, const DepthwiseArgs& a, c
 
 // Channels last, in the run's storage format (--layout nhwc): x [n, in_h, in_w, channels] and
 // y [n, out_h, out_w, filters] of T, w_taps the FP32 weights as [kh * kw][filters], bias FP32.
-// A thread computes depthwise_nhwc_vector(a, t) consecutive filters of one output pixel, from
-// 16-byte loads of the input pixel's channels (L1 and L2 serve the taps' reuse), in FP32, and
-// rounds once when it stores, as the other channels-last kernels do.
+// A thread computes depthwise_nhwc_vector(a, t) consecutive filters of
+// depthwise_nhwc_pixels(a, row_pixels) consecutive output pixels of a row, from 16-byte loads of
+// the input pixels' channels (L1 and L2 serve the rows' reuse), in FP32, and rounds once when it
+// stores, as the other channels-last kernels do.
+// row_pixels: pixels a thread where the conv allows several (a tuning knob, measured in
+// docs/performance.md).
+constexpr int kDepthwiseNhwcRowPixels = 2;
 void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t, const float* w_taps,
-                                const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s);
+                                const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s,
+                                int row_pixels = kDepthwiseNhwcRowPixels);
 int depthwise_nhwc_vector(const DepthwiseArgs& a, Storage t);
+// The pixels a thread computes: row_pixels (2 or 4) for 3x3 and 5x5 kernels with unit stride and
+// dilation along the row (each window row's weights and input columns loaded once for them), else 1.
+int depthwise_nhwc_pixels(const DepthwiseArgs& a, int row_pixels = kDepthwiseNhwcRowPixels);
 
 }  // namespace cnnrun::gpu
