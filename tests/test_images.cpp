@@ -553,6 +553,16 @@ TEST_CASE("images: a JPEG whose frame needs more coded bytes than the file has i
       doctest::Contains("arithmetic-coded JPEG 2316x56576 = 131030016 pixels is over the limit "
                         "of 89478485"),
       Error);
+  // The same frame behind an APP0 segment of length 0, which libjpeg reads past (it skips the
+  // length and looks for the next marker) and the walk once stopped at, giving no bound at all
+  // (fuzz_image again, 248 bytes).
+  const std::string hidden = test::read_file(
+      std::string(CNNRUN_SOURCE_DIR) + "/tests/fuzz/seeds/image/zero_length_app0_hides_arithmetic_frame.jpg");
+  REQUIRE(hidden.size() == 248);
+  CHECK_THROWS_WITH_AS(
+      decode_image(reinterpret_cast<const uint8_t*>(hidden.data()), hidden.size()),
+      doctest::Contains("arithmetic-coded JPEG 2316x56576 = 131030016 pixels is over the limit of 89478485"),
+      Error);
   // The seeds that are real JPEGs still decode.
   for (const char* name : {"baseline.jpg", "grey.jpg", "progressive.jpg"}) {
     const std::string ok =

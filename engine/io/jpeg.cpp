@@ -20,15 +20,20 @@ struct TjCloser {
 };
 
 // The fewest bytes a Huffman-coded JPEG of its frame can have: each 8x8 block of each component
-// is coded in a DC scan with a Huffman code of at least one bit. 0 when the frame header is not
-// found or the frame is arithmetic-coded (no such bound: *arithmetic is then true). Checked
-// before the pixels are allocated, so that a few hundred bytes announcing 9600 x 9600 pixels
-// are refused, not given 270 MB.
+// is coded in a DC scan with a Huffman code of at least one bit. Checked before the pixels are
+// allocated, so that a few hundred bytes announcing 9600 x 9600 pixels are refused, not given
+// 270 MB. 0 when there is no such bound: the frame is arithmetic-coded (*arithmetic true), or its
+// header was not found before a scan (*arithmetic false). The markers are walked as libjpeg reads
+// them: bytes between markers are skipped (its "extraneous bytes" warning), and a segment length
+// under 2 skips only the length itself.
 uint64_t least_huffman_bytes(const uint8_t* d, size_t n, bool* arithmetic) {
   *arithmetic = false;
   size_t i = 2;  // after SOI
   while (i + 4 <= n) {
-    if (d[i] != 0xFF) return 0;
+    if (d[i] != 0xFF) {  // extraneous bytes: libjpeg looks for the next marker
+      ++i;
+      continue;
+    }
     const uint8_t m = d[i + 1];
     if (m == 0xFF) {  // fill byte
       ++i;
@@ -42,7 +47,7 @@ uint64_t least_huffman_bytes(const uint8_t* d, size_t n, bool* arithmetic) {
     const bool sof = m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC;
     if (m == 0xDA || m == 0xD9) return 0;  // scan or end before any frame
     if (!sof) {
-      i += 2 + len;
+      i += 2 + std::max<size_t>(len, 2);
       continue;
     }
     *arithmetic = m >= 0xC9;
@@ -86,14 +91,17 @@ Image decode_jpeg(const uint8_t* data, size_t size) {
   bool arithmetic = false;
   const uint64_t least = least_huffman_bytes(data, size, &arithmetic);
   // An arithmetic coder can spend a small fraction of a bit on a block, so a few hundred bytes
-  // may announce any size: such frames are held to Pillow's decompression-bomb warning limit
-  // (MAX_IMAGE_PIXELS, 89478485 pixels: at most 256 MiB of RGB pixels).
-  if (arithmetic && int64_t(w) * h > kMaxArithmeticJpegPixels)
-    throw Error("arithmetic-coded JPEG " + std::to_string(w) + "x" + std::to_string(h) + " = " +
-                std::to_string(int64_t(w) * h) + " pixels is over the limit of " +
+  // may announce any size: such frames, and frames whose header the walk above did not reach
+  // (no bound either), are held to Pillow's decompression-bomb warning limit (MAX_IMAGE_PIXELS,
+  // 89478485 pixels: at most 256 MiB of RGB pixels).
+  if (least == 0 && int64_t(w) * h > kMaxArithmeticJpegPixels)
+    throw Error((arithmetic ? "arithmetic-coded JPEG " : "JPEG ") + std::to_string(w) + "x" +
+                std::to_string(h) + " = " + std::to_string(int64_t(w) * h) + " pixels is over the limit of " +
                 std::to_string(kMaxArithmeticJpegPixels) +
-                " for arithmetic-coded JPEGs (Pillow's decompression-bomb warning limit; their file size "
-                "bounds nothing)");
+                (arithmetic ? " for arithmetic-coded JPEGs (Pillow's decompression-bomb warning limit; their "
+                              "file size bounds nothing)"
+                            : " for JPEGs whose frame header is not found before the first scan (Pillow's "
+                              "decompression-bomb warning limit; their file size bounds nothing)"));
   if (size < least)
     throw Error("corrupt JPEG: " + std::to_string(w) + "x" + std::to_string(h) + " pixels need at least " +
                 std::to_string(least) + " bytes of coded data, the file has " + std::to_string(size) +
