@@ -51,10 +51,9 @@ GpuTuning parse_gpu_off(const std::string& list);
 //   (engine/gpu/plan.h, NhwcLayout).
 // - kAuto (measured on the model zoo, H100, docs/performance.md): kNhwc at every precision when
 //   the network can run it and some conv the implicit kernel does not fuse with a 2x2 max-pool
-//   reads 32 channels or more; but kNchw at fp32 in a build without CUTLASS, at tf32 for
-//   networks with grouped convolutions (not measured channels last since the depthwise kernel
-//   runs there), whenever --conv-algo names implicit, im2col or depthwise (cutlass: kNhwc
-//   always), or a netdef pins implicit or im2col.
+//   reads 32 channels or more; but kNchw at fp32 in a build without CUTLASS, whenever
+//   --conv-algo names implicit, im2col or depthwise (cutlass: kNhwc always), or a netdef pins
+//   implicit or im2col.
 enum class Layout { kAuto, kNchw, kNhwc };
 const char* layout_name(Layout l);  // "auto", "nchw", "nhwc"
 std::optional<Layout> parse_layout(const std::string& s);

@@ -269,10 +269,9 @@ TEST_CASE(
     for (Precision p : kAll) {
       o.precision = p;
       INFO((grouped ? "grouped " : "dense ") << std::string(precision_name(p)));
-      // Dense: every precision (FP32 where the build has CUTLASS's 3xTF32 kernels); grouped:
-      // the same but TF32 (the channels-last depthwise kernel, or cuDNN's grouped kernels).
-      const bool fp32_nhwc = kHaveCutlass || p != Precision::kFp32;
-      CHECK(ran_nhwc(*gpu, data, o) == (fp32_nhwc && !(grouped && p == Precision::kTf32)));
+      // Dense and grouped (the channels-last depthwise kernel, or cuDNN's grouped kernels): every
+      // precision, FP32 where the build has CUTLASS's 3xTF32 kernels.
+      CHECK(ran_nhwc(*gpu, data, o) == (kHaveCutlass || p != Precision::kFp32));
     }
     if (grouped) {  // a depthwise pin runs channels last too
       net.layers[2]->algo = ConvAlgo::kDepthwise;

@@ -148,15 +148,14 @@ class GpuExecutor : public Executor {
     // auto: the rule Layout's comment gives (engine/executor.h), measured on the model zoo.
     if (!nhwc_layout_.ok || !cudnn_only) return false;
     if (opt.precision == Precision::kFp32 && !cutlass_missing().empty()) return false;
-    bool wide = false, grouped = false;
+    bool wide = false;
     for (const Step& st : plan_.steps) {
       if (st.op != Op::kConv) continue;
       const ConvAlgo pin = net_.layers[static_cast<size_t>(st.layer)]->algo;
       if (pin == ConvAlgo::kImplicit || pin == ConvAlgo::kIm2col) return false;  // the netdef wants NCHW
       wide = wide || (st.pool_layer < 0 && st.conv.in_c >= kNhwcMinChannels);
-      grouped = grouped || st.conv.groups > 1;
     }
-    return wide && (!grouped || opt.precision != Precision::kTf32);
+    return wide;
   }
   bool nhwc_for(const RunOptions& opt) const {
     std::string why;
