@@ -7,6 +7,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 #include <utility>
@@ -144,6 +145,24 @@ class CudaEvent {
  private:
   cudaEvent_t e_ = nullptr;
 };
+
+// The least time in ms, by CUDA events on stream s, of `repeats` calls of `call`, each timed
+// alone (the caller runs any warm-up first). Waits for each: not while s is being captured.
+template <typename F>
+float least_ms(cudaStream_t s, int repeats, F&& call) {
+  const CudaEvent e0, e1;
+  float least = 1e30f;
+  for (int r = 0; r < repeats; ++r) {
+    CUDA_CHECK(cudaEventRecord(e0.get(), s));
+    call();
+    CUDA_CHECK(cudaEventRecord(e1.get(), s));
+    CUDA_CHECK(cudaEventSynchronize(e1.get()));
+    float ms = 0;
+    CUDA_CHECK(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
+    least = std::min(least, ms);
+  }
+  return least;
+}
 
 // Copies a host vector to a new device buffer (synchronously: weights, once).
 template <typename T>

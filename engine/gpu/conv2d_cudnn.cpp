@@ -259,21 +259,7 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
   CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, m.math));
   m.found = true;
   m.fused = m.fusable();
-  // Best of 3 after the calls above, by CUDA events on the stream.
-  const CudaEvent e0, e1;
-  auto time = [&](const auto& call) {
-    float best = 1e30f;
-    for (int r = 0; r < 3; ++r) {
-      CUDA_CHECK(cudaEventRecord(e0.get(), s));
-      call();
-      CUDA_CHECK(cudaEventRecord(e1.get(), s));
-      CUDA_CHECK(cudaEventSynchronize(e1.get()));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
-      best = std::min(best, ms);
-    }
-    return best;
-  };
+  // Best of 3 after the calls above, by CUDA events on the stream (least_ms).
   if (m.fused && m.nhwc) {
     // Whether cuDNN fuses this configuration is known by trying (a status other than success: its
     // fused kernels do not cover every format and algorithm), and whether the fused call is
@@ -285,9 +271,11 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
                                               m.y, y, m.bt, bias_t, m.actd, m.y, y) == CUDNN_STATUS_SUCCESS;
     CUDA_CHECK(cudaStreamSynchronize(s));
     if (m.fused) {
-      const float fused_ms = time([&] { m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes); });
+      const float fused_ms =
+          least_ms(s, 3, [&] { m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes); });
       m.fused = false;
-      const float apart_ms = time([&] { m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes); });
+      const float apart_ms =
+          least_ms(s, 3, [&] { m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes); });
       m.fused = fused_ms <= apart_ms;
     }
   }
@@ -299,9 +287,9 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
     m.graph_note = g->why();
     return;
   }
-  const float legacy_ms = m.graph_use == GraphUse::kFirst
-                              ? 1e30f
-                              : time([&] { m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes); });
+  const float legacy_ms = m.graph_use == GraphUse::kFirst ? 1e30f : least_ms(s, 3, [&] {
+    m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes);
+  });
   if (graph_ms < legacy_ms) m.graph = std::move(g);
 }
 

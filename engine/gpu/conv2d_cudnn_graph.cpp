@@ -279,22 +279,15 @@ float CudnnGraphConv::tune(void* handle, cudaStream_t s, int64_t n, const GraphC
   std::unique_ptr<Impl::Built> b = std::move(m.pending);
   if (!b) return -1.f;
   auto vp = Impl::pack(io);
-  const CudaEvent e0, e1;
   float best = -1.f;
   std::string last;
   for (const auto& [i, need] : b->cands) {
     if (static_cast<size_t>(need) > ws_bytes) continue;
     fe::error_t e = b->g.execute_plan_at_index(h, vp, ws, i);  // warm-up (and the check that it runs)
-    float ms_best = 1e30f;
-    for (int r = 0; r < 3 && e.is_good(); ++r) {
-      CUDA_CHECK(cudaEventRecord(e0.get(), s));
-      e = b->g.execute_plan_at_index(h, vp, ws, i);
-      CUDA_CHECK(cudaEventRecord(e1.get(), s));
-      CUDA_CHECK(cudaEventSynchronize(e1.get()));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
-      ms_best = std::min(ms_best, ms);
-    }
+    // After a failed call the plan is dropped below; the rest of its timings are never read.
+    const float ms_best = least_ms(s, 3, [&] {
+      if (e.is_good()) e = b->g.execute_plan_at_index(h, vp, ws, i);
+    });
     if (e.is_bad()) {
       last = msg(e);
       continue;

@@ -104,27 +104,17 @@ void launch_conv_cutlass(int tile, const ConvParams& p, int64_t n, const float* 
 
 int cutlass_pick_tile(const ConvParams& p, int64_t n, const float* x, const float* w, const float* bias,
                       const float* z, float* y, ActFn act, cudaStream_t s) {
-  const CudaEvent e0, e1;
   int best = -1;
   float best_ms = 0;
   std::string refused;
   for (int t = 0; t < kTileCount; ++t) {
     try {
-      launch_conv_cutlass(t, p, n, x, w, bias, z, y, act, s);
+      launch_conv_cutlass(t, p, n, x, w, bias, z, y, act, s);  // the warm-up, and whether it runs
     } catch (const Error& e) {
       refused = e.what();
       continue;
     }
-    float least = 1e30f;
-    for (int r = 0; r < 3; ++r) {
-      CUDA_CHECK(cudaEventRecord(e0.get(), s));
-      launch_conv_cutlass(t, p, n, x, w, bias, z, y, act, s);
-      CUDA_CHECK(cudaEventRecord(e1.get(), s));
-      CUDA_CHECK(cudaEventSynchronize(e1.get()));
-      float ms = 0;
-      CUDA_CHECK(cudaEventElapsedTime(&ms, e0.get(), e1.get()));
-      least = std::min(least, ms);
-    }
+    const float least = least_ms(s, 3, [&] { launch_conv_cutlass(t, p, n, x, w, bias, z, y, act, s); });
     if (best < 0 || least < best_ms) best = t, best_ms = least;
   }
   if (best < 0) throw Error(refused.empty() ? cutlass_missing() : refused);

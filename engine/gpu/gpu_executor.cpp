@@ -288,7 +288,7 @@ class GpuExecutor : public Executor {
   void run_step_nhwc(const Step& st, Slot& s, int64_t n);
   void run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo);
   void time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo);
-  float time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo, cudaEvent_t e0, cudaEvent_t e1);
+  float time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo);
   struct BlockOut {  // what a block's launches after its H2D copy write to
     int out_buf;
     int64_t out_size;
@@ -641,20 +641,9 @@ void GpuExecutor::enqueue_compute(Slot& s, int64_t n, const BlockOut& o) {
 }
 
 // Auto: best of kTuneRepeats after a warm-up (the warm-up also runs cuDNN's own search).
-float GpuExecutor::time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo, cudaEvent_t e0,
-                           cudaEvent_t e1) {
+float GpuExecutor::time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
   time_conv(st, s, n, algo);
-  float ms_min = 1e30f;
-  for (int r = 0; r < kTuneRepeats; ++r) {
-    CUDA_CHECK(cudaEventRecord(e0, s.stream));
-    time_conv(st, s, n, algo);
-    CUDA_CHECK(cudaEventRecord(e1, s.stream));
-    CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    ms_min = std::min(ms_min, ms);
-  }
-  return ms_min;
+  return least_ms(s.stream, kTuneRepeats, [&] { time_conv(st, s, n, algo); });
 }
 
 // Auto's search on the first block: each conv left to auto is timed with every candidate on the
@@ -662,9 +651,8 @@ float GpuExecutor::time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo, cu
 void GpuExecutor::search(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched) {
   BlockPipeline::copy_in(s, data, 0, n, false);
   preprocess(s, n);
-  const CudaEvent e0, e1;
   selector_.search(
-      net_, plan_, n, [&](int i, ConvAlgo a) { return time_ms(step(i), s, n, a, e0.get(), e1.get()); },
+      net_, plan_, n, [&](int i, ConvAlgo a) { return time_ms(step(i), s, n, a); },
       [&](int i) {
         if (nhwc_)
           run_step_nhwc(step(i), s, n);
