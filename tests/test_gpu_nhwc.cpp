@@ -169,6 +169,55 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
   }
 }
 
+// VGG's blocks: stride-1 convs whose ReLU a 2x2 max-pool follows, which auto times together with
+// that pool (the implicit kernel fuses it in NCHW). Channels last, that pool must run in the
+// buffers' own layout and storage: the FP32 NCHW pool it once ran there read and wrote past the
+// 16-bit buffers and corrupted other layers' tensors (VGG-11-BN at bf16 failed its validation;
+// compute-sanitizer named the pool). Validated layer by layer at every precision, on blocks of
+// two sizes (auto times on the first).
+TEST_CASE("gpu: --layout nhwc: auto times a conv with the 2x2 max-pool after it in channels-last storage" *
+          doctest::skip(!gpu_present())) {
+  const char* const vgg = R"(
+name: vggish
+input: {channels: 3, height: 16, width: 16}
+classes: 10
+layers:
+  - {name: c1, type: conv, filters: 32, kernel: 3, pad: 1}
+  - {name: r1, type: relu}
+  - {name: p1, type: maxpool, size: 2, stride: 2}
+  - {name: c2, type: conv, filters: 64, kernel: 3, pad: 1}
+  - {name: b2, type: batchnorm}
+  - {name: r2, type: relu}
+  - {name: p2, type: maxpool, size: 2, stride: 2}
+  - {name: c3, type: conv, filters: 64, kernel: 3, pad: 1}
+  - {name: r3, type: relu}
+  - {name: p3, type: maxpool, size: 2, stride: 2}
+  - {name: fc, type: fc, outputs: 10}
+)";
+  Network net = parse_netdef_string(vgg, "vggish");
+  random_weights(net, 13);
+  const int64_t n = 300;
+  Dataset data = gpu_random_data(net.input, n, 10, 9);
+  auto cpu = make_cpu_executor(net);
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+    auto gpu = make_gpu_executor(net);
+    RunOptions o;
+    o.batch = n;
+    o.precision = p;
+    o.layout = Layout::kNhwc;
+    o.block = 128;  // two full blocks and a short one
+    INFO(precision_name(p));
+    const RunResult r = gpu->run(data, o);
+    CHECK(r.engine.find(stored_nhwc(p) + " activations") != std::string::npos);
+    const Validation v = validate(*gpu, *cpu, net, data, n, o);
+    std::string where;
+    const double err = max_rel(v, &where);
+    MESSAGE("vggish " << std::string(precision_name(p)) << " NHWC: max rel error " << err << " (" << where
+                      << ")");
+    CHECK(v.pass);
+  }
+}
+
 TEST_CASE("gpu: --layout nhwc runs the channels-last depthwise kernel where it is pinned or timed faster" *
           doctest::skip(!gpu_present())) {
   // MobileNetV2's inverted residual (expand, depthwise, project, add) and a stride-2 one with a

@@ -445,12 +445,17 @@ void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
   if ((st.u8_input || st.u8_input_pool) && tuning_.fuse_u8 && !fuses_u8(st, algo, tuning_)) preprocess(s, n);
   run_conv(st, s, n, algo);
   if (st.pool_layer >= 0 && tuning_.fuse_pool && !fuses_pool(st, algo, tuning_)) {
+    // The pool in the conv output's own layout and storage: an FP32 NCHW pool over a 16-bit
+    // channels-last buffer read and wrote past both buffers (VGG-11-BN at bf16, Session 13).
     const Step& ps = step(st.pool_layer);
-    launch_pool2d(s.bufs[static_cast<size_t>(st.out)].as<float>(),
-                  s.bufs[static_cast<size_t>(ps.out)].as<float>(), n,
-                  pool_args(layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p, ps.in_shape,
-                            ps.out_shape),
-                  s.stream);
+    const Pool2dArgs a = pool_args(layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p,
+                                   ps.in_shape, ps.out_shape);
+    void* in = s.bufs[static_cast<size_t>(st.out)].get();
+    void* out = s.bufs[static_cast<size_t>(ps.out)].get();
+    if (is_nhwc(st.out))
+      launch_pool2d_nhwc(in, out, storage(), n, a, s.stream);
+    else
+      launch_pool2d(static_cast<const float*>(in), static_cast<float*>(out), n, a, s.stream);
   }
 }
 
