@@ -218,6 +218,59 @@ layers:
   }
 }
 
+// Squeeze-and-excitation as EfficientNet runs it, and the whole-plane pools: a global average and
+// a 1x1 adaptive max over a 40 x 36 plane (the whole-plane pool kernel: one block per image and
+// tile of 32 channel vectors), the per-channel scale multiplied back (the vectorised mul), at
+// channel counts that take 16-byte, 2-value and 1-value vectors and several tiles of them.
+TEST_CASE(
+    "gpu: --layout nhwc: whole-plane pools and squeeze-and-excitation's mul at every width, vs reference" *
+    doctest::skip(!gpu_present())) {
+  for (int filters : {7, 6, 40, 1288}) {
+    const std::string f = std::to_string(filters);
+    const std::string text = R"(
+name: se
+input: {channels: 3, height: 40, width: 36}
+classes: 10
+layers:
+  - {name: c1, type: conv, filters: )" +
+                             f + R"(, kernel: 3, pad: 1}
+  - {name: s1, type: silu}
+  - {name: gap, type: avgpool, global: true}
+  - {name: q, type: conv, filters: 4, kernel: 1}
+  - {name: qr, type: silu}
+  - {name: e, type: conv, filters: )" +
+                             f + R"(, kernel: 1}
+  - {name: sig, type: sigmoid}
+  - {name: se, type: mul, inputs: [s1, sig]}
+  - {name: gmp, type: maxpool, output: [1, 1]}
+  - {name: flat, type: flatten}
+  - {name: fc, type: fc, outputs: 10}
+)";
+    Network net = parse_netdef_string(text, "se");
+    random_weights(net, 21);
+    const int64_t n = 24;
+    Dataset data = gpu_random_data(net.input, n, 10, 2);
+    auto cpu = make_cpu_executor(net);
+    auto gpu = make_gpu_executor(net);
+    for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+      RunOptions o;
+      o.batch = n;
+      o.precision = p;
+      o.layout = Layout::kNhwc;
+      INFO(filters << " filters at " << precision_name(p));
+      const RunResult r = gpu->run(data, o);
+      CHECK(r.engine.find(stored_nhwc(p) + " activations") != std::string::npos);
+      const Validation v = validate(*gpu, *cpu, net, data, n, o);
+      std::string where;
+      const double err = max_rel(v, &where);
+      MESSAGE("se " << filters << " " << std::string(precision_name(p)) << " NHWC: max rel error " << err
+                    << " (" << where << ")");
+      CHECK(v.pass);
+      if (p == Precision::kFp32) CHECK(err < 1e-5);  // only the order of the sums differs
+    }
+  }
+}
+
 TEST_CASE("gpu: --layout nhwc runs the channels-last depthwise kernel where it is pinned or timed faster" *
           doctest::skip(!gpu_present())) {
   // MobileNetV2's inverted residual (expand, depthwise, project, add) and a stride-2 one with a

@@ -117,17 +117,72 @@ struct MulArgs {
   int num;
 };
 
-template <typename T>
-__global__ void mul_kernel(MulArgs<T> a, T* out, int64_t count, int channels, int64_t plane) {
-  GRID_STRIDE(i, count) {
-    const int c = static_cast<int>(i % channels);
-    const int64_t img = i / (plane * channels);
-    float r = 0.f;
+// V channels of one pixel a thread; a per-channel input is read at its image's channels.
+template <typename T, int V>
+__global__ void mul_kernel(MulArgs<T> a, T* out, int64_t vecs, int channels, int64_t image_vecs) {
+  const int cv = channels / V;
+  GRID_STRIDE(i, vecs) {
+    const int64_t img = i / image_vecs;
+    const int c0 = static_cast<int>(i % cv) * V;
+    float r[V];
     for (int j = 0; j < a.num; ++j) {
-      const float v = ld(a.per_channel[j] ? a.p[j][img * channels + c] : a.p[j][i]);
-      r = j == 0 ? v : __fmul_rn(r, v);
+      const T* src = a.per_channel[j] ? a.p[j] + img * channels + c0 : a.p[j] + i * V;
+      const Vec<T, V> x = *reinterpret_cast<const Vec<T, V>*>(src);
+#pragma unroll
+      for (int k = 0; k < V; ++k) r[k] = j == 0 ? ld(x.v[k]) : __fmul_rn(r[k], ld(x.v[k]));
     }
-    out[i] = to<T>(r);
+    Vec<T, V> o;
+#pragma unroll
+    for (int k = 0; k < V; ++k) o.v[k] = to<T>(r[k]);
+    reinterpret_cast<Vec<T, V>*>(out)[i] = o;
+  }
+}
+
+// A pool whose one window is the whole plane (global and 1x1 adaptive pools: squeeze-and-
+// excitation's, a network's head): one block per image and tile of blockDim.x channel vectors,
+// blockDim.y threads striding over the plane (a warp reads whole pixels' channels), their partial
+// results then reduced in shared memory. The one-thread-per-output kernel below would walk a
+// 112 x 112 plane alone.
+template <typename T, int V>
+__global__ void global_pool_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, int plane,
+                                        int channels, bool is_max) {
+  extern __shared__ float part[];  // [blockDim.y][blockDim.x * V]
+  const int cv = channels / V;
+  const int v = blockIdx.y * blockDim.x + threadIdx.x;
+  const int64_t img = blockIdx.x;
+  float r[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) r[k] = is_max ? -INFINITY : 0.f;
+  if (v < cv) {
+    const T* src = in + img * plane * channels + v * V;
+    for (int p = threadIdx.y; p < plane; p += blockDim.y) {
+      const Vec<T, V> x = *reinterpret_cast<const Vec<T, V>*>(src + int64_t(p) * channels);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const float f = ld(x.v[k]);
+        r[k] = is_max ? (r[k] < f ? f : r[k]) : __fadd_rn(r[k], f);
+      }
+    }
+  }
+  const int row = blockDim.x * V;
+  float* mine = part + threadIdx.y * row + threadIdx.x * V;
+#pragma unroll
+  for (int k = 0; k < V; ++k) mine[k] = r[k];
+  for (int half = blockDim.y / 2; half > 0; half /= 2) {  // blockDim.y is a power of two
+    __syncthreads();
+    if (threadIdx.y < half) {
+      const float* other = mine + half * row;
+#pragma unroll
+      for (int k = 0; k < V; ++k)
+        mine[k] = is_max ? (mine[k] < other[k] ? other[k] : mine[k]) : __fadd_rn(mine[k], other[k]);
+    }
+  }
+  if (threadIdx.y == 0 && v < cv) {
+    Vec<T, V> o;
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      o.v[k] = to<T>(is_max ? mine[k] : __fdiv_rn(mine[k], static_cast<float>(plane)));
+    reinterpret_cast<Vec<T, V>*>(out + img * channels)[v] = o;
   }
 }
 
@@ -177,6 +232,9 @@ __global__ void concat_kernel(const T* __restrict__ in, int in_c, T* __restrict_
     *reinterpret_cast<Vec<T, V>*>(out + p * out_c + offset + c) = reinterpret_cast<const Vec<T, V>*>(in)[i];
   }
 }
+
+// Channel vectors a block of the whole-plane pool covers (a warp's worth).
+constexpr int kGlobalPoolTile = 32;
 
 // The widest of 16 bytes, 2 values or 1 that divides every count given.
 template <typename T>
@@ -313,8 +371,12 @@ void launch_mul_nhwc(const std::vector<MulInputNhwc>& in, void* out, Storage t, 
     a.num = static_cast<int>(in.size());
     for (size_t j = 0; j < in.size(); ++j)
       a.p[j] = static_cast<const T*>(in[j].data), a.per_channel[j] = in[j].per_channel;
-    mul_kernel<T><<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(a, static_cast<T*>(out), count,
-                                                                           channels, plane);
+    by_width<T>(vec_width<T>({channels}), [&](auto vw) {
+      constexpr int V = decltype(vw)::value;
+      const int64_t vecs = count / V;
+      mul_kernel<T, V><<<grid_stride_blocks(vecs), kGridStrideThreads, 0, s>>>(
+          a, static_cast<T*>(out), vecs, channels, plane * channels / V);
+    });
   });
   CUDA_CHECK_LAUNCH("mul_kernel");
 }
@@ -323,10 +385,24 @@ void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const P
                         cudaStream_t s) {
   const int64_t count = n * pool2d_values(a);
   if (count <= 0) return;
+  // One window over the whole plane, divided (an average) by the plane's size.
+  const bool whole =
+      a.out_h == 1 && a.out_w == 1 &&
+      (a.adaptive || (a.pad_h == 0 && a.pad_w == 0 && a.kernel_h >= a.in_h && a.kernel_w >= a.in_w));
   with_storage(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     by_width<T>(vec_width<T>({a.channels}), [&](auto vw) {
       constexpr int V = decltype(vw)::value;
+      if (whole) {
+        const int cv = a.channels / V;
+        const int tx = cv < kGlobalPoolTile ? cv : kGlobalPoolTile;
+        int ty = 1;
+        while (ty * 2 * tx <= kGridStrideThreads) ty *= 2;
+        const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((cv + tx - 1) / tx));
+        global_pool_nhwc_kernel<T, V><<<grid, dim3(tx, ty), sizeof(float) * tx * ty * V, s>>>(
+            static_cast<const T*>(in), static_cast<T*>(out), a.in_h * a.in_w, a.channels, a.is_max);
+        return;
+      }
       const int64_t vecs = count / V;
       pool_nhwc_kernel<T, V><<<grid_stride_blocks(vecs), kGridStrideThreads, 0, s>>>(
           static_cast<const T*>(in), static_cast<T*>(out), vecs, a);
