@@ -3,6 +3,7 @@
 // one value otherwise, in a grid-stride loop. Values are loaded to FP32, computed with the NCHW
 // kernels' formulas (__fmul_rn/__fadd_rn where the CPU reference multiplies and adds apart) and
 // rounded to the storage format once, when stored.
+#include <algorithm>
 #include <climits>
 #include <type_traits>
 
@@ -117,16 +118,18 @@ struct MulArgs {
   int num;
 };
 
-// V channels of one pixel a thread; a per-channel input is read at its image's channels.
+// V channels of one pixel a thread, blockIdx.y the image: 32-bit indices within an image, and a
+// per-channel input read at its image's channels.
 template <typename T, int V>
-__global__ void mul_kernel(MulArgs<T> a, T* out, int64_t vecs, int channels, int64_t image_vecs) {
+__global__ void mul_kernel(MulArgs<T> a, T* out, int image_vecs, int channels) {
   const int cv = channels / V;
-  GRID_STRIDE(i, vecs) {
-    const int64_t img = i / image_vecs;
-    const int c0 = static_cast<int>(i % cv) * V;
+  const int64_t img = blockIdx.y;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < image_vecs; i += gridDim.x * blockDim.x) {
+    const int c0 = (i % cv) * V;
+    const int64_t at = img * image_vecs + i;
     float r[V];
     for (int j = 0; j < a.num; ++j) {
-      const T* src = a.per_channel[j] ? a.p[j] + img * channels + c0 : a.p[j] + i * V;
+      const T* src = a.per_channel[j] ? a.p[j] + img * channels + c0 : a.p[j] + at * V;
       const Vec<T, V> x = *reinterpret_cast<const Vec<T, V>*>(src);
 #pragma unroll
       for (int k = 0; k < V; ++k) r[k] = j == 0 ? ld(x.v[k]) : __fmul_rn(r[k], ld(x.v[k]));
@@ -134,7 +137,7 @@ __global__ void mul_kernel(MulArgs<T> a, T* out, int64_t vecs, int channels, int
     Vec<T, V> o;
 #pragma unroll
     for (int k = 0; k < V; ++k) o.v[k] = to<T>(r[k]);
-    reinterpret_cast<Vec<T, V>*>(out)[i] = o;
+    reinterpret_cast<Vec<T, V>*>(out)[at] = o;
   }
 }
 
@@ -373,9 +376,19 @@ void launch_mul_nhwc(const std::vector<MulInputNhwc>& in, void* out, Storage t, 
       a.p[j] = static_cast<const T*>(in[j].data), a.per_channel[j] = in[j].per_channel;
     by_width<T>(vec_width<T>({channels}), [&](auto vw) {
       constexpr int V = decltype(vw)::value;
-      const int64_t vecs = count / V;
-      mul_kernel<T, V><<<grid_stride_blocks(vecs), kGridStrideThreads, 0, s>>>(
-          a, static_cast<T*>(out), vecs, channels, plane * channels / V);
+      const int64_t image_vecs = plane * channels / V;
+      if (image_vecs > INT_MAX) throw Error("mul: more than 2^31 values an image");
+      // Blocks per image: enough for the whole image, fewer when the images alone fill the GPU.
+      const int64_t x = std::min<int64_t>((image_vecs + kGridStrideThreads - 1) / kGridStrideThreads,
+                                          std::max<int64_t>(1, 65536 / n));
+      for (int64_t first = 0; first < n; first += 65535) {  // gridDim.y's limit
+        const int64_t m = std::min<int64_t>(n - first, 65535);
+        MulArgs<T> b = a;
+        for (int j = 0; j < b.num; ++j) b.p[j] += first * (b.per_channel[j] ? channels : image_vecs * V);
+        mul_kernel<T, V>
+            <<<dim3(static_cast<unsigned>(x), static_cast<unsigned>(m)), kGridStrideThreads, 0, s>>>(
+                b, static_cast<T*>(out) + first * image_vecs * V, static_cast<int>(image_vecs), channels);
+      }
     });
   });
   CUDA_CHECK_LAUNCH("mul_kernel");
