@@ -130,6 +130,7 @@ struct CudnnGraphConv::Impl {
         .set_intermediate_data_type(fe::DataType_t::FLOAT)
         .set_compute_data_type(fe::DataType_t::FLOAT);
     const int64_t C = p.in_c, H = p.in_h, W = p.in_w, K = p.filters, R = p.kernel_h, S = p.kernel_w;
+    const int64_t Cg = p.group_channels();  // a grouped conv: w holds C / groups channels
     const int64_t OH = p.out_h, OW = p.out_w;
     auto X = g.tensor(fe::graph::Tensor_attributes()
                           .set_name("x")
@@ -141,8 +142,8 @@ struct CudnnGraphConv::Impl {
                            .set_name("w")
                            .set_uid(kW)
                            .set_data_type(t)
-                           .set_dim({K, C, R, S})
-                           .set_stride({C * R * S, 1, C * S, C}));
+                           .set_dim({K, Cg, R, S})
+                           .set_stride({Cg * R * S, 1, Cg * S, Cg}));
     auto y = g.conv_fprop(X, Wt,
                           fe::graph::Conv_fprop_attributes()
                               .set_padding({p.pad_h, p.pad_w})
@@ -247,10 +248,6 @@ void CudnnGraphConv::prepare(void* handle, int64_t n, size_t ws_bytes, int max_p
   if (m.pending && m.pending_n == n) return;
   m.pending.reset();
   m.pending_n = n;
-  if (m.p.groups > 1) {
-    m.why = "grouped convolutions stay on the legacy API";
-    return;
-  }
   std::unique_ptr<Impl::Built> b = m.graph(h, n, true);
   if (!b) return;
   const int64_t count = b->g.get_execution_plan_count();
