@@ -239,6 +239,23 @@ void launch(const DepthwiseConfig& cfg, const DepthwiseArgs& a, const float* x, 
 // a compile-time kernel width, unit stride and dilation along the row: a window row's weights
 // are loaded once for the P pixels and its P + KW - 1 input columns once each (P = 1: KW loads
 // of both per pixel). Each output sums its taps in the same order either way.
+// V consecutive FP32 values (weights of V filters, their biases) as 16-byte loads where V allows:
+// p is then 16-byte aligned (filters and f0 are multiples of V). Eight scalar loads a tap made
+// the load units, not memory, the channels-last kernel's limit (docs/performance.md, Session 13).
+template <int V>
+__device__ __forceinline__ void load_floats(const float* __restrict__ p, float (&out)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int k = 0; k < V; k += 4) {
+      const float4 q = __ldg(reinterpret_cast<const float4*>(p + k));
+      out[k] = q.x, out[k + 1] = q.y, out[k + 2] = q.z, out[k + 3] = q.w;
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) out[k] = __ldg(p + k);
+  }
+}
+
 template <typename T, int V, int KH, int KW, int P>
 __global__ void __launch_bounds__(kThreads)
     depthwise_nhwc_kernel(const T* __restrict__ x, const float* __restrict__ w,
@@ -273,17 +290,16 @@ __global__ void __launch_bounds__(kThreads)
       for (int kx = 0; kx < kw_n; ++kx) {
         const int ix = ix0 + kx * a.dilation_w;
         if (ix < 0 || ix >= a.in_w) continue;
-        const float* wk = w + (ky * kw_n + kx) * a.filters + f0;
+        float wk[V];
+        load_floats<V>(w + (ky * kw_n + kx) * a.filters + f0, wk);
         const Vec<T, V> xv = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
 #pragma unroll
-        for (int k = 0; k < V; ++k) acc[0][k] = fmaf(ld(xv.v[k]), __ldg(wk + k), acc[0][k]);
+        for (int k = 0; k < V; ++k) acc[0][k] = fmaf(ld(xv.v[k]), wk[k], acc[0][k]);
       }
     } else {
       float wr[KW][V];
 #pragma unroll
-      for (int kx = 0; kx < KW; ++kx)
-#pragma unroll
-        for (int k = 0; k < V; ++k) wr[kx][k] = __ldg(w + (ky * KW + kx) * a.filters + f0 + k);
+      for (int kx = 0; kx < KW; ++kx) load_floats<V>(w + (ky * KW + kx) * a.filters + f0, wr[kx]);
 #pragma unroll
       for (int q = 0; q < P + KW - 1; ++q) {  // input column ix0 + q serves pixel p = q - kx
         const int ix = ix0 + q;
@@ -299,13 +315,18 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
+  float b[V];
+  if (bias)
+    load_floats<V>(bias + f0, b);
+  else
+#pragma unroll
+    for (int k = 0; k < V; ++k) b[k] = 0.f;
 #pragma unroll
   for (int p = 0; p < P; ++p) {
     if (ox0 + p >= a.out_w) break;
     Vec<T, V> out;
 #pragma unroll
-    for (int k = 0; k < V; ++k)
-      out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], bias ? __ldg(bias + f0 + k) : 0.f)));
+    for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
     *reinterpret_cast<Vec<T, V>*>(y + (row * a.out_w + ox0 + p) * a.filters + f0) = out;
   }
 }
