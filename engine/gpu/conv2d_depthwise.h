@@ -60,7 +60,7 @@ void launch_conv_depthwise(const DepthwiseConfig& cfg, const DepthwiseArgs& a, c
 // stores, as the other channels-last kernels do.
 // row_pixels: pixels a thread where the conv allows several (a tuning knob, measured in
 // docs/performance.md).
-constexpr int kDepthwiseNhwcRowPixels = 2;
+constexpr int kDepthwiseNhwcRowPixels = 1;
 void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t, const float* w_taps,
                                 const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s,
                                 int row_pixels = kDepthwiseNhwcRowPixels);
