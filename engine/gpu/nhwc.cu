@@ -238,6 +238,8 @@ __global__ void concat_kernel(const T* __restrict__ in, int in_c, T* __restrict_
 
 // Channel vectors a block of the whole-plane pool covers (a warp's worth).
 constexpr int kGlobalPoolTile = 32;
+// Planes of at most this many pixels pool one thread per output vector.
+constexpr int kWholePlaneMin = 16;
 
 // The widest of 16 bytes, 2 values or 1 that divides every count given.
 template <typename T>
@@ -379,15 +381,17 @@ void launch_mul_nhwc(const std::vector<MulInputNhwc>& in, void* out, Storage t, 
       const int64_t image_vecs = plane * channels / V;
       if (image_vecs > INT_MAX) throw Error("mul: more than 2^31 values an image");
       // Blocks per image: enough for the whole image, fewer when the images alone fill the GPU.
-      const int64_t x = std::min<int64_t>((image_vecs + kGridStrideThreads - 1) / kGridStrideThreads,
-                                          std::max<int64_t>(1, 65536 / n));
+      // Threads a block: a warp's multiple that covers a small image (no idle threads past it).
+      const int threads =
+          static_cast<int>(std::min<int64_t>(kGridStrideThreads, (image_vecs + 31) / 32 * 32));
+      const int64_t x =
+          std::min<int64_t>((image_vecs + threads - 1) / threads, std::max<int64_t>(1, 65536 / n));
       for (int64_t first = 0; first < n; first += 65535) {  // gridDim.y's limit
         const int64_t m = std::min<int64_t>(n - first, 65535);
         MulArgs<T> b = a;
         for (int j = 0; j < b.num; ++j) b.p[j] += first * (b.per_channel[j] ? channels : image_vecs * V);
-        mul_kernel<T, V>
-            <<<dim3(static_cast<unsigned>(x), static_cast<unsigned>(m)), kGridStrideThreads, 0, s>>>(
-                b, static_cast<T*>(out) + first * image_vecs * V, static_cast<int>(image_vecs), channels);
+        mul_kernel<T, V><<<dim3(static_cast<unsigned>(x), static_cast<unsigned>(m)), threads, 0, s>>>(
+            b, static_cast<T*>(out) + first * image_vecs * V, static_cast<int>(image_vecs), channels);
       }
     });
   });
@@ -398,9 +402,11 @@ void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const P
                         cudaStream_t s) {
   const int64_t count = n * pool2d_values(a);
   if (count <= 0) return;
-  // One window over the whole plane, divided (an average) by the plane's size.
+  // One window over the whole plane, divided (an average) by the plane's size; planes of a few
+  // pixels (squeeze-and-excitation at 32x32 inputs) keep the thread-per-output kernel, which
+  // leaves no thread idle.
   const bool whole =
-      a.out_h == 1 && a.out_w == 1 &&
+      a.out_h == 1 && a.out_w == 1 && a.in_h * a.in_w > kWholePlaneMin &&
       (a.adaptive || (a.pad_h == 0 && a.pad_w == 0 && a.kernel_h >= a.in_h && a.kernel_w >= a.in_w));
   with_storage(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -409,8 +415,8 @@ void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const P
       if (whole) {
         const int cv = a.channels / V;
         const int tx = cv < kGlobalPoolTile ? cv : kGlobalPoolTile;
-        int ty = 1;
-        while (ty * 2 * tx <= kGridStrideThreads) ty *= 2;
+        int ty = 1;  // a power of two, no more than the plane's pixels
+        while (ty * 2 * tx <= kGridStrideThreads && ty * 2 <= a.in_h * a.in_w) ty *= 2;
         const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((cv + tx - 1) / tx));
         global_pool_nhwc_kernel<T, V><<<grid, dim3(tx, ty), sizeof(float) * tx * ty * V, s>>>(
             static_cast<const T*>(in), static_cast<T*>(out), a.in_h * a.in_w, a.channels, a.is_max);
