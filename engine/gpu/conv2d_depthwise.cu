@@ -232,16 +232,9 @@ void launch(const DepthwiseConfig& cfg, const DepthwiseArgs& a, const float* x, 
   CUDA_CHECK_LAUNCH("depthwise_kernel");
 }
 
-// Channels last: block (row, chunk) covers output row `row` (image row / out_h, oy row % out_h),
-// its threads V consecutive filters of P consecutive output pixels each; the row's pixel groups
-// x filter vectors are row_vecs, blockDim.x a chunk. V > 1 only with one filter per channel
-// (filter f reads channel f, so a vector of filters reads a vector of channels). P > 1 only with
-// a compile-time kernel width, unit stride and dilation along the row: a window row's weights
-// are loaded once for the P pixels and its P + KW - 1 input columns once each (P = 1: KW loads
-// of both per pixel). Each output sums its taps in the same order either way.
-// V consecutive FP32 values (weights of V filters, their biases) as 16-byte loads where V allows:
-// p is then 16-byte aligned (filters and f0 are multiples of V). Eight scalar loads a tap made
-// the load units, not memory, the channels-last kernel's limit (docs/performance.md, Session 13).
+// V consecutive FP32 values (weights of V filters, their biases) in 16-byte loads where V allows
+// (p is then 16-byte aligned: filters and f0 are multiples of V); scalar loads per tap were the
+// channels-last kernel's limit (docs/performance.md).
 template <int V>
 __device__ __forceinline__ void load_floats(const float* __restrict__ p, float (&out)[V]) {
   if constexpr (V % 4 == 0) {
@@ -256,6 +249,13 @@ __device__ __forceinline__ void load_floats(const float* __restrict__ p, float (
   }
 }
 
+// Channels last: block (row, chunk) covers output row `row` (image row / out_h, oy row % out_h),
+// its threads V consecutive filters of P consecutive output pixels each; the row's pixel groups
+// x filter vectors are row_vecs, blockDim.x a chunk. V > 1 only with one filter per channel
+// (filter f reads channel f, so a vector of filters reads a vector of channels). P > 1 only with
+// a compile-time kernel width, unit stride and dilation along the row: a window row's weights
+// are loaded once for the P pixels and its P + KW - 1 input columns once each (P = 1: KW loads
+// of both per pixel). Each output sums its taps in the same order either way.
 template <typename T, int V, int KH, int KW, int P>
 __global__ void __launch_bounds__(kThreads)
     depthwise_nhwc_kernel(const T* __restrict__ x, const float* __restrict__ w,

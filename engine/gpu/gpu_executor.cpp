@@ -445,8 +445,8 @@ void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
   if ((st.u8_input || st.u8_input_pool) && tuning_.fuse_u8 && !fuses_u8(st, algo, tuning_)) preprocess(s, n);
   run_conv(st, s, n, algo);
   if (st.pool_layer >= 0 && tuning_.fuse_pool && !fuses_pool(st, algo, tuning_)) {
-    // The pool in the conv output's own layout and storage: an FP32 NCHW pool over a 16-bit
-    // channels-last buffer read and wrote past both buffers (VGG-11-BN at bf16, Session 13).
+    // The pool in the conv output's own layout and storage (an FP32 NCHW pool over 16-bit
+    // channels-last buffers reads and writes past them).
     const Step& ps = step(st.pool_layer);
     const Pool2dArgs a = pool_args(layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p,
                                    ps.in_shape, ps.out_shape);

@@ -25,8 +25,7 @@ constexpr int64_t kDefaultBlock = 4096;     // images; large enough to fill the 
 constexpr size_t kLtWorkspace = 32u << 20;  // cuBLASLt's recommended workspace on Hopper
 constexpr size_t kColBudget = 256u << 20;   // im2col column buffer per stream (at most)
 // cuDNN workspace per stream (at most; and at most 1/16 of the usable memory). Large because
-// cuDNN's fast engines for few input channels need it: ResNet-18's 7x7 conv1 on 3 channels (1000
-// images at 224x224, fp16) took 11.6 ms within 256 MiB and 2.2 ms within 4 GiB.
+// cuDNN's fast engines for a few input channels (an RGB stem) need it (docs/performance.md).
 constexpr size_t kCudnnWorkspace = size_t{4} << 30;
 
 // One stream and everything a block needs on it.
