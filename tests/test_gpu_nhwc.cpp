@@ -98,6 +98,24 @@ std::string stored_nhwc(Precision p) {
   return std::string(p == Precision::kFp16 ? "fp16" : p == Precision::kBf16 ? "bf16" : "fp32") + " NHWC";
 }
 
+// One run of `net` channels last at precision p (o's batch and block as given): the report names
+// the storage format, and the layers match the CPU reference within p's tolerance. Returns the
+// largest relative error, printed under `label`.
+double nhwc_validated(Executor& gpu, Executor& cpu, const Network& net, const Dataset& data, int64_t n,
+                      RunOptions o, Precision p, const std::string& label) {
+  o.precision = p;
+  o.layout = Layout::kNhwc;
+  const RunResult r = gpu.run(data, o);
+  CHECK(r.engine.find(stored_nhwc(p) + " activations") != std::string::npos);
+  const Validation v = validate(gpu, cpu, net, data, n, o);
+  std::string where;
+  const double err = max_rel(v, &where);
+  MESSAGE(label << " " << std::string(precision_name(p)) << " NHWC: max rel error " << err << " (" << where
+                << ")");
+  CHECK(v.pass);
+  return err;
+}
+
 }  // namespace
 
 TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
@@ -199,22 +217,13 @@ layers:
   const int64_t n = 300;
   Dataset data = gpu_random_data(net.input, n, 10, 9);
   auto cpu = make_cpu_executor(net);
+  RunOptions o;
+  o.batch = n;
+  o.block = 128;  // two full blocks and a short one
   for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
     auto gpu = make_gpu_executor(net);
-    RunOptions o;
-    o.batch = n;
-    o.precision = p;
-    o.layout = Layout::kNhwc;
-    o.block = 128;  // two full blocks and a short one
     INFO(precision_name(p));
-    const RunResult r = gpu->run(data, o);
-    CHECK(r.engine.find(stored_nhwc(p) + " activations") != std::string::npos);
-    const Validation v = validate(*gpu, *cpu, net, data, n, o);
-    std::string where;
-    const double err = max_rel(v, &where);
-    MESSAGE("vggish " << std::string(precision_name(p)) << " NHWC: max rel error " << err << " (" << where
-                      << ")");
-    CHECK(v.pass);
+    nhwc_validated(*gpu, *cpu, net, data, n, o, p, "vggish");
   }
 }
 
@@ -252,20 +261,11 @@ layers:
     Dataset data = gpu_random_data(net.input, n, 10, 2);
     auto cpu = make_cpu_executor(net);
     auto gpu = make_gpu_executor(net);
+    RunOptions o;
+    o.batch = n;
     for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
-      RunOptions o;
-      o.batch = n;
-      o.precision = p;
-      o.layout = Layout::kNhwc;
       INFO(filters << " filters at " << precision_name(p));
-      const RunResult r = gpu->run(data, o);
-      CHECK(r.engine.find(stored_nhwc(p) + " activations") != std::string::npos);
-      const Validation v = validate(*gpu, *cpu, net, data, n, o);
-      std::string where;
-      const double err = max_rel(v, &where);
-      MESSAGE("se " << filters << " " << std::string(precision_name(p)) << " NHWC: max rel error " << err
-                    << " (" << where << ")");
-      CHECK(v.pass);
+      const double err = nhwc_validated(*gpu, *cpu, net, data, n, o, p, "se " + f);
       if (p == Precision::kFp32) CHECK(err < 1e-5);  // only the order of the sums differs
     }
   }
