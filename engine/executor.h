@@ -155,7 +155,9 @@ struct GpuRunFacts {
   std::string graph_error;  // kCaptureFailed: why
   int64_t block = 0;        // images per full block
   int64_t blocks = 0;
-  BufferFacts buffers;  // a slot's activation buffers (GpuTuning::share_buffers: shared)
+  BufferFacts buffers;                 // a slot's activation buffers (GpuTuning::share_buffers: shared)
+  int64_t cudnn_workspace_bytes = -1;  // each stream's cuDNN workspace as run (-1: no cuDNN)
+  int64_t cudnn_search_workspace_bytes = -1;  // ... and the one slot's while auto searched
   int streams = 0;
   std::string cudnn_version;
   enum class Pixels { kResident, kRegistered, kStaged, kPinned } pixels = Pixels::kPinned;

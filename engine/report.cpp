@@ -179,6 +179,10 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
                 (g.resident ? "upload of the resident pixels" : "page-locking") + ") " +
                 fmt_ms(g.setup_seconds) + ", not in the forward time");
   out.push_back(buffers_note("gpu: activation buffers", g.buffers, "stream"));
+  if (g.cudnn_workspace_bytes >= 0)
+    out.push_back("gpu: cuDNN workspace " + bytes_str(g.cudnn_workspace_bytes) +
+                  " per stream (what the chosen algorithms need; the search had " +
+                  bytes_str(g.cudnn_search_workspace_bytes) + " on one stream)");
   out.push_back("gpu: preprocess " + fmt_ms(g.preprocess_seconds) + ", argmax+accuracy " +
                 fmt_ms(g.argmax_seconds) + (g.resident ? ", D2D pixels " : ", H2D ") + fmt_ms(g.h2d_seconds) +
                 ", D2H " + fmt_ms(g.d2h_seconds) + " (event intervals summed over blocks)");

@@ -187,6 +187,64 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
   }
 }
 
+// cuDNN's workspace: the search runs with the large one on one slot; then every stream holds what
+// the chosen algorithms need for the block and the short last block, smaller than the search's.
+// A later run of another batch size on the same slots without a warm-up (a streamed data set's
+// next part) sizes it again for its own last block. Each run's values are the FP32 NCHW run's
+// within the precision's tolerance, legacy API and graph API (channels last) alike.
+TEST_CASE("gpu: every stream's cuDNN workspace is what the chosen algorithms need, after the search" *
+          doctest::skip(!gpu_present())) {
+  Network net = parse_netdef_string(kMixed, "ws");
+  random_weights(net, 78);
+  const int64_t n = 37;
+  Dataset data = gpu_random_data(net.input, n, 10, 6);
+  auto gpu = make_gpu_executor(net);
+  RunOptions base_o;
+  base_o.batch = n;
+  base_o.want_probs = true;
+  base_o.layout = Layout::kNchw;
+  base_o.conv_algo = ConvAlgo::kCudnn;
+  const RunResult base = gpu->run(data, base_o);
+  auto close = [&](const RunResult& r, Precision p, int64_t images) {
+    const size_t k = static_cast<size_t>(images * 10);
+    REQUIRE(r.probs.size() == k);
+    double worst = 0, top = 0;
+    for (size_t i = 0; i < k; ++i) {
+      worst = std::max(worst, static_cast<double>(std::fabs(r.probs[i] - base.probs[i])));
+      top = std::max(top, static_cast<double>(std::fabs(base.probs[i])));
+    }
+    CHECK(worst <= validation_tolerance(p) * top);
+  };
+  for (Layout layout : {Layout::kNchw, Layout::kNhwc})
+    for (Precision p : {Precision::kFp32, Precision::kFp16}) {
+      INFO(std::string(layout_name(layout)) << " at " << std::string(precision_name(p)));
+      RunOptions o = base_o;
+      o.layout = layout;
+      o.precision = p;
+      o.block = 16;  // blocks of 16, 16 and 5 on three streams
+      o.streams = 3;
+      const RunResult r = gpu->run(data, o);
+      REQUIRE(r.gpu);
+      CHECK(r.gpu->streams == 3);
+      CHECK(r.gpu->cudnn_search_workspace_bytes > 0);
+      CHECK(r.gpu->cudnn_workspace_bytes >= 0);
+      CHECK(r.gpu->cudnn_workspace_bytes < r.gpu->cudnn_search_workspace_bytes);
+      MESSAGE(std::string(layout_name(layout))
+              << " " << std::string(precision_name(p)) << ": cuDNN workspace " << r.gpu->cudnn_workspace_bytes
+              << " bytes a stream, the search's " << r.gpu->cudnn_search_workspace_bytes);
+      close(r, p, n);
+      RunOptions next = o;
+      next.batch = 35;  // a last block of 3 on the same slots, no warm-up
+      next.warm_up = false;
+      const RunResult r2 = gpu->run(data, next);
+      REQUIRE(r2.gpu);
+      CHECK(r2.gpu->cudnn_workspace_bytes < r2.gpu->cudnn_search_workspace_bytes);
+      close(r2, p, 35);
+      // The full blocks run the same algorithms on the same images: the same bits.
+      CHECK(std::equal(r2.probs.begin(), r2.probs.begin() + 32 * 10, r.probs.begin()));
+    }
+}
+
 // VGG's blocks: stride-1 convs whose ReLU a 2x2 max-pool follows, which auto times together with
 // that pool (the implicit kernel fuses it in NCHW). Channels last, that pool must run in the
 // buffers' own layout and storage: the FP32 NCHW pool it once ran there read and wrote past the

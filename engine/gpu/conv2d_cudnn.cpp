@@ -370,6 +370,16 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const v
   m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes);
 }
 
+int64_t CudnnConv::workspace(const CudnnHandle& h, int64_t n) {
+  Impl& m = *impl_;
+  if (!m.found) return -1;
+  if (m.graph) return m.graph->workspace(n);
+  m.set_n(n);
+  size_t need = 0;
+  CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(H(h), m.x, m.w, m.conv, m.y, m.algo, &need));
+  return static_cast<int64_t>(need);
+}
+
 std::string CudnnConv::algo_name() const {
   const Impl& m = *impl_;
   if (!m.found) return "cudnn";

@@ -60,6 +60,9 @@ class CudnnConv {
   void forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w,
                const float* bias, const void* bias_t, const void* z, void* y, void* ws, size_t ws_bytes);
   std::string algo_name() const;
+  // The workspace bytes forward needs for n images with what find chose (after find; for the
+  // graph API after a prepare, find or forward for n): -1 when that is not known yet.
+  int64_t workspace(const CudnnHandle& h, int64_t n);
   // The arithmetic and tensors cuDNN works with from now on (the next forward searches again).
   // FP32 NCHW tensors (nhwc false): FP32 is FMA math only; TF32 (and BF16, which cuDNN's float
   // path does not offer: TF32 is within what it allows) default math, TF32 tensor cores

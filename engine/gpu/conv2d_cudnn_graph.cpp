@@ -236,6 +236,11 @@ CudnnGraphConv::CudnnGraphConv(const ConvParams& p, ActFn act, bool residual, Pr
 CudnnGraphConv::~CudnnGraphConv() = default;
 
 bool CudnnGraphConv::tuned() const { return impl_->tuned; }
+int64_t CudnnGraphConv::workspace(int64_t n) const {
+  const Impl& m = *impl_;
+  const auto it = m.by_n.find(n);
+  return m.tuned && it != m.by_n.end() && it->second->plan >= 0 ? it->second->ws : -1;
+}
 std::string CudnnGraphConv::why() const { return impl_->why; }
 
 void CudnnGraphConv::prepare(void* handle, int64_t n, size_t ws_bytes, int max_plans) {
@@ -339,6 +344,7 @@ bool CudnnGraphConv::built() { return false; }
 CudnnGraphConv::CudnnGraphConv(const ConvParams&, ActFn, bool, Precision) {}
 CudnnGraphConv::~CudnnGraphConv() = default;
 bool CudnnGraphConv::tuned() const { return false; }
+int64_t CudnnGraphConv::workspace(int64_t) const { return -1; }
 std::string CudnnGraphConv::why() const {
   return "built without the cuDNN frontend (scripts/fetch_headers.sh)";
 }

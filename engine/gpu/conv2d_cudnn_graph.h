@@ -63,6 +63,9 @@ class CudnnGraphConv {
   void forward(void* cudnn_handle, cudaStream_t s, int64_t n, const GraphConvIo& io, void* ws,
                size_t ws_bytes);
   bool tuned() const;
+  // The workspace bytes the plan for n images needs; -1 when there is none for n yet (not tuned,
+  // or neither tune, prepare nor forward has built one).
+  int64_t workspace(int64_t n) const;
   // "eng12 k2=3 ... (fused bias+add+relu)" for the report.
   std::string name() const;
   std::string why() const;

@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <thread>
+#include <tuple>
 
 #include "engine/core/clock.h"
 #include "engine/core/memory.h"
@@ -303,6 +304,11 @@ class GpuExecutor : public Executor {
   // The slots and block size the last warm-up ran (RunOptions::warm_up false skips it for them).
   const void* warmed_slots_ = nullptr;
   int64_t warmed_block_ = -1;
+  // The cuDNN workspace the chosen algorithms need for blocks of n and last images: the largest
+  // of the convs that run cuDNN (the search's size when one cannot say), and the slots, block and
+  // last block the slots' workspaces were last sized for.
+  size_t cudnn_ws_need(const CudnnHandle& h, int64_t n, int64_t last) const;
+  std::tuple<const void*, int64_t, int64_t> ws_sized_{nullptr, -1, -1};
 };
 
 SlotNeeds GpuExecutor::slot_needs(bool share) const {
@@ -702,6 +708,20 @@ void GpuExecutor::prepare_graphs(int64_t n, size_t ws_bytes) {
     if (e) std::rethrow_exception(e);
 }
 
+size_t GpuExecutor::cudnn_ws_need(const CudnnHandle& h, int64_t n, int64_t last) const {
+  int64_t need = 0;
+  for (const Step& st : plan_.steps) {
+    if (st.op != Op::kConv || selector_.chosen(st.layer) != ConvAlgo::kCudnn) continue;
+    CudnnConv* c = conv_weights(st.layer).cudnn.get();
+    for (const int64_t m : {n, last}) {
+      const int64_t w = c ? c->workspace(h, m) : -1;
+      if (w < 0) return pipeline_->cudnn_ws_max();
+      need = std::max(need, w);
+    }
+  }
+  return std::min(static_cast<size_t>(need), pipeline_->cudnn_ws_max());
+}
+
 void GpuExecutor::warm(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched) {
   prepare_graphs(n, s.cudnn_ws.bytes());
   if (selector_.any_auto()) return search(s, data, n, searched);
@@ -920,17 +940,30 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
 
   // A streamed data set's later blocks skip it when nothing changed since (same slots, same
   // block size, no search pending): the kernels are loaded and the plans made.
-  if (opt.warm_up || selector_.any_auto() || warmed_slots_ != slots[0].get() || warmed_block_ != block) {
+  // Both on slot 0 with the search's cuDNN workspace; then every slot gets what the chosen
+  // algorithms need for the block and the last block (BlockPipeline::set_cudnn_ws).
+  const bool warming =
+      opt.warm_up || selector_.any_auto() || warmed_slots_ != slots[0].get() || warmed_block_ != block;
+  const int64_t last = batch - (nblocks - 1) * block;
+  const bool cudnn = selector_.may_use(plan_, ConvAlgo::kCudnn);
+  const bool size_ws = cudnn && (warming || ws_sized_ != std::make_tuple(slots[0].get(), block, last));
+  if (size_ws) pipeline_->cudnn_ws_for_search();
+  if (warming) {
     warm(*slots[0], data, block, &facts.tuning);
     warmed_slots_ = slots[0].get();
     warmed_block_ = block;
   }
   // The short last block's plans too, before the clock (it runs outside the CUDA graphs).
-  if (const int64_t last = batch - (nblocks - 1) * block; last != block)
-    prepare_graphs(last, slots[0]->cudnn_ws.bytes());
-  if (selector_.may_use(plan_, ConvAlgo::kCudnn))
+  if (last != block) prepare_graphs(last, slots[0]->cudnn_ws.bytes());
+  if (cudnn)
     for (auto& sp : slots)
       if (!sp->cudnn) sp->cudnn = std::make_unique<CudnnHandle>();
+  if (size_ws) {
+    pipeline_->set_cudnn_ws(cudnn_ws_need(*slots[0]->cudnn, block, last));
+    ws_sized_ = std::make_tuple(slots[0].get(), block, last);
+  }
+  facts.cudnn_workspace_bytes = cudnn ? static_cast<int64_t>(slots[0]->cudnn_ws.bytes()) : -1;
+  facts.cudnn_search_workspace_bytes = cudnn ? static_cast<int64_t>(pipeline_->cudnn_ws_max()) : -1;
   const size_t searched_now = facts.tuning.size();
   for (const Step& st : plan_.steps) {
     const ConvTuning* earlier = st.op == Op::kConv ? selector_.reused_search(st.layer) : nullptr;
@@ -1104,6 +1137,8 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
     return outs;
   }
   pipeline_->ensure_slots(slot_needs(false), 1, block, n, opt.gpu_memory, 0, nullptr);
+  pipeline_->cudnn_ws_for_search();
+  ws_sized_ = {nullptr, -1, -1};
   block = pipeline_->block();
   Slot& s = *pipeline_->slots()[0];
   prepare_graphs(std::min(block, n), s.cudnn_ws.bytes());

@@ -112,7 +112,7 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
     }
     s->lt_ws.alloc(kLtWorkspace);
     s->col.alloc(col);
-    s->cudnn_ws.alloc(cudnn_ws);
+    if (i == 0) s->cudnn_ws.alloc(cudnn_ws);  // the others' after the search (set_cudnn_ws)
     s->pred_host.alloc(static_cast<size_t>(block) * sizeof(int32_t));
     s->labels.alloc(static_cast<size_t>(block) * sizeof(int32_t));
     slots_.push_back(std::move(s));
@@ -127,6 +127,22 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
   allocations_ = allocations;
   col_ = use_im2col;
   cudnn_ = use_cudnn;
+  cudnn_ws_max_ = cudnn_ws;
+}
+
+void BlockPipeline::cudnn_ws_for_search() {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const size_t want = i == 0 ? cudnn_ws_max_ : 0;
+    if (slots_[i]->cudnn_ws.bytes() != want) slots_[i]->cudnn_ws.alloc(want);
+  }
+}
+
+void BlockPipeline::set_cudnn_ws(size_t bytes) {
+  if (bytes > cudnn_ws_max_)
+    throw Error("cuDNN workspace: " + std::to_string(bytes) + " bytes asked for, the slots were sized for " +
+                std::to_string(cudnn_ws_max_));
+  for (auto& sp : slots_)
+    if (sp->cudnn_ws.bytes() != bytes) sp->cudnn_ws.alloc(bytes);
 }
 
 // Images that do not fit in the free memory are an error, not a silent fallback to host copies,

@@ -24,8 +24,10 @@ constexpr int kDefaultStreams = 3;
 constexpr int64_t kDefaultBlock = 4096;     // images; large enough to fill the GPU per layer
 constexpr size_t kLtWorkspace = 32u << 20;  // cuBLASLt's recommended workspace on Hopper
 constexpr size_t kColBudget = 256u << 20;   // im2col column buffer per stream (at most)
-// cuDNN workspace per stream (at most; and at most 1/16 of the usable memory). Large because
-// cuDNN's fast engines for a few input channels (an RGB stem) need it (docs/performance.md).
+// cuDNN workspace per stream for the algorithm search (at most; and at most 1/16 of the usable
+// memory). Large because cuDNN's fast engines for a few input channels (an RGB stem) need it
+// (docs/performance.md). Only the searching slot holds it: once the algorithms are chosen every
+// slot holds what they need (BlockPipeline::set_cudnn_ws).
 constexpr size_t kCudnnWorkspace = size_t{4} << 30;
 
 // One stream and everything a block needs on it.
@@ -85,6 +87,14 @@ class BlockPipeline {
   int64_t buffer_bytes_per_image() const { return buffer_bytes_; }
   int buffer_allocations() const { return allocations_; }
   void drop_graphs();
+  // cuDNN's workspace. ensure_slots sizes the blocks as if every slot held cudnn_ws_max() bytes
+  // but gives them only to slot 0, the one auto's search and the warm-up run on.
+  // cudnn_ws_for_search: slot 0 at cudnn_ws_max(), the others none (before a search or a
+  // warm-up); set_cudnn_ws: every slot `bytes`, at most cudnn_ws_max() (the chosen algorithms'
+  // need, after them). Not while blocks are in flight.
+  size_t cudnn_ws_max() const { return cudnn_ws_max_; }
+  void cudnn_ws_for_search();
+  void set_cudnn_ws(size_t bytes);
 
   // --resident: images 0..count-1 of the data set in device memory, as stored (slots of an earlier run that
   // leave too little room are given back first).
@@ -105,6 +115,7 @@ class BlockPipeline {
   int64_t block_ = 0;
   int64_t cap_ = 0;  // the room under the cap (less the resident images) the slots were sized for
   bool col_ = false, cudnn_ = false;  // the slots have im2col / cuDNN workspaces
+  size_t cudnn_ws_max_ = 0;           // the search's cuDNN workspace (the slots' sizing assumed it)
   int64_t input_bytes_ = 0;           // per image of the slots' input buffers
   std::vector<int64_t> buf_floats_;   // the buffers' sizes the slots were made for (the layout's)
   std::vector<int> share_group_;      // and how they shared memory
