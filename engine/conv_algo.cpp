@@ -14,6 +14,8 @@ const char* conv_algo_name(ConvAlgo a) {
       return "depthwise";
     case ConvAlgo::kCutlass:
       return "cutlass";
+    case ConvAlgo::kStem:
+      return "stem";
     case ConvAlgo::kAuto:
       break;
   }
@@ -22,7 +24,7 @@ const char* conv_algo_name(ConvAlgo a) {
 
 std::optional<ConvAlgo> parse_conv_algo(const std::string& s) {
   for (ConvAlgo a : {ConvAlgo::kAuto, ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn,
-                     ConvAlgo::kDepthwise, ConvAlgo::kCutlass})
+                     ConvAlgo::kDepthwise, ConvAlgo::kCutlass, ConvAlgo::kStem})
     if (s == conv_algo_name(a)) return a;
   return std::nullopt;
 }

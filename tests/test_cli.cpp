@@ -350,7 +350,8 @@ TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF 
   Out a = run(src("netdefs/cifar10.yaml") + " --conv-algo winograd");
   CHECK(a.rc == 2);
   CHECK(a.text ==
-        "cnnrun: --conv-algo: expected auto, im2col, implicit, cudnn, depthwise or cutlass, found 'winograd' "
+        "cnnrun: --conv-algo: expected auto, im2col, implicit, cudnn, depthwise, cutlass or stem, found "
+        "'winograd' "
         "(see "
         "cnnrun "
         "--help)\n");

@@ -699,6 +699,38 @@ TEST_CASE(
         std::string::npos);
 }
 
+TEST_CASE(
+    "conv_cannot_run: the stem kernel takes 1 to 4 input channels, filters a multiple of 8, 16-bit "
+    "channels last") {
+  auto conv = [](int64_t c, int64_t f, int64_t k, int64_t stride) {
+    ConvParams p;
+    p.in_c = c, p.filters = f, p.kernel_h = p.kernel_w = k, p.stride_h = p.stride_w = stride;
+    p.pad_h = p.pad_w = k / 2;
+    p.in_h = p.in_w = 224;
+    p.out_h = p.out_w = (224 + 2 * (k / 2) - k) / stride + 1;
+    return p;
+  };
+  const Precision fp16 = Precision::kFp16, bf16 = Precision::kBf16;
+  CHECK(conv_cannot_run(conv(3, 64, 7, 2), ConvAlgo::kStem, 16, fp16, true).empty());
+  CHECK(conv_cannot_run(conv(3, 64, 7, 2), ConvAlgo::kStem, 16, bf16, true).empty());
+  CHECK(conv_cannot_run(conv(1, 8, 3, 1), ConvAlgo::kStem, 16, bf16, true).empty());
+  CHECK(conv_cannot_run(conv(4, 96, 7, 1), ConvAlgo::kStem, 16, fp16, true).empty());  // 196 taps: 7x7x4
+  for (Precision p : {Precision::kFp32, Precision::kTf32})
+    CHECK(conv_cannot_run(conv(3, 64, 7, 2), ConvAlgo::kStem, 16, p, true).find("16-bit storage") !=
+          std::string::npos);
+  CHECK(conv_cannot_run(conv(3, 64, 7, 2), ConvAlgo::kStem, 16, fp16, false).find("channels last") !=
+        std::string::npos);
+  CHECK(conv_cannot_run(conv(5, 64, 3, 1), ConvAlgo::kStem, 16, fp16, true).find("input channels (5)") !=
+        std::string::npos);
+  CHECK(conv_cannot_run(conv(3, 20, 3, 1), ConvAlgo::kStem, 16, fp16, true).find("filters (20)") !=
+        std::string::npos);
+  CHECK(conv_cannot_run(conv(3, 64, 11, 4), ConvAlgo::kStem, 16, fp16, true).find("taps") !=
+        std::string::npos);
+  ConvParams grouped = conv(4, 64, 3, 1);
+  grouped.groups = 2;
+  CHECK(conv_cannot_run(grouped, ConvAlgo::kStem, 16, fp16, true).find("groups (2)") != std::string::npos);
+}
+
 TEST_CASE("cutlass_cannot_run: FP32 channels last, dense, channels and filters in fours, int32 tensors") {
   ConvParams p;
   p.in_c = 64, p.filters = 128, p.kernel_h = p.kernel_w = 3, p.pad_h = p.pad_w = 1;

@@ -150,13 +150,16 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
           if (t.type == "conv") {
             INFO(t.name << ": " << t.algo);
             // cuDNN, or for a depthwise conv the channels-last depthwise kernel if auto timed it
-            // faster, at fp32 cutlass if auto timed it faster
+            // faster, at fp32 cutlass if auto timed it faster, at fp16/bf16 for c1 and s2 (3 and
+            // 4 input channels) the stem kernel if auto timed it faster
+            const bool half = p == Precision::kFp16 || p == Precision::kBf16;
             CHECK((t.algo.find("cudnn:") == 0 || t.algo.find("cudnn graph:") == 0 ||
                    (t.name == "dw" && t.algo.find("depthwise(") == 0) ||
-                   (p == Precision::kFp32 && t.algo.find("cutlass(") == 0)));
+                   (p == Precision::kFp32 && t.algo.find("cutlass(") == 0) ||
+                   (half && (t.name == "c1" || t.name == "s2") && t.algo.find("stem(") == 0)));
             CHECK(t.algo.find(stored) != std::string::npos);
             graphs += t.algo.find("cudnn graph:") == 0;
-            if (first && kHaveGraphApi && t.name == "c1")
+            if (first && kHaveGraphApi && t.name == "c1" && t.algo.find("stem(") != 0)
               CHECK(t.algo.find("cudnn graph:") == 0);  // conv + bias + relu
           }
         MESSAGE(net.name << " " << std::string(precision_name(p)) << std::string(first ? " graph first" : "")
@@ -243,6 +246,86 @@ TEST_CASE("gpu: every stream's cuDNN workspace is what the chosen algorithms nee
       // The full blocks run the same algorithms on the same images: the same bits.
       CHECK(std::equal(r2.probs.begin(), r2.probs.begin() + 32 * 10, r.probs.begin()));
     }
+}
+
+// The stem kernel (few input channels, 16-bit channels last), pinned: ResNet's 7x7/2 stem, a
+// 3x3/2 and a 3x3/1 one, a dilated 5x5, 1 to 4 input channels, 8 to 96 filters (96: a second
+// block of filters half empty), odd sizes (partial tiles at the right and bottom), its bias and
+// activation epilogue; then the rest of the network on the other kernels. Validated layer by
+// layer at fp16 and bf16; the report names it; and what it cannot run is a one-line error naming
+// the layer.
+TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at fp16 and bf16, vs reference" *
+          doctest::skip(!gpu_present())) {
+  struct Case {
+    int channels, h, w, filters, kernel, stride, pad, dilation;
+    const char* act;
+  };
+  const Case cases[] = {
+      {3, 37, 29, 64, 7, 2, 3, 1, "relu"},     {3, 33, 35, 32, 3, 2, 1, 1, "silu"},
+      {1, 28, 28, 24, 3, 1, 1, 1, "relu6"},    {4, 19, 41, 96, 3, 1, 1, 1, "none"},
+      {2, 23, 17, 8, 5, 1, 4, 2, "hardswish"}, {3, 224, 224, 64, 7, 2, 3, 1, "relu"},
+  };
+  for (const Case& k : cases) {
+    const std::string act =
+        std::string(k.act) == "none" ? "" : "  - {name: a, type: " + std::string(k.act) + "}\n";
+    const std::string text =
+        "name: stem\ninput: {channels: " + std::to_string(k.channels) + ", height: " + std::to_string(k.h) +
+        ", width: " + std::to_string(k.w) +
+        "}\nclasses: 10\nlayers:\n  - {name: s, type: conv, filters: " + std::to_string(k.filters) +
+        ", kernel: " + std::to_string(k.kernel) + ", stride: " + std::to_string(k.stride) +
+        ", pad: " + std::to_string(k.pad) + ", dilation: " + std::to_string(k.dilation) + ", algo: stem}\n" +
+        act +
+        "  - {name: c2, type: conv, filters: 16, kernel: 3, pad: 1}\n"
+        "  - {name: gap, type: avgpool, global: true}\n"
+        "  - {name: fc, type: fc, outputs: 10}\n";
+    Network net = parse_netdef_string(text, "stem.yaml");
+    random_weights(net, 31);
+    const int64_t n = k.h == 224 ? 5 : 37;
+    Dataset data = gpu_random_data(net.input, n, 10, 9);
+    auto gpu = make_gpu_executor(net);
+    auto cpu = make_cpu_executor(net);
+    for (Precision p : {Precision::kFp16, Precision::kBf16}) {
+      INFO(text << " at " << std::string(precision_name(p)));
+      RunOptions o;
+      o.batch = n;
+      o.block = 16;
+      o.precision = p;
+      o.layout = Layout::kNhwc;
+      const RunResult r = gpu->run(data, o);
+      bool saw = false;
+      for (const LayerTime& t : r.layers)
+        if (t.name == "s") {
+          saw = true;
+          CHECK(t.algo == "stem(tensor cores, bias" +
+                              (std::string(k.act) == "none" ? std::string() : "+" + std::string(k.act)) +
+                              " epilogue, " + stored_nhwc(p) + ")");
+        }
+      CHECK(saw);
+      nhwc_validated(*gpu, *cpu, net, data, n, o, p, "stem");
+    }
+    // What it cannot run: FP32 storage, and a conv of more channels.
+    RunOptions o;
+    o.batch = n;
+    o.layout = Layout::kNhwc;
+    o.precision = Precision::kFp32;
+    CHECK_THROWS_WITH_AS(gpu->run(data, o),
+                         doctest::Contains("layer 's': the stem convolution cannot run it: "
+                                           "the stem kernel runs 16-bit storage"),
+                         Error);
+  }
+  Network wide = parse_netdef_string(
+      "name: w\ninput: {channels: 8, height: 9, width: 9}\nclasses: 10\nlayers:\n"
+      "  - {name: s, type: conv, filters: 16, kernel: 3, algo: stem}\n  - {name: fc, type: fc, outputs: "
+      "10}\n",
+      "w.yaml");
+  random_weights(wide, 3);
+  auto gpu = make_gpu_executor(wide);
+  RunOptions o;
+  o.batch = 4;
+  o.layout = Layout::kNhwc;
+  o.precision = Precision::kFp16;
+  CHECK_THROWS_WITH_AS(gpu->run(gpu_random_data(wide.input, 4, 10, 1), o),
+                       doctest::Contains("input channels (8) are not 1 to 4"), Error);
 }
 
 // VGG's blocks: stride-1 convs whose ReLU a 2x2 max-pool follows, which auto times together with

@@ -226,7 +226,8 @@ TEST_CASE("netdef errors name file, line, column, layer and key") {
     CHECK(layers_error("  - {name: r, type: relu, algo: cudnn}\n").find("only conv layers take 'algo'") !=
           std::string::npos);
     CHECK(layers_error("  - {name: c, type: conv, filters: 4, kernel: 8, algo: fft}\n")
-              .find("expected auto, im2col, implicit, cudnn, depthwise or cutlass") != std::string::npos);
+              .find("expected auto, im2col, implicit, cudnn, depthwise, cutlass or stem") !=
+          std::string::npos);
   }
   SUBCASE("missing sections") {
     CHECK(error_of("classes: [a]\nlayers:\n  - {type: relu}\n").find("key 'netdef.input': missing") !=

@@ -5,6 +5,7 @@
 #include "engine/gpu/conv2d_depthwise.h"
 #include "engine/gpu/conv2d_im2col.h"
 #include "engine/gpu/conv2d_implicit.h"
+#include "engine/gpu/conv2d_stem.h"
 #include "engine/report.h"
 
 namespace cnnrun::gpu {
@@ -13,7 +14,8 @@ std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Preci
                             bool channels_last) {
   std::string why;
   if (channels_last && (algo == ConvAlgo::kImplicit || algo == ConvAlgo::kIm2col))
-    return "channels last (--layout nhwc) runs convolutions through cuDNN, the depthwise kernel or cutlass";
+    return "channels last (--layout nhwc) runs convolutions through cuDNN, the depthwise kernel, cutlass or "
+           "the stem kernel";
   switch (algo) {
     case ConvAlgo::kImplicit: {
       const ImplicitConfig cfg = implicit_config(p, n);
@@ -30,6 +32,8 @@ std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Preci
       return "";
     case ConvAlgo::kCutlass:
       return cutlass_cannot_run(p, prec, channels_last, n);
+    case ConvAlgo::kStem:
+      return stem_cannot_run(p, prec, channels_last);
     case ConvAlgo::kAuto:
       break;
   }

@@ -26,6 +26,7 @@
 #include "engine/gpu/conv2d_cutlass.h"
 #include "engine/gpu/conv2d_im2col.h"
 #include "engine/gpu/conv2d_implicit.h"
+#include "engine/gpu/conv2d_stem.h"
 #include "engine/gpu/conv_selector.h"
 #include "engine/gpu/device_weights.h"
 #include "engine/gpu/gemm.h"
@@ -136,12 +137,14 @@ class GpuExecutor : public Executor {
     const bool cudnn_only = opt.conv_algo == ConvAlgo::kAuto || opt.conv_algo == ConvAlgo::kCudnn;
     const bool nchw_algo = opt.conv_algo == ConvAlgo::kImplicit || opt.conv_algo == ConvAlgo::kIm2col;
     if (opt.layout == Layout::kNchw) return false;
-    if (opt.layout == Layout::kNhwc || (opt.conv_algo == ConvAlgo::kCutlass && nhwc_layout_.ok)) {
+    const bool nhwc_algo = opt.conv_algo == ConvAlgo::kCutlass || opt.conv_algo == ConvAlgo::kStem;
+    if (opt.layout == Layout::kNhwc || (nhwc_algo && nhwc_layout_.ok)) {
       if (!nhwc_layout_.ok)
         *why = "--layout nhwc: " + nhwc_layout_.why;
       else if (nchw_algo)
         *why = std::string(
-                   "--layout nhwc runs convolutions through cuDNN, the depthwise kernel or cutlass; "
+                   "--layout nhwc runs convolutions through cuDNN, the depthwise kernel, cutlass or the stem "
+                   "kernel; "
                    "--conv-algo ") +
                conv_algo_name(opt.conv_algo) + " needs --layout nchw";
       return why->empty();
@@ -418,6 +421,12 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       if (epi != act) launch_act(y, y, n * st.out_shape.size(), act, s.stream);
       return;
     }
+    case ConvAlgo::kStem:
+      launch_conv_stem(st.conv, s.bufs[static_cast<size_t>(st.ins[0])].get(), storage(),
+                       c.w_nhwc[static_cast<int>(prec_)].get(), c.bias.as<float>(),
+                       s.bufs[static_cast<size_t>(st.out)].get(), n, conv_act, s.stream);
+      add_residual();
+      return;
     case ConvAlgo::kIm2col:
       if (!c.im2col)
         throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name + "': im2col cannot run it");
@@ -777,6 +786,10 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                " epilogue, " + std::to_string(c.dw.cfg.planes) + " planes x " +
                std::to_string(c.dw.cfg.rows) + " rows a block)" + res;
       if (a == ConvAlgo::kIm2col && c.im2col) return c.im2col->algo_name() + res;
+      if (a == ConvAlgo::kStem)
+        return "stem(tensor cores, bias" +
+               (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) + " epilogue, " +
+               storage_name(storage()) + " NHWC)" + res;
       if (a == ConvAlgo::kCutlass) {
         const ActFn full = act_fn(st.act);
         const bool fused = cutlass_fuses(full);

@@ -1,0 +1,286 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "engine/core/error.h"
+#include "engine/gpu/activation.cuh"
+#include "engine/gpu/check.h"
+#include "engine/gpu/conv2d_stem.h"
+#include "engine/gpu/storage.cuh"
+
+namespace cnnrun::gpu {
+
+namespace {
+
+// A tile of output pixels: kTileH rows of kTileW; four warps, each 32 pixels (two m16 tiles).
+constexpr int kTileH = 8, kTileW = 16, kThreads = 128;
+constexpr int kMaxTaps = 256;                  // kernel_h x kernel_w x channels, rounded up to 16
+constexpr size_t kMaxSmem = size_t{96} << 10;  // shared memory a block may ask for
+
+struct Geom {
+  int in_h, in_w, c, out_h, out_w, filters;
+  int kh, kw, sh, sw, pad_h, pad_w, dh, dw;
+  int k, kp, ks;         // taps (kh * kw * c), rounded up to 16, and a weight row's stride
+  int patch_h, patch_w;  // the input under one tile
+  int patch;             // its values
+  int tiles_x, tiles;    // tiles a row and an image
+  int64_t total;         // tiles of all the images
+};
+
+Geom geom(const ConvParams& p, int64_t n) {
+  auto i32 = [](int64_t v) { return static_cast<int>(v); };
+  Geom g{};
+  g.in_h = i32(p.in_h), g.in_w = i32(p.in_w), g.c = i32(p.in_c), g.out_h = i32(p.out_h),
+  g.out_w = i32(p.out_w);
+  g.filters = i32(p.filters), g.kh = i32(p.kernel_h), g.kw = i32(p.kernel_w);
+  g.sh = i32(p.stride_h), g.sw = i32(p.stride_w), g.pad_h = i32(p.pad_h), g.pad_w = i32(p.pad_w);
+  g.dh = i32(p.dilation_h), g.dw = i32(p.dilation_w);
+  g.k = g.kh * g.kw * g.c;
+  g.kp = (g.k + 15) / 16 * 16;
+  g.ks = g.kp + 8;  // a row's 32-bit words = 4 mod 8: the eight filters of a B fragment hit distinct banks
+  g.patch_h = (kTileH - 1) * g.sh + (g.kh - 1) * g.dh + 1;
+  g.patch_w = (kTileW - 1) * g.sw + (g.kw - 1) * g.dw + 1;
+  g.patch = g.patch_h * g.patch_w * g.c;
+  g.tiles_x = (g.out_w + kTileW - 1) / kTileW;
+  g.tiles = g.tiles_x * ((g.out_h + kTileH - 1) / kTileH);
+  g.total = n * g.tiles;
+  return g;
+}
+
+int n_tiles(const Geom& g) { return g.filters <= 32 ? 4 : 8; }  // 8-filter tiles a block
+
+size_t smem_bytes(const Geom& g, int nt) {
+  return static_cast<size_t>(nt * 8 * g.ks) * 2 + static_cast<size_t>(g.kp) * 4 +
+         (static_cast<size_t>(g.patch) + 1) * 2;
+}
+
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                 uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack(uint16_t lo, uint16_t hi) {
+  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+}
+
+// The GEMM: rows the tile's pixels, columns the block's NT x 8 filters, depth the taps (window
+// row, column, channel: the weights' own order). A's values come from the staged patch through
+// two tables (a pixel's first value, a tap's offset from it), so no im2col matrix is written.
+// Taps past k (offset -1) are zeros, against zero weights.
+template <typename T, int NT>
+__global__ void __launch_bounds__(kThreads)
+    stem_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
+                const float* __restrict__ bias, T* __restrict__ y, Geom g, ActFn act) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int NB = NT * 8;
+  uint16_t* ws = reinterpret_cast<uint16_t*>(smem);            // [NB][ks]
+  int* koff = reinterpret_cast<int*>(ws + NB * g.ks);          // [kp]
+  uint16_t* patch = reinterpret_cast<uint16_t*>(koff + g.kp);  // [patch]
+  const int f0 = blockIdx.y * NB;
+  for (int i = threadIdx.x; i < NB * g.kp; i += kThreads) {
+    const int nn = i / g.kp, k = i - nn * g.kp, f = f0 + nn;
+    ws[nn * g.ks + k] = f < g.filters && k < g.k ? w[static_cast<int64_t>(f) * g.k + k] : uint16_t{0};
+  }
+  for (int k = threadIdx.x; k < g.kp; k += kThreads) {
+    int off = -1;
+    if (k < g.k) {
+      const int ch = k % g.c, rs = k / g.c, r = rs / g.kw, q = rs - r * g.kw;
+      off = (r * g.dh * g.patch_w + q * g.dw) * g.c + ch;
+    }
+    koff[k] = off;
+  }
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  // ldmatrix.x4 of B: lane l gives the row address of matrix l / 8 (two filter tiles x two
+  // halves of the 16 taps), row l % 8.
+  const uint32_t b_row = static_cast<uint32_t>(
+      __cvta_generic_to_shared(ws + ((lane >> 4) * 8 + (lane & 7)) * g.ks + ((lane >> 3) & 1) * 8));
+  int base[2][2];  // [m16 tile][row gr, gr + 8]: the pixel's first value in the patch
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = warp * 32 + mt * 16 + h * 8 + gr;
+      base[mt][h] = ((m / kTileW) * g.sh * g.patch_w + (m % kTileW) * g.sw) * g.c;
+    }
+  float bv[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int f = f0 + nt * 8 + tq * 2 + j;
+      bv[nt][j] = bias && f < g.filters ? bias[f] : 0.f;
+    }
+
+  for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
+    const int img = static_cast<int>(t / g.tiles), tt = static_cast<int>(t - int64_t{img} * g.tiles);
+    const int oy0 = tt / g.tiles_x * kTileH, ox0 = tt % g.tiles_x * kTileW;
+    const int iy0 = oy0 * g.sh - g.pad_h, ix0 = ox0 * g.sw - g.pad_w;
+    const uint16_t* xi = x + static_cast<int64_t>(img) * g.in_h * g.in_w * g.c;
+    __syncthreads();  // the previous tile's reads of the patch are done (the first: the tables)
+    // A warp a patch row: its values are one run in the image's row (zeros outside the image).
+    const int row = g.patch_w * g.c, jlo = max(0, -ix0 * g.c), jhi = min(row, (g.in_w - ix0) * g.c);
+    for (int py = warp; py < g.patch_h; py += kThreads / 32) {
+      const int iy = iy0 + py;
+      const bool inside = iy >= 0 && iy < g.in_h;
+      const int64_t from = (static_cast<int64_t>(iy) * g.in_w + ix0) * g.c;
+      for (int j = lane; j < row; j += 32)
+        patch[py * row + j] = inside && j >= jlo && j < jhi ? xi[from + j] : uint16_t{0};
+    }
+    __syncthreads();
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
+    for (int kb = 0; kb < g.kp; kb += 16) {
+      const int k0 = koff[kb + tq * 2], k1 = koff[kb + tq * 2 + 1], k2 = koff[kb + tq * 2 + 8],
+                k3 = koff[kb + tq * 2 + 9];
+      auto at = [&](int r, int k) { return k < 0 ? uint16_t{0} : patch[r + k]; };
+      uint32_t a[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int r0 = base[mt][0], r1 = base[mt][1];
+        a[mt][0] = pack(at(r0, k0), at(r0, k1));
+        a[mt][1] = pack(at(r1, k0), at(r1, k1));
+        a[mt][2] = pack(at(r0, k2), at(r0, k3));
+        a[mt][3] = pack(at(r1, k2), at(r1, k3));
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; nt += 2) {
+        uint32_t b[4];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                     : "r"(b_row + static_cast<uint32_t>((nt * 8 * g.ks + kb) * 2)));
+        mma16816<T>(acc[0][nt], a[0], b[0], b[1]);
+        mma16816<T>(acc[1][nt], a[1], b[0], b[1]);
+        mma16816<T>(acc[0][nt + 1], a[0], b[2], b[3]);
+        mma16816<T>(acc[1][nt + 1], a[1], b[2], b[3]);
+      }
+    }
+
+    auto store = [&](auto fn) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int m = warp * 32 + mt * 16 + h * 8 + gr, oy = oy0 + m / kTileW, ox = ox0 + m % kTileW;
+          if (oy >= g.out_h || ox >= g.out_w) continue;
+          T* yo = y + ((static_cast<int64_t>(img) * g.out_h + oy) * g.out_w + ox) * g.filters;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const int f = f0 + nt * 8 + tq * 2;
+            if (f >= g.filters) continue;  // filters are a multiple of 8: f + 1 is in too
+            Vec<T, 2> v;
+            v.v[0] = to<T>(fn(acc[mt][nt][h * 2] + bv[nt][0]));
+            v.v[1] = to<T>(fn(acc[mt][nt][h * 2 + 1] + bv[nt][1]));
+            *reinterpret_cast<Vec<T, 2>*>(yo + f) = v;
+          }
+        }
+    };
+    // The stems' usual activations without act_eval's switch per value.
+    if (act.kind == Act::kRelu)
+      store([](float v) { return fmaxf(v, 0.f); });
+    else if (act.kind == Act::kIdentity)
+      store([](float v) { return v; });
+    else
+      store([kind = act.kind, slope = act.slope](float v) { return act_eval(kind, slope, v); });
+  }
+}
+
+int sm_count() {
+  static const int count = [] {
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+  }();
+  return count;
+}
+
+template <typename T, int NT>
+void launch(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
+            cudaStream_t s) {
+  const size_t smem = smem_bytes(g, NT);
+  auto kernel = stem_kernel<T, NT>;
+  if (smem > (size_t{48} << 10))
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  // Enough blocks to fill every SM several times over; each stages its weights once and loops
+  // over tiles.
+  const int64_t blocks = std::min<int64_t>(g.total, int64_t{sm_count()} * 16);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((g.filters + NT * 8 - 1) / (NT * 8)));
+  kernel<<<grid, kThreads, smem, s>>>(static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w), bias,
+                                      static_cast<T*>(y), g, act);
+}
+
+}  // namespace
+
+namespace {
+
+// The conditions on the convolution itself, whatever the storage.
+std::string shape_cannot_run(const ConvParams& p) {
+  if (p.groups != 1) return "groups (" + std::to_string(p.groups) + ") > 1";
+  if (p.in_c < 1 || p.in_c > 4) return "input channels (" + std::to_string(p.in_c) + ") are not 1 to 4";
+  if (p.filters % 8 != 0) return "filters (" + std::to_string(p.filters) + ") are not a multiple of 8";
+  const Geom g = geom(p, 1);
+  if (g.kp > kMaxTaps)
+    return "kernel " + std::to_string(p.kernel_h) + "x" + std::to_string(p.kernel_w) + " x " +
+           std::to_string(p.in_c) + " channels is over " + std::to_string(kMaxTaps) + " taps";
+  if (smem_bytes(g, n_tiles(g)) > kMaxSmem)
+    return "the input under a tile of " + std::to_string(kTileH) + "x" + std::to_string(kTileW) +
+           " outputs (stride and dilation) is over its shared memory";
+  return "";
+}
+
+}  // namespace
+
+std::string stem_cannot_run(const ConvParams& p, Precision prec, bool channels_last) {
+  const Storage t = storage_of(prec);
+  if (!channels_last || (t != Storage::kF16 && t != Storage::kBf16))
+    return "the stem kernel runs 16-bit storage channels last (--precision fp16 or bf16 --layout nhwc)";
+  return shape_cannot_run(p);
+}
+
+void launch_conv_stem(const ConvParams& p, const void* x, Storage t, const void* w, const float* bias,
+                      void* y, int64_t n, ActFn act, cudaStream_t s) {
+  if (t != Storage::kF16 && t != Storage::kBf16) throw Error("stem convolution: storage is not 16-bit");
+  if (const std::string why = shape_cannot_run(p); !why.empty()) throw Error("stem convolution: " + why);
+  if (n <= 0) return;
+  const Geom g = geom(p, n);
+  const bool wide = n_tiles(g) == 8;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (sizeof(T) == 2) {
+      if (wide)
+        launch<T, 8>(g, x, w, bias, y, act, s);
+      else
+        launch<T, 4>(g, x, w, bias, y, act, s);
+    }
+  });
+  CUDA_CHECK_LAUNCH("stem_kernel");
+}
+
+}  // namespace cnnrun::gpu
