@@ -17,15 +17,17 @@ namespace {
 
 // A tile of output pixels: kTileH rows of kTileW; four warps, each 32 pixels (two m16 tiles).
 constexpr int kTileH = 8, kTileW = 16, kThreads = 128;
-constexpr int kMaxTaps = 256;                  // kernel_h x kernel_w x channels, rounded up to 16
+constexpr int kMaxTaps = 256;  // kernel_h x kernel_w x channels (1 counted as 2, 3 as 4), rounded up to 16
 constexpr size_t kMaxSmem = size_t{96} << 10;  // shared memory a block may ask for
 
 struct Geom {
   int in_h, in_w, c, out_h, out_w, filters;
   int kh, kw, sh, sw, pad_h, pad_w, dh, dw;
-  int k, kp, ks;         // taps (kh * kw * c), rounded up to 16, and a weight row's stride
+  int cp;                // channels a pixel in the patch and the taps: c rounded up to 2 or 4
+  int kc;                // the weights' taps a filter (kh * kw * c)
+  int k, kp, ks;         // taps (kh * kw * cp), rounded up to 16, and a weight row's stride
   int patch_h, patch_w;  // the input under one tile
-  int patch;             // its values
+  int patch;             // its values (patch_h * patch_w * cp)
   int tiles_x, tiles;    // tiles a row and an image
   int64_t total;         // tiles of all the images
 };
@@ -38,12 +40,14 @@ Geom geom(const ConvParams& p, int64_t n) {
   g.filters = i32(p.filters), g.kh = i32(p.kernel_h), g.kw = i32(p.kernel_w);
   g.sh = i32(p.stride_h), g.sw = i32(p.stride_w), g.pad_h = i32(p.pad_h), g.pad_w = i32(p.pad_w);
   g.dh = i32(p.dilation_h), g.dw = i32(p.dilation_w);
-  g.k = g.kh * g.kw * g.c;
+  g.cp = g.c == 1 ? 2 : g.c == 3 ? 4 : g.c;
+  g.kc = g.kh * g.kw * g.c;
+  g.k = g.kh * g.kw * g.cp;
   g.kp = (g.k + 15) / 16 * 16;
   g.ks = g.kp + 8;  // a row's 32-bit words = 4 mod 8: the eight filters of a B fragment hit distinct banks
   g.patch_h = (kTileH - 1) * g.sh + (g.kh - 1) * g.dh + 1;
   g.patch_w = (kTileW - 1) * g.sw + (g.kw - 1) * g.dw + 1;
-  g.patch = g.patch_h * g.patch_w * g.c;
+  g.patch = g.patch_h * g.patch_w * g.cp;
   g.tiles_x = (g.out_w + kTileW - 1) / kTileW;
   g.tiles = g.tiles_x * ((g.out_h + kTileH - 1) / kTileH);
   g.total = n * g.tiles;
@@ -52,9 +56,13 @@ Geom geom(const ConvParams& p, int64_t n) {
 
 int n_tiles(const Geom& g) { return g.filters <= 32 ? 4 : 8; }  // 8-filter tiles a block
 
+// A staged output row: the block's filters and 8 more values (16 bytes), so that the eight
+// pixels a warp's stores hit start in distinct bank groups and rows stay 16-byte aligned.
+constexpr int out_stride(int nt) { return nt * 8 + 8; }
+
 size_t smem_bytes(const Geom& g, int nt) {
-  return static_cast<size_t>(nt * 8 * g.ks) * 2 + static_cast<size_t>(g.kp) * 4 +
-         (static_cast<size_t>(g.patch) + 1) * 2;
+  return static_cast<size_t>(nt * 8 * g.ks) * 2 + static_cast<size_t>(kTileH * kTileW * out_stride(nt)) * 2 +
+         static_cast<size_t>(g.kp / 2) * 4 + static_cast<size_t>(g.patch) * 2;
 }
 
 template <typename T>
@@ -83,30 +91,35 @@ __device__ __forceinline__ uint32_t pack(uint16_t lo, uint16_t hi) {
 }
 
 // The GEMM: rows the tile's pixels, columns the block's NT x 8 filters, depth the taps (window
-// row, column, channel: the weights' own order). A's values come from the staged patch through
-// two tables (a pixel's first value, a tap's offset from it), so no im2col matrix is written.
-// Taps past k (offset -1) are zeros, against zero weights.
+// row, column, channel: the weights' own order, each pixel's channels padded with zeros to an even
+// count, 2 or 4). A's values come from the staged patch through two tables (a pixel's first value,
+// a pair of taps' offset from it), two channels in one aligned 4-byte load, so no im2col matrix is
+// written. Taps past k (offset -1) are zeros, against zero weights.
 template <typename T, int NT>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 4)
     stem_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                 const float* __restrict__ bias, T* __restrict__ y, Geom g, ActFn act) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int NB = NT * 8;
-  uint16_t* ws = reinterpret_cast<uint16_t*>(smem);            // [NB][ks]
-  int* koff = reinterpret_cast<int*>(ws + NB * g.ks);          // [kp]
-  uint16_t* patch = reinterpret_cast<uint16_t*>(koff + g.kp);  // [patch]
+  constexpr int OS = out_stride(NT);
+  uint16_t* ws = reinterpret_cast<uint16_t*>(smem);                // [NB][ks]
+  T* out = reinterpret_cast<T*>(ws + NB * g.ks);                   // [tile pixels][OS]
+  int* koff = reinterpret_cast<int*>(out + kTileH * kTileW * OS);  // [kp / 2]: a pair of taps'
+  uint32_t* patch = reinterpret_cast<uint32_t*>(koff + g.kp / 2);  // [patch / 2]: pairs of values
   const int f0 = blockIdx.y * NB;
   for (int i = threadIdx.x; i < NB * g.kp; i += kThreads) {
-    const int nn = i / g.kp, k = i - nn * g.kp, f = f0 + nn;
-    ws[nn * g.ks + k] = f < g.filters && k < g.k ? w[static_cast<int64_t>(f) * g.k + k] : uint16_t{0};
+    const int nn = i / g.kp, k = i - nn * g.kp, f = f0 + nn, rs = k / g.cp, ch = k - rs * g.cp;
+    ws[nn * g.ks + k] = f < g.filters && k < g.k && ch < g.c
+                            ? w[static_cast<int64_t>(f) * g.kc + rs * g.c + ch]
+                            : uint16_t{0};
   }
-  for (int k = threadIdx.x; k < g.kp; k += kThreads) {
+  for (int p = threadIdx.x; p < g.kp / 2; p += kThreads) {
     int off = -1;
-    if (k < g.k) {
-      const int ch = k % g.c, rs = k / g.c, r = rs / g.kw, q = rs - r * g.kw;
-      off = (r * g.dh * g.patch_w + q * g.dw) * g.c + ch;
+    if (2 * p < g.k) {
+      const int ch = 2 * p % g.cp, rs = 2 * p / g.cp, r = rs / g.kw, q = rs - r * g.kw;
+      off = (r * g.dh * g.patch_w + q * g.dw) * g.cp + ch;  // even
     }
-    koff[k] = off;
+    koff[p] = off;
   }
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
@@ -120,7 +133,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int m = warp * 32 + mt * 16 + h * 8 + gr;
-      base[mt][h] = ((m / kTileW) * g.sh * g.patch_w + (m % kTileW) * g.sw) * g.c;
+      base[mt][h] = ((m / kTileW) * g.sh * g.patch_w + (m % kTileW) * g.sw) * g.cp;  // even
     }
   float bv[NT][2];
 #pragma unroll
@@ -137,14 +150,22 @@ __global__ void __launch_bounds__(kThreads)
     const int iy0 = oy0 * g.sh - g.pad_h, ix0 = ox0 * g.sw - g.pad_w;
     const uint16_t* xi = x + static_cast<int64_t>(img) * g.in_h * g.in_w * g.c;
     __syncthreads();  // the previous tile's reads of the patch are done (the first: the tables)
-    // A warp a patch row: its values are one run in the image's row (zeros outside the image).
-    const int row = g.patch_w * g.c, jlo = max(0, -ix0 * g.c), jhi = min(row, (g.in_w - ix0) * g.c);
+    // A warp a patch row, a lane a pair of a pixel's channels (zeros outside the image and for
+    // the padding channels).
+    const int hp = g.cp / 2, pairs = g.patch_w * hp;
     for (int py = warp; py < g.patch_h; py += kThreads / 32) {
       const int iy = iy0 + py;
       const bool inside = iy >= 0 && iy < g.in_h;
-      const int64_t from = (static_cast<int64_t>(iy) * g.in_w + ix0) * g.c;
-      for (int j = lane; j < row; j += 32)
-        patch[py * row + j] = inside && j >= jlo && j < jhi ? xi[from + j] : uint16_t{0};
+      for (int j = lane; j < pairs; j += 32) {
+        const int px = hp == 2 ? j >> 1 : j, ch = (j & (hp - 1)) * 2, ix = ix0 + px;
+        uint16_t v0 = 0, v1 = 0;
+        if (inside && ix >= 0 && ix < g.in_w) {
+          const uint16_t* src = xi + (static_cast<int64_t>(iy) * g.in_w + ix) * g.c;
+          if (ch < g.c) v0 = src[ch];
+          if (ch + 1 < g.c) v1 = src[ch + 1];
+        }
+        patch[py * pairs + j] = pack(v0, v1);
+      }
     }
     __syncthreads();
 
@@ -156,17 +177,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
     for (int kb = 0; kb < g.kp; kb += 16) {
-      const int k0 = koff[kb + tq * 2], k1 = koff[kb + tq * 2 + 1], k2 = koff[kb + tq * 2 + 8],
-                k3 = koff[kb + tq * 2 + 9];
-      auto at = [&](int r, int k) { return k < 0 ? uint16_t{0} : patch[r + k]; };
+      const int p0 = koff[kb / 2 + tq], p1 = koff[kb / 2 + 4 + tq];  // taps 2tq, 2tq + 1 and 8 on
+      auto at = [&](int r, int p) { return p < 0 ? 0u : patch[(r + p) >> 1]; };
       uint32_t a[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
         const int r0 = base[mt][0], r1 = base[mt][1];
-        a[mt][0] = pack(at(r0, k0), at(r0, k1));
-        a[mt][1] = pack(at(r1, k0), at(r1, k1));
-        a[mt][2] = pack(at(r0, k2), at(r0, k3));
-        a[mt][3] = pack(at(r1, k2), at(r1, k3));
+        a[mt][0] = at(r0, p0);
+        a[mt][1] = at(r1, p0);
+        a[mt][2] = at(r0, p1);
+        a[mt][3] = at(r1, p1);
       }
 #pragma unroll
       for (int nt = 0; nt < NT; nt += 2) {
@@ -181,22 +201,20 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
 
+    // The tile's outputs into shared memory, then out in 16-byte stores: a pixel's filters are
+    // one run, and a tile row's pixels follow each other when the block holds every filter.
     auto store = [&](auto fn) {
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int m = warp * 32 + mt * 16 + h * 8 + gr, oy = oy0 + m / kTileW, ox = ox0 + m % kTileW;
-          if (oy >= g.out_h || ox >= g.out_w) continue;
-          T* yo = y + ((static_cast<int64_t>(img) * g.out_h + oy) * g.out_w + ox) * g.filters;
+          T* row = out + (warp * 32 + mt * 16 + h * 8 + gr) * OS;
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt) {
-            const int f = f0 + nt * 8 + tq * 2;
-            if (f >= g.filters) continue;  // filters are a multiple of 8: f + 1 is in too
             Vec<T, 2> v;
             v.v[0] = to<T>(fn(acc[mt][nt][h * 2] + bv[nt][0]));
             v.v[1] = to<T>(fn(acc[mt][nt][h * 2 + 1] + bv[nt][1]));
-            *reinterpret_cast<Vec<T, 2>*>(yo + f) = v;
+            *reinterpret_cast<Vec<T, 2>*>(row + nt * 8 + tq * 2) = v;
           }
         }
     };
@@ -207,6 +225,15 @@ __global__ void __launch_bounds__(kThreads)
       store([](float v) { return v; });
     else
       store([kind = act.kind, slope = act.slope](float v) { return act_eval(kind, slope, v); });
+    __syncthreads();
+    constexpr int VP = NB / 8;  // 16-byte vectors a pixel
+    for (int v = threadIdx.x; v < kTileH * kTileW * VP; v += kThreads) {
+      const int m = v / VP, j = v - m * VP, oy = oy0 + m / kTileW, ox = ox0 + m % kTileW, f = f0 + j * 8;
+      if (oy < g.out_h && ox < g.out_w && f < g.filters)
+        *reinterpret_cast<uint4*>(
+            y + ((static_cast<int64_t>(img) * g.out_h + oy) * g.out_w + ox) * g.filters + f) =
+            *reinterpret_cast<const uint4*>(out + m * OS + j * 8);
+    }
   }
 }
 
