@@ -245,6 +245,19 @@ TEST_CASE("gpu: every stream's cuDNN workspace is what the chosen algorithms nee
       close(r2, p, 35);
       // The full blocks run the same algorithms on the same images: the same bits.
       CHECK(std::equal(r2.probs.begin(), r2.probs.begin() + 32 * 10, r.probs.begin()));
+      // One block (new slots: one stream), then three streams again, no warm-up asked: new slots
+      // (which may reuse the old ones' addresses) get their workspaces sized again.
+      RunOptions one = next;
+      one.batch = 10;
+      close(gpu->run(data, one), p, 10);
+      RunOptions again = next;
+      again.batch = n;
+      const RunResult r3 = gpu->run(data, again);
+      REQUIRE(r3.gpu);
+      CHECK(r3.gpu->streams == 3);
+      CHECK(r3.gpu->cudnn_workspace_bytes < r3.gpu->cudnn_search_workspace_bytes);
+      close(r3, p, n);
+      CHECK(std::equal(r3.probs.begin(), r3.probs.begin() + 32 * 10, r.probs.begin()));
     }
 }
 

@@ -199,7 +199,7 @@ class GpuExecutor : public Executor {
     if (data.preprocessed() != float_input_) {  // the graphs and warm-up were for the other input
       float_input_ = data.preprocessed();
       pipeline_->drop_graphs();
-      warmed_slots_ = nullptr;
+      warmed_gen_ = 0;
     }
     if (float_input_) tuning_.fuse_u8 = false;
     std::string why;
@@ -228,7 +228,7 @@ class GpuExecutor : public Executor {
     }
     if (changed) {  // cuDNN's search again, before any capture
       pipeline_->drop_graphs();
-      warmed_slots_ = nullptr;
+      warmed_gen_ = 0;
     }
   }
   // The operands' format and the activations' layout from now on: plans made for others are
@@ -246,7 +246,7 @@ class GpuExecutor : public Executor {
       conv_weights(st.layer).cudnn->set_format(p, nhwc);
     }
     pipeline_->drop_graphs();
-    warmed_slots_ = nullptr;
+    warmed_gen_ = 0;
   }
 
   bool uses_tc(const Step& st, ConvAlgo algo) const {  // needs the weights uploaded
@@ -305,13 +305,13 @@ class GpuExecutor : public Executor {
   void prepare_graphs(int64_t n, size_t ws_bytes);
   std::string step_algo(const Step& st) const;
   // The slots and block size the last warm-up ran (RunOptions::warm_up false skips it for them).
-  const void* warmed_slots_ = nullptr;
+  uint64_t warmed_gen_ = 0;  // BlockPipeline::generation() of those slots (0: none)
   int64_t warmed_block_ = -1;
   // The cuDNN workspace the chosen algorithms need for blocks of n and last images: the largest
-  // of the convs that run cuDNN (the search's size when one cannot say), and the slots, block and
-  // last block the slots' workspaces were last sized for.
+  // of the convs that run cuDNN (the search's size when one cannot say), and the slots
+  // (generation), block and last block the slots' workspaces were last sized for.
   size_t cudnn_ws_need(const CudnnHandle& h, int64_t n, int64_t last) const;
-  std::tuple<const void*, int64_t, int64_t> ws_sized_{nullptr, -1, -1};
+  std::tuple<uint64_t, int64_t, int64_t> ws_sized_{0, -1, -1};
 };
 
 SlotNeeds GpuExecutor::slot_needs(bool share) const {
@@ -956,14 +956,15 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   // Both on slot 0 with the search's cuDNN workspace; then every slot gets what the chosen
   // algorithms need for the block and the last block (BlockPipeline::set_cudnn_ws).
   const bool warming =
-      opt.warm_up || selector_.any_auto() || warmed_slots_ != slots[0].get() || warmed_block_ != block;
+      opt.warm_up || selector_.any_auto() || warmed_gen_ != pipeline_->generation() || warmed_block_ != block;
   const int64_t last = batch - (nblocks - 1) * block;
   const bool cudnn = selector_.may_use(plan_, ConvAlgo::kCudnn);
-  const bool size_ws = cudnn && (warming || ws_sized_ != std::make_tuple(slots[0].get(), block, last));
+  const bool size_ws =
+      cudnn && (warming || ws_sized_ != std::make_tuple(pipeline_->generation(), block, last));
   if (size_ws) pipeline_->cudnn_ws_for_search();
   if (warming) {
     warm(*slots[0], data, block, &facts.tuning);
-    warmed_slots_ = slots[0].get();
+    warmed_gen_ = pipeline_->generation();
     warmed_block_ = block;
   }
   // The short last block's plans too, before the clock (it runs outside the CUDA graphs).
@@ -973,7 +974,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
       if (!sp->cudnn) sp->cudnn = std::make_unique<CudnnHandle>();
   if (size_ws) {
     pipeline_->set_cudnn_ws(cudnn_ws_need(*slots[0]->cudnn, block, last));
-    ws_sized_ = std::make_tuple(slots[0].get(), block, last);
+    ws_sized_ = std::make_tuple(pipeline_->generation(), block, last);
   }
   facts.cudnn_workspace_bytes = cudnn ? static_cast<int64_t>(slots[0]->cudnn_ws.bytes()) : -1;
   facts.cudnn_search_workspace_bytes = cudnn ? static_cast<int64_t>(pipeline_->cudnn_ws_max()) : -1;
@@ -1151,7 +1152,7 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
   }
   pipeline_->ensure_slots(slot_needs(false), 1, block, n, opt.gpu_memory, 0, nullptr);
   pipeline_->cudnn_ws_for_search();
-  ws_sized_ = {nullptr, -1, -1};
+  ws_sized_ = {0, -1, -1};
   block = pipeline_->block();
   Slot& s = *pipeline_->slots()[0];
   prepare_graphs(std::min(block, n), s.cudnn_ws.bytes());

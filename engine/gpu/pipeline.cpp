@@ -128,6 +128,7 @@ void BlockPipeline::ensure_slots(const SlotNeeds& needs, int streams, int64_t bl
   col_ = use_im2col;
   cudnn_ = use_cudnn;
   cudnn_ws_max_ = cudnn_ws;
+  ++generation_;
 }
 
 void BlockPipeline::cudnn_ws_for_search() {

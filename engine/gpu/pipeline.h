@@ -93,6 +93,9 @@ class BlockPipeline {
   // warm-up); set_cudnn_ws: every slot `bytes`, at most cudnn_ws_max() (the chosen algorithms'
   // need, after them). Not while blocks are in flight.
   size_t cudnn_ws_max() const { return cudnn_ws_max_; }
+  // Counts the times ensure_slots made new slots (from 1): what was set up for slots, by
+  // generation rather than by address (new slots may take an old one's address).
+  uint64_t generation() const { return generation_; }
   void cudnn_ws_for_search();
   void set_cudnn_ws(size_t bytes);
 
@@ -116,10 +119,11 @@ class BlockPipeline {
   int64_t cap_ = 0;  // the room under the cap (less the resident images) the slots were sized for
   bool col_ = false, cudnn_ = false;  // the slots have im2col / cuDNN workspaces
   size_t cudnn_ws_max_ = 0;           // the search's cuDNN workspace (the slots' sizing assumed it)
-  int64_t input_bytes_ = 0;           // per image of the slots' input buffers
-  std::vector<int64_t> buf_floats_;   // the buffers' sizes the slots were made for (the layout's)
-  std::vector<int> share_group_;      // and how they shared memory
-  int64_t buffer_bytes_ = 0;          // per image, all the buffers' allocations of one slot
+  uint64_t generation_ = 0;
+  int64_t input_bytes_ = 0;          // per image of the slots' input buffers
+  std::vector<int64_t> buf_floats_;  // the buffers' sizes the slots were made for (the layout's)
+  std::vector<int> share_group_;     // and how they shared memory
+  int64_t buffer_bytes_ = 0;         // per image, all the buffers' allocations of one slot
   int allocations_ = 0;
 };
 
