@@ -10,6 +10,16 @@ void fail_call(const char* call, const char* file, int line, const std::string& 
   throw Error(std::string(f ? f : file) + ":" + std::to_string(line) + ": " + call + " failed: " + what);
 }
 
+int sm_count() {
+  static const int count = [] {
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    return sms;
+  }();
+  return count;
+}
+
 const char* cublas_status_name(cublasStatus_t s) {
   switch (s) {
     case CUBLAS_STATUS_SUCCESS:

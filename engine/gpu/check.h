@@ -146,6 +146,10 @@ class CudaEvent {
   cudaEvent_t e_ = nullptr;
 };
 
+// The current device's streaming multiprocessors (asked once per process: a process keeps its
+// device). For kernels that size their grid to fill the GPU.
+int sm_count();
+
 // The least time in ms, by CUDA events on stream s, of `repeats` calls of `call`, each timed
 // alone (the caller runs any warm-up first). Waits for each: not while s is being captured.
 template <typename F>

@@ -237,16 +237,6 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
-int sm_count() {
-  static const int count = [] {
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    return sms;
-  }();
-  return count;
-}
-
 template <typename T, int NT>
 void launch(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
             cudaStream_t s) {

@@ -67,16 +67,6 @@ namespace implicit {
 
 namespace {
 
-int sm_count() {
-  static const int n = [] {
-    int dev = 0, v = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev));
-    return v;
-  }();
-  return n;
-}
-
 // Resident thread blocks per SM for one instantiation and shared-memory size (cached: the
 // persistent grid is sized from it).
 template <int BM, int KWT, int EPI, bool U8>
