@@ -434,6 +434,7 @@ int run_network(const Options& o, Ranks& ranks) {
   g_stage = "loading the weights";
   if (!is_onnx(o.netdef) || !o.weights.empty()) load_weights(net, assets, o.weights);
   rep.load_weights_s = seconds_since(t);
+  rep.rewrites = net.rewrites;
   rep.weights_description = !o.weights.empty()  ? "--weights " + o.weights
                             : is_onnx(o.netdef) ? "onnx: " + o.netdef
                                                 : net.weights.format + ": " + net.weights.path;

@@ -47,6 +47,9 @@ struct Network {
   WeightsSpec weights;
   std::vector<std::unique_ptr<Layer>> layers;  // execution order
   int output = -1;                             // index of the output layer
+  // What loading the weights changed in the graph beyond batchnorm folds, one sentence each
+  // (fold_pools_into_fcs), for the report.
+  std::vector<std::string> rewrites;
 
   int find(const std::string& layer_name) const;  // -1 if none
   Shape shape_of(int index) const {

@@ -81,6 +81,96 @@ void fold_batchnorms(Network& net, const std::string& source) {
 
 namespace {
 
+// The fc that reads avgpool k's output through identity layers only (each the only reader of the
+// one before, none the output), or -1; `chain` gets the identity layers between them.
+int fc_after_pool(const Network& net, const Readers& rd, int k, std::vector<int>& chain) {
+  chain.clear();
+  int j = k;
+  for (;;) {
+    if (j == net.output || rd.count(j) != 1) return -1;
+    const int r = rd.of[static_cast<size_t>(j)][0];
+    const Layer& l = *net.layers[static_cast<size_t>(r)];
+    if (l.inputs.size() != 1) return -1;
+    if (l.kind == LayerKind::kFc) return r;
+    if (!l.has(kCapIdentity)) return -1;
+    chain.push_back(r);
+    j = r;
+  }
+}
+
+// Removes layer k, which nothing reads any more; indices after it move down one.
+void erase_layer(Network& net, int k) {
+  net.layers.erase(net.layers.begin() + k);
+  for (auto& l : net.layers)
+    for (int& i : l->inputs) i -= i > k ? 1 : 0;
+  if (net.output > k) --net.output;
+}
+
+}  // namespace
+
+std::vector<std::string> fold_pools_into_fcs(Network& net, const std::string& source) {
+  std::vector<std::string> notes;
+  for (int k = 0; k < static_cast<int>(net.layers.size()); ++k) {
+    Layer& pl = *net.layers[static_cast<size_t>(k)];
+    if (pl.kind != LayerKind::kAvgpool || pl.inputs.size() != 1) continue;
+    const PoolParams& p = layer_as<PoolLayer>(pl).p;
+    const Shape in = net.shape_of(pl.inputs[0]), out = pl.out_shape;
+    if (in.h * in.w > out.h * out.w || in.c != out.c) continue;
+    std::vector<int> chain;
+    const int f = fc_after_pool(net, readers(net), k, chain);
+    if (f < 0) continue;
+    Layer& fc = *net.layers[static_cast<size_t>(f)];
+    auto wit = fc.weights.find("weight");
+    if (wit == fc.weights.end()) continue;
+    const Tensor& w = wit->second;
+    const int64_t outs = w.dims[0], hw = out.h * out.w, hw_in = in.h * in.w;
+    if (w.dims.size() != 2 || w.dims[1] != out.c * hw) continue;
+    Tensor folded({outs, in.c * hw_in});
+    std::vector<double> acc(static_cast<size_t>(hw_in));
+    for (int64_t o = 0; o < outs; ++o)
+      for (int64_t c = 0; c < in.c; ++c) {
+        std::fill(acc.begin(), acc.end(), 0.0);
+        const float* wr = w.data.data() + (o * out.c + c) * hw;
+        for (int64_t oy = 0; oy < out.h; ++oy) {
+          const PoolWindow wy = pool_window_h(p, oy);
+          for (int64_t ox = 0; ox < out.w; ++ox) {
+            const PoolWindow wx = pool_window_w(p, ox);
+            const int64_t count = p.count_pad ? wy.span * wx.span : (wy.end - wy.begin) * (wx.end - wx.begin);
+            const double v = static_cast<double>(wr[oy * out.w + ox]) / static_cast<double>(count);
+            for (int64_t y = wy.begin; y < wy.end; ++y)
+              for (int64_t x = wx.begin; x < wx.end; ++x) acc[static_cast<size_t>(y * in.w + x)] += v;
+          }
+        }
+        float* dst = folded.data.data() + (o * in.c + c) * hw_in;
+        for (int64_t i = 0; i < hw_in; ++i) {
+          dst[i] = static_cast<float>(acc[static_cast<size_t>(i)]);
+          if (!std::isfinite(dst[i]))
+            throw Error(source + ": folding avgpool '" + pl.name + "' into fc '" + fc.name +
+                        "' overflows float32 for output " + std::to_string(o) +
+                        "; the weights are too large");
+        }
+      }
+    notes.push_back("avgpool '" + pl.name + "' (" + in.str() + " -> " + out.str() + ") folded into fc '" +
+                    fc.name + "': " + std::to_string(out.c * hw) + " -> " + std::to_string(in.c * hw_in) +
+                    " inputs");
+    wit->second = std::move(folded);
+    // The first layer after the pool reads the pool's input; the chain's and the fc's shapes follow.
+    net.layers[static_cast<size_t>(chain.empty() ? f : chain[0])]->inputs[0] = pl.inputs[0];
+    chain.push_back(f);
+    for (int i : chain) {
+      Layer& l = *net.layers[static_cast<size_t>(i)];
+      l.in_shapes = {net.shape_of(l.inputs[0])};
+      l.out_shape = l.infer_shape(l.in_shapes);
+      l.bind(l.in_shapes);
+    }
+    erase_layer(net, k);
+    --k;
+  }
+  return notes;
+}
+
+namespace {
+
 // The pointwise activations: the types whose class is ActivationLayer, read off the type list.
 bool is_activation(const Layer& l) {
 #define CNNRUN_IS_ACT(kind, name, Class, args, cpu, gpu) std::is_same_v<Class, ActivationLayer>,

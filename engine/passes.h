@@ -6,6 +6,8 @@
 //   readers            who reads each layer's output and the network input
 //   runs_as_identity   the identity rule: which layers alias their input and compute nothing
 //   fold_batchnorms    batchnorm folded into the conv/fc before it (changes weights; at load)
+//   fold_pools_into_fcs an average pool that does not shrink its input, folded into the fc
+//                      that reads it (changes weights and the graph; at load)
 //   find_fusions       which layers could run in their producer's kernel (the GPU planner
 //                      then keeps those its kernels accept)
 //   layer_lifetimes,   when each layer's output is in use, and which outputs may share memory
@@ -38,6 +40,18 @@ bool runs_as_identity(const Layer& l);
 // shift (a bias is added when the layer had none). The batchnorm is marked `folded` and from
 // then on runs as identity. `source` names the weights in an overflow error.
 void fold_batchnorms(Network& net, const std::string& source);
+
+// Folds every average pool whose output has at least as many positions as its input (an
+// adaptive pool that replicates: VGG's 7x7 after a feature map of 1x1 at 32x32 input; or one
+// that copies: 7x7 -> 7x7) into the fc that reads it, directly or through flatten/dropout layers,
+// each the only reader of the one before, none of them the network output. The pool is linear,
+// so fc(pool(x)) = W' x with W'[o][c][y][x] = the sum, over the output positions (Y, X) whose
+// window holds (y, x), of W[o][c][Y][X] / that window's divisor (summed in double): the fc then
+// reads the pool's input, with C*h*w inputs instead of C*H*W (VGG-11 at 32x32: 25088 -> 512, a
+// 49th of the largest layer's work), and the pool is removed from the network (the layers after
+// it move up one index). Returns one sentence per fold, for the report. `source` names the
+// weights in an overflow error.
+std::vector<std::string> fold_pools_into_fcs(Network& net, const std::string& source);
 
 // Layers that can be computed inside their producer's kernel, by the graph alone.
 struct Fusions {

@@ -197,6 +197,7 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
 std::vector<std::string> report_notes(const Report& r) {
   std::vector<std::string> out;
   if (!r.cpu_fallback.empty()) out.push_back("no GPU (" + r.cpu_fallback + "): running the CPU engine");
+  out.insert(out.end(), r.rewrites.begin(), r.rewrites.end());
   if (r.validated_by_itself)
     out.push_back("--validate with the CPU engine compares the reference with itself");
   if (r.validated_stream_images)

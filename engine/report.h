@@ -28,6 +28,7 @@ struct Report {
   std::string netdef, net_name;
   std::string data_description, weights_description;
   std::string cpu_fallback;             // why --engine auto ran the CPU ("" = it did not fall back)
+  std::vector<std::string> rewrites;    // what loading changed in the graph (Network::rewrites)
   bool validated_by_itself = false;     // --validate with the CPU engine
   int64_t validated_stream_images = 0;  // --validate on a streamed data set: its first N images only
   std::vector<double> repeat_seconds;  // --repeat: every run's forward time (run.forward_seconds: the median)

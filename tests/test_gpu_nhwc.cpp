@@ -190,6 +190,66 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
   }
 }
 
+// VGG's head at 32x32: the features end at 1x1, the adaptive pool makes 7x7 copies of it, the fc
+// reads 49 times the values it needs. Folded at load (fold_pools_into_fcs), the fc reads the
+// 1x1 features directly: at every precision and both layouts the GPU's outputs of the folded
+// network are the unfolded network's CPU reference outputs within the precision's tolerance,
+// and the folded network validates layer by layer.
+TEST_CASE("gpu: an average pool folded into its fc gives the unfolded network's outputs" *
+          doctest::skip(!gpu_present())) {
+  const char* const text = R"(
+name: vgghead
+input: {channels: 3, height: 16, width: 16}
+classes: [a, b, c, d, e, f, g, h, i, j]
+layers:
+  - {name: c1, type: conv, filters: 16, kernel: 3, pad: 1}
+  - {name: r1, type: relu}
+  - {name: p1, type: maxpool, size: 2, stride: 2}
+  - {name: c2, type: conv, filters: 32, kernel: 3, pad: 1}
+  - {name: r2, type: relu}
+  - {name: p2, type: maxpool, size: 8, stride: 8}
+  - {name: avgpool, type: avgpool, output: 7}
+  - {name: fc1, type: fc, outputs: 64}
+  - {name: r3, type: relu}
+  - {name: d, type: dropout}
+  - {name: fc2, type: fc, outputs: 10}
+)";
+  Network plain = parse_netdef_string(text, "vgghead"), net = parse_netdef_string(text, "vgghead");
+  random_weights(plain, 31);
+  random_weights(net, 31);
+  REQUIRE(fold_pools_into_fcs(net, "t").size() == 1);
+  REQUIRE(net.find("avgpool") < 0);
+  REQUIRE(net.layers[static_cast<size_t>(net.find("fc1"))]->weight("weight").dims ==
+          std::vector<int64_t>{64, 32});
+  const int64_t n = 37;
+  Dataset data = gpu_random_data(net.input, n, 10, 5);
+  std::vector<Tensor> ref = make_cpu_executor(plain)->forward_layers(data, 0, n, RunOptions{});
+  const std::vector<float>& want = ref[static_cast<size_t>(plain.output)].data;
+  auto gpu = make_gpu_executor(net);
+  auto cpu = make_cpu_executor(net);
+  for (Layout layout : {Layout::kNchw, Layout::kNhwc})
+    for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+      INFO(precision_name(p) << (layout == Layout::kNhwc ? " nhwc" : " nchw"));
+      RunOptions o;
+      o.batch = n;
+      o.block = 16;
+      o.want_probs = true;
+      o.layout = layout;
+      o.precision = p;
+      const RunResult r = gpu->run(data, o);
+      REQUIRE(r.probs.size() == want.size());
+      double worst = 0, top = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        worst = std::max(worst, static_cast<double>(std::fabs(r.probs[i] - want[i])));
+        top = std::max(top, static_cast<double>(std::fabs(want[i])));
+      }
+      MESSAGE("folded head " << precision_name(p) << (layout == Layout::kNhwc ? " nhwc" : " nchw")
+                             << ": max |gpu - unfolded reference| / max |value| " << worst / top);
+      CHECK(worst <= validation_tolerance(p) * top);
+      CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
+    }
+}
+
 // cuDNN's workspace: the search runs with the large one on one slot; then every stream holds what
 // the chosen algorithms need for the block and the short last block, smaller than the search's.
 // A later run of another batch size on the same slots without a warm-up (a streamed data set's

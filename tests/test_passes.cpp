@@ -8,8 +8,10 @@
 #include <set>
 
 #include "engine/layers/conv.h"
+#include "engine/layers/fc.h"
 #include "engine/network.h"
 #include "engine/passes.h"
+#include "reference/cpu_executor.h"
 #include "reference/cpu_layers.h"
 #include "tests/test_util.h"
 
@@ -118,6 +120,105 @@ TEST_CASE("passes: fold_batchnorms folds into a lone conv producer, not into a s
   // scale = weight / sqrt(var) = {2, 1.5}; shift = bias - mean * scale = {0, -1}
   CHECK(c.weight("weight").data == std::vector<float>{2, 4, 6, 6, 7.5f, 9});
   CHECK(c.weight("bias").data == std::vector<float>{0, -1});
+}
+
+namespace {
+
+// The output layer's values for `n` random images on the CPU reference.
+std::vector<float> cpu_outputs(const Network& net, int64_t n) {
+  const Dataset data = test::gpu_random_data(net.input, n, 4, 11);
+  std::vector<Tensor> all = make_cpu_executor(net)->forward_layers(data, 0, n, RunOptions{});
+  return all[static_cast<size_t>(net.output)].data;
+}
+
+}  // namespace
+
+TEST_CASE("passes: fold_pools_into_fcs folds an average pool that does not shrink into the fc after it") {
+  // Input 3x8x8 -> conv 5x2x3 (stride 4x3) -> adaptive 3x4 (overlapping windows of 1 and 2 rows
+  // and columns) -> flatten -> dropout -> fc; and a second head where the pool copies (3x4 -> 3x4,
+  // windows of one) with the fc right after it.
+  const std::string layers = R"(  - {name: c, type: conv, filters: 5, kernel: [2, 2], stride: [4, 3]}
+  - {name: gp, type: avgpool, output: [3, 4]}
+  - {name: f, type: flatten}
+  - {name: d, type: dropout}
+  - {name: fc, type: fc, outputs: 2}
+  - {name: r, type: relu}
+  - {name: c2, type: conv, filters: 2, kernel: 1, inputs: gp}
+  - {name: same, type: avgpool, output: [3, 4]}
+  - {name: fc2, type: fc, outputs: 2}
+  - {name: sum, type: add, inputs: [r, r]}
+  - {name: cat, type: concat, inputs: [sum, fc2]}
+)";
+  Network plain = parse(layers), folded = parse(layers);
+  test::random_weights(plain, 5);
+  test::random_weights(folded, 5);
+  REQUIRE(plain.layers[static_cast<size_t>(idx(plain, "c"))]->out_shape == Shape{5, 2, 3});
+  // gp has two readers (f and c2): not folded; `same` (a copy) folds into fc2.
+  CHECK(fold_pools_into_fcs(folded, "t").size() == 1);
+  CHECK(folded.find("same") < 0);
+  CHECK(folded.find("gp") >= 0);
+  const Layer& fc2 = *folded.layers[static_cast<size_t>(idx(folded, "fc2"))];
+  CHECK(fc2.inputs == std::vector<int>{idx(folded, "c2")});
+  CHECK(layer_as<FcLayer>(fc2).p.inputs == 2 * 3 * 4);
+  CHECK(fc2.weight("weight").dims == std::vector<int64_t>{2, 24});
+  CHECK(folded.output == idx(folded, "cat"));
+  CHECK(folded.layers[static_cast<size_t>(folded.output)]->name == "cat");
+  std::vector<float> a = cpu_outputs(folded, 3), b = cpu_outputs(plain, 3);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5));
+
+  // With c2 gone, gp's only reader chain is flatten -> dropout -> fc: it folds, 60 -> 30 inputs.
+  const std::string one_head = R"(  - {name: c, type: conv, filters: 5, kernel: [2, 2], stride: [4, 3]}
+  - {name: gp, type: avgpool, output: [3, 4]}
+  - {name: f, type: flatten}
+  - {name: d, type: dropout}
+  - {name: fc, type: fc, outputs: 4}
+  - {name: r, type: relu}
+)";
+  Network p1 = parse(one_head), f1 = parse(one_head);
+  test::random_weights(p1, 9);
+  test::random_weights(f1, 9);
+  const std::vector<std::string> notes = fold_pools_into_fcs(f1, "t");
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0] == "avgpool 'gp' (5x2x3 -> 5x3x4) folded into fc 'fc': 60 -> 30 inputs");
+  CHECK(f1.layers.size() == p1.layers.size() - 1);
+  CHECK(f1.find("gp") < 0);
+  CHECK(f1.layers[static_cast<size_t>(idx(f1, "f"))]->inputs == std::vector<int>{idx(f1, "c")});
+  CHECK(f1.layers[static_cast<size_t>(idx(f1, "f"))]->out_shape == Shape{30, 1, 1});
+  CHECK(f1.layers[static_cast<size_t>(idx(f1, "d"))]->out_shape == Shape{30, 1, 1});
+  CHECK(f1.layers[static_cast<size_t>(idx(f1, "fc"))]->in_shapes == std::vector<Shape>{Shape{30, 1, 1}});
+  CHECK(f1.output == idx(f1, "r"));
+  // The outputs differ from the unfolded ones only by rounding.
+  a = cpu_outputs(f1, 4);
+  b = cpu_outputs(p1, 4);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5));
+  // One folded weight by hand: fc output 0, channel 0, input position (0, 0).
+  const Tensor& w0 = p1.layers[static_cast<size_t>(idx(p1, "fc"))]->weight("weight");
+  const Tensor& w1 = f1.layers[static_cast<size_t>(idx(f1, "fc"))]->weight("weight");
+  // Rows: 2 -> 3 gives windows {0}, {0, 1}, {1}; columns: 3 -> 4 gives {0}, {0, 1}, {1, 2}, {2}.
+  // Input (0, 0) is in rows 0, 1 and columns 0, 1 with divisors 1*1, 1*2, 2*1, 2*2.
+  const double expect =
+      double(w0.data[0]) / 1 + double(w0.data[1]) / 2 + double(w0.data[4]) / 2 + double(w0.data[5]) / 4;
+  CHECK(w1.data[0] == doctest::Approx(expect).epsilon(1e-6));
+}
+
+TEST_CASE(
+    "passes: fold_pools_into_fcs leaves a pool that shrinks, a max-pool, an activation between and the "
+    "output") {
+  for (const char* tail :
+       {"  - {name: p, type: avgpool, output: [2, 2]}\n  - {name: fc, type: fc, outputs: 4}\n",
+        "  - {name: p, type: maxpool, output: [8, 8]}\n  - {name: fc, type: fc, outputs: 4}\n",
+        "  - {name: p, type: avgpool, output: [9, 9]}\n  - {name: a, type: relu}\n"
+        "  - {name: fc, type: fc, outputs: 4}\n",
+        "  - {name: c, type: conv, filters: 1, kernel: 8}\n  - {name: p, type: avgpool, output: [2, 2]}\n"}) {
+    CAPTURE(tail);
+    Network net = parse(tail);
+    test::random_weights(net, 1);
+    const size_t n = net.layers.size();
+    CHECK(fold_pools_into_fcs(net, "t").empty());
+    CHECK(net.layers.size() == n);
+  }
 }
 
 TEST_CASE("passes: find_fusions finds conv+relu(+2x2 max-pool), fc+relu, and the input's only conv") {

@@ -184,6 +184,14 @@ void load_safetensors(Network& net, const std::string& file) {
   load_tensor_map(net, read_safetensors(file, true), file);
 }
 
+// The folds that change weights at load: batchnorms into their producers, then average pools
+// that do not shrink into the fc after them (engine/passes.h).
+void fold_all(Network& net, const std::string& source) {
+  fold_batchnorms(net, source);
+  std::vector<std::string> notes = fold_pools_into_fcs(net, source);
+  net.rewrites.insert(net.rewrites.end(), notes.begin(), notes.end());
+}
+
 }  // namespace
 
 void load_weights(Network& net, const AssetResolver& assets, const std::string& override_path, bool fold) {
@@ -225,7 +233,7 @@ void load_weights(Network& net, const AssetResolver& assets, const std::string& 
       load_safetensors(net, override_path);
     }
   }
-  if (fold) fold_batchnorms(net, source);
+  if (fold) fold_all(net, source);
 }
 
 void load_weights_from(Network& net, std::map<std::string, Tensor> tensors, const std::string& source,
@@ -236,7 +244,7 @@ void load_weights_from(Network& net, std::map<std::string, Tensor> tensors, cons
     l->weights.clear();
   }
   load_tensor_map(net, std::move(tensors), source);
-  if (fold) fold_batchnorms(net, source);
+  if (fold) fold_all(net, source);
 }
 
 std::map<std::string, Tensor> collect_weights(const Network& net) {

@@ -47,9 +47,10 @@ std::string safetensors_bytes(const std::map<std::string, Tensor>& tensors);
 
 // Loads the network's weights from its WeightsSpec (or `override_path`, a safetensors file or
 // convnetjs directory given with --weights), checks every shape, then folds batchnorm layers
-// into their producers where possible.
-// fold = false keeps batchnorm layers as they are (for `cnnrun convert`, whose output must load
-// into the same netdef).
+// into their producers where possible, and average pools that do not shrink into the fc after
+// them (engine/passes.h; net.rewrites says which).
+// fold = false keeps the graph and the weights as they are (for `cnnrun convert`, whose output
+// must load into the same netdef).
 void load_weights(Network& net, const AssetResolver& assets, const std::string& override_path,
                   bool fold = true);
 
