@@ -131,6 +131,9 @@ std::vector<std::string> fold_pools_into_fcs(Network& net, const std::string& so
       for (int64_t c = 0; c < in.c; ++c) {
         std::fill(acc.begin(), acc.end(), 0.0);
         const float* wr = w.data.data() + (o * out.c + c) * hw;
+        // Non-finite weights stay what they were (the unfolded network computes with them too);
+        // finite ones that sum past float32 are refused.
+        const bool finite = std::all_of(wr, wr + hw, [](float v) { return std::isfinite(v); });
         for (int64_t oy = 0; oy < out.h; ++oy) {
           const PoolWindow wy = pool_window_h(p, oy);
           for (int64_t ox = 0; ox < out.w; ++ox) {
@@ -144,7 +147,7 @@ std::vector<std::string> fold_pools_into_fcs(Network& net, const std::string& so
         float* dst = folded.data.data() + (o * in.c + c) * hw_in;
         for (int64_t i = 0; i < hw_in; ++i) {
           dst[i] = static_cast<float>(acc[static_cast<size_t>(i)]);
-          if (!std::isfinite(dst[i]))
+          if (finite && !std::isfinite(dst[i]))
             throw Error(source + ": folding avgpool '" + pl.name + "' into fc '" + fc.name +
                         "' overflows float32 for output " + std::to_string(o) +
                         "; the weights are too large");

@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 
@@ -219,6 +221,26 @@ TEST_CASE(
     CHECK(fold_pools_into_fcs(net, "t").empty());
     CHECK(net.layers.size() == n);
   }
+}
+
+TEST_CASE("passes: fold_pools_into_fcs refuses finite weights whose sum overflows, keeps non-finite ones") {
+  const std::string layers = R"(  - {name: c, type: conv, filters: 1, kernel: 8}
+  - {name: p, type: avgpool, output: 2}
+  - {name: fc, type: fc, outputs: 4}
+)";
+  Network big = parse(layers), inf = parse(layers);
+  test::random_weights(big, 2);
+  test::random_weights(inf, 2);
+  big.layers[2]->weights["weight"].data[4] = 3e38f;  // output 1 sums 4 copies of 3e38
+  big.layers[2]->weights["weight"].data[5] = 3e38f;
+  CHECK_THROWS_WITH(
+      fold_pools_into_fcs(big, "w.safetensors"),
+      "w.safetensors: folding avgpool 'p' into fc 'fc' overflows float32 for output 1; the weights are "
+      "too large");
+  inf.layers[2]->weights["weight"].data[0] = std::numeric_limits<float>::infinity();
+  REQUIRE(fold_pools_into_fcs(inf, "t").size() == 1);
+  CHECK(std::isinf(inf.layers[1]->weight("weight").data[0]));
+  CHECK(std::isfinite(inf.layers[1]->weight("weight").data[1]));
 }
 
 TEST_CASE("passes: find_fusions finds conv+relu(+2x2 max-pool), fc+relu, and the input's only conv") {
