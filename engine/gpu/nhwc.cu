@@ -141,6 +141,41 @@ __global__ void mul_kernel(MulArgs<T> a, T* out, int image_vecs, int channels) {
   }
 }
 
+// Loads a thread issues before it uses the first, in the passes whose threads loop over many
+// vectors (the SE mul, the whole-plane pool): one at a time left them latency-bound at about
+// half of the memory bandwidth (docs/performance.md, Session 15).
+constexpr int kLoadsInFlight = 4;
+
+// Squeeze-and-excitation's mul, out = x * scale with scale one value per image and channel: each
+// thread loads kLoadsInFlight vectors of x (a grid stride apart) before it multiplies and stores
+// any; blockIdx.y the image.
+template <typename T, int V>
+__global__ void scale_kernel(const T* __restrict__ x, const T* __restrict__ scale, T* __restrict__ out,
+                             int image_vecs, int channels) {
+  const int cv = channels / V;
+  const int64_t img = blockIdx.y;
+  const Vec<T, V>* xi = reinterpret_cast<const Vec<T, V>*>(x) + img * image_vecs;
+  Vec<T, V>* oi = reinterpret_cast<Vec<T, V>*>(out) + img * image_vecs;
+  const T* si = scale + img * channels;
+  const int stride = gridDim.x * blockDim.x;
+  for (int base = blockIdx.x * blockDim.x + threadIdx.x; base < image_vecs; base += stride * kLoadsInFlight) {
+    Vec<T, V> xv[kLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u)
+      if (base + u * stride < image_vecs) xv[u] = xi[base + u * stride];
+#pragma unroll
+    for (int u = 0; u < kLoadsInFlight; ++u) {
+      const int i = base + u * stride;
+      if (i >= image_vecs) break;
+      const Vec<T, V> sv = *reinterpret_cast<const Vec<T, V>*>(si + (i % cv) * V);
+      Vec<T, V> o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) o.v[k] = to<T>(__fmul_rn(ld(xv[u].v[k]), ld(sv.v[k])));
+      oi[i] = o;
+    }
+  }
+}
+
 // A pool whose one window is the whole plane (global and 1x1 adaptive pools: squeeze-and-
 // excitation's, a network's head): one block per image and tile of blockDim.x channel vectors,
 // blockDim.y threads striding over the plane (a warp reads whole pixels' channels), their partial
@@ -157,13 +192,23 @@ __global__ void global_pool_nhwc_kernel(const T* __restrict__ in, T* __restrict_
 #pragma unroll
   for (int k = 0; k < V; ++k) r[k] = is_max ? -INFINITY : 0.f;
   if (v < cv) {
+    // kLoadsInFlight pixels loaded before they are summed, in the same order as one by one.
     const T* src = in + img * plane * channels + v * V;
-    for (int p = threadIdx.y; p < plane; p += blockDim.y) {
-      const Vec<T, V> x = *reinterpret_cast<const Vec<T, V>*>(src + int64_t(p) * channels);
+    const int by = blockDim.y;
+    for (int p = threadIdx.y; p < plane; p += by * kLoadsInFlight) {
+      Vec<T, V> x[kLoadsInFlight];
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float f = ld(x.v[k]);
-        r[k] = is_max ? (r[k] < f ? f : r[k]) : __fadd_rn(r[k], f);
+      for (int u = 0; u < kLoadsInFlight; ++u)
+        if (p + u * by < plane)
+          x[u] = *reinterpret_cast<const Vec<T, V>*>(src + int64_t(p + u * by) * channels);
+#pragma unroll
+      for (int u = 0; u < kLoadsInFlight; ++u) {
+        if (p + u * by >= plane) break;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const float f = ld(x[u].v[k]);
+          r[k] = is_max ? (r[k] < f ? f : r[k]) : __fadd_rn(r[k], f);
+        }
       }
     }
   }
@@ -384,6 +429,22 @@ void launch_mul_nhwc(const std::vector<MulInputNhwc>& in, void* out, Storage t, 
       // Threads a block: a warp's multiple that covers a small image (no idle threads past it).
       const int threads =
           static_cast<int>(std::min<int64_t>(kGridStrideThreads, (image_vecs + 31) / 32 * 32));
+      // Two inputs, one of them per channel, neither the output: the unrolled kernel (the
+      // product of two values is the same in either order).
+      const int full =
+          in.size() == 2 && in[0].per_channel != in[1].per_channel ? (in[0].per_channel ? 1 : 0) : -1;
+      if (full >= 0 && in[0].data != out && in[1].data != out) {
+        const int64_t x =
+            std::min<int64_t>((image_vecs + threads * kLoadsInFlight - 1) / (threads * kLoadsInFlight),
+                              std::max<int64_t>(1, 65536 / n));
+        for (int64_t first = 0; first < n; first += 65535) {  // gridDim.y's limit
+          const int64_t m = std::min<int64_t>(n - first, 65535);
+          scale_kernel<T, V><<<dim3(static_cast<unsigned>(x), static_cast<unsigned>(m)), threads, 0, s>>>(
+              a.p[full] + first * image_vecs * V, a.p[1 - full] + first * channels,
+              static_cast<T*>(out) + first * image_vecs * V, static_cast<int>(image_vecs), channels);
+        }
+        return;
+      }
       const int64_t x =
           std::min<int64_t>((image_vecs + threads - 1) / threads, std::max<int64_t>(1, 65536 / n));
       for (int64_t first = 0; first < n; first += 65535) {  // gridDim.y's limit
