@@ -141,9 +141,9 @@ __global__ void mul_kernel(MulArgs<T> a, T* out, int image_vecs, int channels) {
   }
 }
 
-// Loads a thread issues before it uses the first, in the passes whose threads loop over many
-// vectors (the SE mul, the whole-plane pool): one at a time left them latency-bound at about
-// half of the memory bandwidth (docs/performance.md, Session 15).
+// Loads a thread issues before it uses the first, in the SE mul whose threads loop over many
+// vectors: one at a time left it latency-bound at about half of the memory bandwidth
+// (docs/performance.md, Session 15).
 constexpr int kLoadsInFlight = 4;
 
 // Squeeze-and-excitation's mul, out = x * scale with scale one value per image and channel: each
@@ -192,23 +192,13 @@ __global__ void global_pool_nhwc_kernel(const T* __restrict__ in, T* __restrict_
 #pragma unroll
   for (int k = 0; k < V; ++k) r[k] = is_max ? -INFINITY : 0.f;
   if (v < cv) {
-    // kLoadsInFlight pixels loaded before they are summed, in the same order as one by one.
     const T* src = in + img * plane * channels + v * V;
-    const int by = blockDim.y;
-    for (int p = threadIdx.y; p < plane; p += by * kLoadsInFlight) {
-      Vec<T, V> x[kLoadsInFlight];
+    for (int p = threadIdx.y; p < plane; p += blockDim.y) {
+      const Vec<T, V> x = *reinterpret_cast<const Vec<T, V>*>(src + int64_t(p) * channels);
 #pragma unroll
-      for (int u = 0; u < kLoadsInFlight; ++u)
-        if (p + u * by < plane)
-          x[u] = *reinterpret_cast<const Vec<T, V>*>(src + int64_t(p + u * by) * channels);
-#pragma unroll
-      for (int u = 0; u < kLoadsInFlight; ++u) {
-        if (p + u * by >= plane) break;
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-          const float f = ld(x[u].v[k]);
-          r[k] = is_max ? (r[k] < f ? f : r[k]) : __fadd_rn(r[k], f);
-        }
+      for (int k = 0; k < V; ++k) {
+        const float f = ld(x.v[k]);
+        r[k] = is_max ? (r[k] < f ? f : r[k]) : __fadd_rn(r[k], f);
       }
     }
   }
