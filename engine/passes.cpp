@@ -153,9 +153,11 @@ std::vector<std::string> fold_pools_into_fcs(Network& net, const std::string& so
                         "; the weights are too large");
         }
       }
-    notes.push_back("avgpool '" + pl.name + "' (" + in.str() + " -> " + out.str() + ") folded into fc '" +
-                    fc.name + "': " + std::to_string(out.c * hw) + " -> " + std::to_string(in.c * hw_in) +
-                    " inputs");
+    notes.push_back("avgpool '" + pl.name + "' (" + in.str() +
+                    (hw == hw_in ? ", a copy" : " -> " + out.str()) + ") folded into fc '" + fc.name +
+                    (hw == hw_in ? "'"
+                                 : "': " + std::to_string(out.c * hw) + " -> " +
+                                       std::to_string(in.c * hw_in) + " inputs"));
     wit->second = std::move(folded);
     // The first layer after the pool reads the pool's input; the chain's and the fc's shapes follow.
     net.layers[static_cast<size_t>(chain.empty() ? f : chain[0])]->inputs[0] = pl.inputs[0];
