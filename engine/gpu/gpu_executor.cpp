@@ -101,7 +101,7 @@ class GpuExecutor : public Executor {
     }
     const Step* conv = s.op == Op::kConv ? &s : nullptr;
     if (s.op == Op::kFused && step(s.fused_producer).op == Op::kConv) conv = &step(s.fused_producer);
-    if (conv && fuses_pool(*conv, selector_.would_choose(net_, *conv, conv_algo_for(opt)), opt.tuning))
+    if (conv && fuses_pool(*conv, selector_.would_choose(net_, *conv, opt.conv_algo), opt.tuning))
       return net_.layers[static_cast<size_t>(conv->pool_layer)]->name;
     return s.fused_consumer >= 0 ? net_.layers[static_cast<size_t>(s.fused_consumer)]->name : "";
   }
@@ -165,9 +165,6 @@ class GpuExecutor : public Executor {
     std::string why;
     return nhwc_for(opt, &why);
   }
-  // The conv algorithm a call forces (channels last: cuDNN, or auto's pick between cuDNN and the
-  // depthwise kernel where that can run the conv; ConvSelector's candidates).
-  ConvAlgo conv_algo_for(const RunOptions& opt) const { return opt.conv_algo; }
   Storage storage() const { return nhwc_ ? storage_of(prec_) : Storage::kF32; }
   // Buffer b holds channels-last values this call.
   bool is_nhwc(int b) const {
@@ -867,11 +864,11 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
       facts.host_pinned_bytes = block * per_image * streams;
     }
   }
-  selector_.resolve(net_, plan_, conv_algo_for(opt), block, false);
+  selector_.resolve(net_, plan_, opt.conv_algo, block, false);
   if (const int64_t most = cudnn_block_limit(&facts.cudnn_cut_layer); block > most) {
     facts.cudnn_cut_from = block;
     block = most;
-    selector_.resolve(net_, plan_, conv_algo_for(opt), block, false);  // auto's picks are per block size
+    selector_.resolve(net_, plan_, opt.conv_algo, block, false);  // auto's picks are per block size
   }
   // --resident: the pixels every block reads, on the GPU before the clock (and before the slots,
   // which are then sized around them).
@@ -1133,11 +1130,11 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
   begin(opt, data);
   std::vector<Tensor> outs(plan_.steps.size());
   int64_t block = std::min(n, kDefaultBlock);
-  if (n > 0) selector_.resolve(net_, plan_, conv_algo_for(opt), block, true);
+  if (n > 0) selector_.resolve(net_, plan_, opt.conv_algo, block, true);
   std::string unused;
   if (const int64_t most = cudnn_block_limit(&unused); block > most) {
     block = most;
-    selector_.resolve(net_, plan_, conv_algo_for(opt), block, true);
+    selector_.resolve(net_, plan_, opt.conv_algo, block, true);
   }
   auto alloc = [&] {  // the layers this call materialises (fusions depend on the algorithms)
     for (size_t i = 0; i < plan_.steps.size(); ++i)
