@@ -135,6 +135,40 @@ TEST_CASE("cli: convert to safetensors gives identical results") {
   CHECK(read_file(dir + "/a.npy") == read_file(dir + "/b.npy"));  // bit-identical
 }
 
+TEST_CASE(
+    "cli: the report names an average pool folded into its fc; convert keeps the pool's fc as written") {
+  std::string dir = temp_dir("cli-poolfold");
+  const std::string yaml = R"(name: head
+input: {channels: 3, height: 32, width: 32}
+classes: [airplane, automobile, bird, cat, deer, dog, frog, horse, ship, truck]
+weights: {format: safetensors, path: head.safetensors}
+data: {format: cifar10, path: data/cifar10-sample/test_1000.bin}
+layers:
+  - {name: c, type: conv, filters: 8, kernel: 3, stride: 4, pad: 1}
+  - {name: r, type: relu}
+  - {name: mp, type: maxpool, size: 8, stride: 8}
+  - {name: ap, type: avgpool, output: 3}
+  - {name: fc, type: fc, outputs: 10}
+)";
+  write_file(dir + "/head.yaml", yaml);
+  Network net = parse_netdef_string(yaml, "head");
+  random_weights(net, 3);
+  write_safetensors(dir + "/head.safetensors", collect_weights(net));
+  Out a = run(dir + "/head.yaml " + assets() + " --engine cpu --batch 50 --dump " + dir + "/a.npy");
+  INFO(a.text);
+  REQUIRE(a.rc == 0);
+  CHECK(a.text.find("Note: avgpool 'ap' (8x1x1 -> 8x3x3) folded into fc 'fc': 72 -> 8 inputs\n") !=
+        std::string::npos);
+  // convert writes the fc's 72 inputs as the netdef declares them (no fold), so its file loads
+  // into the same netdef and gives the same outputs.
+  Out c = run("convert " + dir + "/head.yaml " + dir + "/w2.safetensors " + assets());
+  REQUIRE(c.rc == 0);
+  Out b = run(dir + "/head.yaml " + assets() + " --engine cpu --batch 50 --weights " + dir +
+              "/w2.safetensors --dump " + dir + "/b.npy");
+  REQUIRE(b.rc == 0);
+  CHECK(read_file(dir + "/a.npy") == read_file(dir + "/b.npy"));
+}
+
 TEST_CASE("cli: a ConvNetJS JSON snapshot gives the same results as the text weights") {
   // The snapshot is written here from the text files in ConvNetJS's own layout (Vol value
   // (x, y, d) at w[((sx * y) + x) * depth + d]; an fc filter's inputs in the previous volume's
