@@ -174,6 +174,46 @@ std::vector<std::string> fold_pools_into_fcs(Network& net, const std::string& so
   return notes;
 }
 
+std::vector<std::string> drop_padding_taps(Network& net) {
+  std::vector<std::string> notes;
+  for (auto& lp : net.layers) {
+    if (lp->kind != LayerKind::kConv || !lp->weights.count("weight")) continue;
+    ConvParams& p = layer_as<ConvLayer>(*lp).p;
+    // The tap of an axis that reads the input, or -1 when the axis keeps its kernel.
+    auto tap = [](int64_t in, int64_t out, int64_t k, int64_t pad, int64_t dil) -> int64_t {
+      if (in != 1 || out != 1 || k == 1 || pad % dil != 0 || pad / dil >= k) return -1;
+      return pad / dil;
+    };
+    const int64_t th = tap(p.in_h, p.out_h, p.kernel_h, p.pad_h, p.dilation_h);
+    const int64_t tw = tap(p.in_w, p.out_w, p.kernel_w, p.pad_w, p.dilation_w);
+    if (th < 0 && tw < 0) continue;
+    Tensor& w = lp->weights.at("weight");
+    const int64_t kh = p.kernel_h, kw = p.kernel_w, planes = p.filters * p.group_channels();
+    const int64_t nkh = th < 0 ? kh : 1, nkw = tw < 0 ? kw : 1;
+    bool finite = true;
+    for (int64_t i = 0; i < planes; ++i)
+      for (int64_t y = 0; y < kh; ++y)
+        for (int64_t x = 0; x < kw; ++x)
+          if ((th >= 0 && y != th) || (tw >= 0 && x != tw))
+            finite = finite && std::isfinite(w.data[static_cast<size_t>((i * kh + y) * kw + x)]);
+    if (!finite) continue;
+    Tensor kept({p.filters, p.group_channels(), nkh, nkw});
+    for (int64_t i = 0; i < planes; ++i)
+      for (int64_t y = 0; y < nkh; ++y)
+        for (int64_t x = 0; x < nkw; ++x)
+          kept.data[static_cast<size_t>((i * nkh + y) * nkw + x)] =
+              w.data[static_cast<size_t>((i * kh + (th < 0 ? y : th)) * kw + (tw < 0 ? x : tw))];
+    w = std::move(kept);
+    if (th >= 0) p.kernel_h = 1, p.pad_h = 0, p.stride_h = 1, p.dilation_h = 1;
+    if (tw >= 0) p.kernel_w = 1, p.pad_w = 0, p.stride_w = 1, p.dilation_w = 1;
+    lp->bind(lp->in_shapes);  // the output stays p.out_h x p.out_w
+    notes.push_back("conv '" + lp->name + "' on " + lp->in_shapes[0].str() + ": its " + std::to_string(kh) +
+                    "x" + std::to_string(kw) + " taps that read only padding dropped (now " +
+                    std::to_string(nkh) + "x" + std::to_string(nkw) + ")");
+  }
+  return notes;
+}
+
 namespace {
 
 // The pointwise activations: the types whose class is ActivationLayer, read off the type list.

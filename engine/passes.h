@@ -8,6 +8,8 @@
 //   fold_batchnorms    batchnorm folded into the conv/fc before it (changes weights; at load)
 //   fold_pools_into_fcs an average pool that does not shrink its input, folded into the fc
 //                      that reads it (changes weights and the graph; at load)
+//   drop_padding_taps  a conv's taps that read only padding, dropped where its input and
+//                      output are one position along an axis (changes weights; at load)
 //   find_fusions       which layers could run in their producer's kernel (the GPU planner
 //                      then keeps those its kernels accept)
 //   layer_lifetimes,   when each layer's output is in use, and which outputs may share memory
@@ -52,6 +54,16 @@ void fold_batchnorms(Network& net, const std::string& source);
 // it move up one index). Returns one sentence per fold, for the report. `source` names the
 // weights in an overflow error.
 std::vector<std::string> fold_pools_into_fcs(Network& net, const std::string& source);
+
+// Along an axis where a conv's input and output are both one position (ResNet-18's layer4 at
+// 32x32: 3x3 convs with pad 1 on 512x1x1 maps), its one output reads the input with tap
+// pad / dilation of that axis and padding with every other. Those other taps are dropped: the
+// kernel becomes 1 along the axis, without pad, stride or dilation (a 3x3 conv on a 1x1 map
+// becomes a 1x1 conv with the centre taps, a ninth of the work). No value changes (the dropped
+// taps multiply zeros) unless a dropped weight is not finite, and then the conv is left as it
+// is, as it is when the input position falls between taps (pad not a multiple of dilation).
+// Returns one sentence per conv, for the report.
+std::vector<std::string> drop_padding_taps(Network& net);
 
 // Layers that can be computed inside their producer's kernel, by the graph alone.
 struct Fusions {

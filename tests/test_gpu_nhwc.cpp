@@ -191,10 +191,11 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
 }
 
 // VGG's head at 32x32: the features end at 1x1, the adaptive pool makes 7x7 copies of it, the fc
-// reads 49 times the values it needs. Folded at load (fold_pools_into_fcs), the fc reads the
-// 1x1 features directly: at every precision and both layouts the GPU's outputs of the folded
-// network are the unfolded network's CPU reference outputs within the precision's tolerance,
-// and the folded network validates layer by layer.
+// reads 49 times the values it needs; a 3x3 conv on the 1x1 map reads padding with 8 of its 9
+// taps. Folded at load (fold_pools_into_fcs, drop_padding_taps), the fc reads the 1x1 features
+// directly and the conv is a 1x1 one: at every precision and both layouts the GPU's outputs of
+// the folded network are the unfolded network's CPU reference outputs within the precision's
+// tolerance, and the folded network validates layer by layer.
 TEST_CASE("gpu: an average pool folded into its fc gives the unfolded network's outputs" *
           doctest::skip(!gpu_present())) {
   const char* const text = R"(
@@ -208,6 +209,8 @@ layers:
   - {name: c2, type: conv, filters: 32, kernel: 3, pad: 1}
   - {name: r2, type: relu}
   - {name: p2, type: maxpool, size: 8, stride: 8}
+  - {name: c3, type: conv, filters: 32, kernel: 3, pad: 1}
+  - {name: r4, type: relu}
   - {name: avgpool, type: avgpool, output: 7}
   - {name: fc1, type: fc, outputs: 64}
   - {name: r3, type: relu}
@@ -217,6 +220,7 @@ layers:
   Network plain = parse_netdef_string(text, "vgghead"), net = parse_netdef_string(text, "vgghead");
   random_weights(plain, 31);
   random_weights(net, 31);
+  REQUIRE(drop_padding_taps(net).size() == 1);  // c3 on 32x1x1: a 1x1 conv
   REQUIRE(fold_pools_into_fcs(net, "t").size() == 1);
   REQUIRE(net.find("avgpool") < 0);
   REQUIRE(net.layers[static_cast<size_t>(net.find("fc1"))]->weight("weight").dims ==

@@ -244,6 +244,70 @@ TEST_CASE("passes: fold_pools_into_fcs refuses finite weights whose sum overflow
   CHECK(std::isfinite(inf.layers[1]->weight("weight").data[1]));
 }
 
+TEST_CASE("passes: drop_padding_taps keeps the one tap that reads a 1-position axis, with the same outputs") {
+  // Input 3x8x8. c1 -> 4x1x1 and c2 -> 4x1x8 (a strip: only its height is one position).
+  const std::string layers = R"(  - {name: c1, type: conv, filters: 4, kernel: 8}
+  - {name: k3, type: conv, filters: 6, kernel: 3, pad: 1}
+  - {name: dw, type: conv, filters: 6, kernel: 5, pad: 2, groups: 6}
+  - {name: dil, type: conv, filters: 6, kernel: 3, pad: 2, dilation: 2, stride: 2}
+  - {name: c2, type: conv, filters: 4, kernel: [8, 1], inputs: input}
+  - {name: strip, type: conv, filters: 3, kernel: 3, pad: 1}
+  - {name: gap, type: avgpool, global: true}
+  - {name: cat, type: concat, inputs: [dil, gap]}
+  - {name: between, type: conv, filters: 4, kernel: 2, pad: 1, dilation: 2, inputs: c1}
+  - {name: sum, type: add, inputs: [between, between]}
+  - {name: fc, type: fc, outputs: 4, inputs: [cat]}
+  - {name: out, type: add, inputs: [fc, sum]}
+)";
+  Network plain = parse(layers), net = parse(layers);
+  test::random_weights(plain, 4);
+  test::random_weights(net, 4);
+  const std::vector<std::string> notes = drop_padding_taps(net);
+  CHECK(notes == std::vector<std::string>{
+                     "conv 'k3' on 4x1x1: its 3x3 taps that read only padding dropped (now 1x1)",
+                     "conv 'dw' on 6x1x1: its 5x5 taps that read only padding dropped (now 1x1)",
+                     "conv 'dil' on 6x1x1: its 3x3 taps that read only padding dropped (now 1x1)",
+                     "conv 'strip' on 4x1x8: its 3x3 taps that read only padding dropped (now 1x3)"});
+  auto conv = [&](Network& n, const char* name) -> ConvLayer& {
+    return layer_as<ConvLayer>(*n.layers[static_cast<size_t>(idx(n, name))]);
+  };
+  const ConvParams& k3 = conv(net, "k3").p;
+  CHECK(k3.kernel_h == 1);
+  CHECK(k3.kernel_w == 1);
+  CHECK(k3.pad_h == 0);
+  CHECK(k3.pad_w == 0);
+  CHECK(conv(net, "k3").weight("weight").dims == std::vector<int64_t>{6, 4, 1, 1});
+  // The centre tap (1, 1) of filter 2, channel 3.
+  CHECK(conv(net, "k3").weight("weight").data[2 * 4 + 3] ==
+        conv(plain, "k3").weight("weight").data[((2 * 4 + 3) * 3 + 1) * 3 + 1]);
+  CHECK(conv(net, "dw").weight("weight").dims == std::vector<int64_t>{6, 1, 1, 1});
+  CHECK(conv(net, "dw").weight("weight").data[5] == conv(plain, "dw").weight("weight").data[5 * 25 + 12]);
+  const ConvParams& dil = conv(net, "dil").p;
+  CHECK(dil.dilation_h == 1);
+  CHECK(dil.stride_h == 1);
+  const ConvParams& strip = conv(net, "strip").p;
+  CHECK(strip.kernel_h == 1);
+  CHECK(strip.pad_h == 0);
+  CHECK(strip.kernel_w == 3);
+  CHECK(strip.pad_w == 1);
+  CHECK(conv(net, "strip").weight("weight").data[2] == conv(plain, "strip").weight("weight").data[3 + 2]);
+  // Pad 1 with dilation 2: the input lies between two taps, every tap reads padding; left alone.
+  CHECK(conv(net, "between").p.kernel_h == 2);
+  for (const auto& l : net.layers)
+    CHECK(l->out_shape == plain.layers[static_cast<size_t>(idx(plain, l->name.c_str()))]->out_shape);
+  std::vector<float> a = cpu_outputs(net, 3), b = cpu_outputs(plain, 3);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5));
+
+  // A dropped weight that is not finite keeps the conv as it is (0 * inf is NaN in the original).
+  Network inf = parse(layers);
+  test::random_weights(inf, 4);
+  inf.layers[static_cast<size_t>(idx(inf, "k3"))]->weights["weight"].data[0] =
+      std::numeric_limits<float>::infinity();
+  CHECK(drop_padding_taps(inf).size() == 3);
+  CHECK(conv(inf, "k3").p.kernel_h == 3);
+}
+
 TEST_CASE("passes: find_fusions finds conv+relu(+2x2 max-pool), fc+relu, and the input's only conv") {
   Network net = parse(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
   - {name: r1, type: relu}

@@ -184,12 +184,12 @@ void load_safetensors(Network& net, const std::string& file) {
   load_tensor_map(net, read_safetensors(file, true), file);
 }
 
-// The folds that change weights at load: batchnorms into their producers, then average pools
-// that do not shrink into the fc after them (engine/passes.h).
+// The folds that change weights at load: batchnorms into their producers, a conv's taps that
+// read only padding, average pools that do not shrink into the fc after them (engine/passes.h).
 void fold_all(Network& net, const std::string& source) {
   fold_batchnorms(net, source);
-  std::vector<std::string> notes = fold_pools_into_fcs(net, source);
-  net.rewrites.insert(net.rewrites.end(), notes.begin(), notes.end());
+  for (auto notes : {drop_padding_taps(net), fold_pools_into_fcs(net, source)})
+    net.rewrites.insert(net.rewrites.end(), notes.begin(), notes.end());
 }
 
 }  // namespace
