@@ -92,6 +92,20 @@ double max_rel(const Validation& v, std::string* where) {
   return e;
 }
 
+// The largest |got[i] - want[i]| and the largest |want[i]| over the first n values: two runs'
+// outputs agree within a precision's tolerance when worst <= tolerance * top.
+struct OutputGap {
+  double worst = 0, top = 0;
+};
+OutputGap output_gap(const std::vector<float>& got, const std::vector<float>& want, size_t n) {
+  OutputGap g;
+  for (size_t i = 0; i < n; ++i) {
+    g.worst = std::max(g.worst, static_cast<double>(std::fabs(got[i] - want[i])));
+    g.top = std::max(g.top, static_cast<double>(std::fabs(want[i])));
+  }
+  return g;
+}
+
 // How the report names channels-last activations at precision p ("fp16 NHWC"): FP16 and BF16
 // stored as such, the others in FP32.
 std::string stored_nhwc(Precision p) {
@@ -174,12 +188,8 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
         // The output values the run hands back are the validated ones (within the tolerance of
         // the NCHW FP32 run's), in NCHW order.
         REQUIRE(r.probs.size() == base.probs.size());
-        double worst = 0, top = 0;
-        for (size_t i = 0; i < r.probs.size(); ++i) {
-          worst = std::max(worst, static_cast<double>(std::fabs(r.probs[i] - base.probs[i])));
-          top = std::max(top, static_cast<double>(std::fabs(base.probs[i])));
-        }
-        CHECK(worst <= validation_tolerance(p) * top);
+        const OutputGap gap = output_gap(r.probs, base.probs, r.probs.size());
+        CHECK(gap.worst <= validation_tolerance(p) * gap.top);
         if (p == Precision::kFp32) {
           CHECK(err < 1e-5);  // FMA math on FP32 tensors: only the order of the sums differs
           CHECK(r.predictions == base.predictions);
@@ -242,14 +252,10 @@ layers:
       o.precision = p;
       const RunResult r = gpu->run(data, o);
       REQUIRE(r.probs.size() == want.size());
-      double worst = 0, top = 0;
-      for (size_t i = 0; i < want.size(); ++i) {
-        worst = std::max(worst, static_cast<double>(std::fabs(r.probs[i] - want[i])));
-        top = std::max(top, static_cast<double>(std::fabs(want[i])));
-      }
+      const OutputGap gap = output_gap(r.probs, want, want.size());
       MESSAGE("folded head " << precision_name(p) << (layout == Layout::kNhwc ? " nhwc" : " nchw")
-                             << ": max |gpu - unfolded reference| / max |value| " << worst / top);
-      CHECK(worst <= validation_tolerance(p) * top);
+                             << ": max |gpu - unfolded reference| / max |value| " << gap.worst / gap.top);
+      CHECK(gap.worst <= validation_tolerance(p) * gap.top);
       CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
     }
 }
@@ -275,12 +281,8 @@ TEST_CASE("gpu: every stream's cuDNN workspace is what the chosen algorithms nee
   auto close = [&](const RunResult& r, Precision p, int64_t images) {
     const size_t k = static_cast<size_t>(images * 10);
     REQUIRE(r.probs.size() == k);
-    double worst = 0, top = 0;
-    for (size_t i = 0; i < k; ++i) {
-      worst = std::max(worst, static_cast<double>(std::fabs(r.probs[i] - base.probs[i])));
-      top = std::max(top, static_cast<double>(std::fabs(base.probs[i])));
-    }
-    CHECK(worst <= validation_tolerance(p) * top);
+    const OutputGap gap = output_gap(r.probs, base.probs, k);
+    CHECK(gap.worst <= validation_tolerance(p) * gap.top);
   };
   for (Layout layout : {Layout::kNchw, Layout::kNhwc})
     for (Precision p : {Precision::kFp32, Precision::kFp16}) {

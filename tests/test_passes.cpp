@@ -133,6 +133,13 @@ std::vector<float> cpu_outputs(const Network& net, int64_t n) {
   return all[static_cast<size_t>(net.output)].data;
 }
 
+// A rewritten network gives the original's outputs on `n` images, up to rounding.
+void check_same_outputs(const Network& rewritten, const Network& original, int64_t n) {
+  const std::vector<float> a = cpu_outputs(rewritten, n), b = cpu_outputs(original, n);
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5));
+}
+
 }  // namespace
 
 TEST_CASE("passes: fold_pools_into_fcs folds an average pool that does not shrink into the fc after it") {
@@ -166,9 +173,7 @@ TEST_CASE("passes: fold_pools_into_fcs folds an average pool that does not shrin
   CHECK(fc2.weight("weight").dims == std::vector<int64_t>{2, 24});
   CHECK(folded.output == idx(folded, "cat"));
   CHECK(folded.layers[static_cast<size_t>(folded.output)]->name == "cat");
-  std::vector<float> a = cpu_outputs(folded, 3), b = cpu_outputs(plain, 3);
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5));
+  check_same_outputs(folded, plain, 3);
 
   // With c2 gone, gp's only reader chain is flatten -> dropout -> fc: it folds, 60 -> 30 inputs.
   const std::string one_head = R"(  - {name: c, type: conv, filters: 5, kernel: [2, 2], stride: [4, 3]}
@@ -192,10 +197,7 @@ TEST_CASE("passes: fold_pools_into_fcs folds an average pool that does not shrin
   CHECK(f1.layers[static_cast<size_t>(idx(f1, "fc"))]->in_shapes == std::vector<Shape>{Shape{30, 1, 1}});
   CHECK(f1.output == idx(f1, "r"));
   // The outputs differ from the unfolded ones only by rounding.
-  a = cpu_outputs(f1, 4);
-  b = cpu_outputs(p1, 4);
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5));
+  check_same_outputs(f1, p1, 4);
   // One folded weight by hand: fc output 0, channel 0, input position (0, 0).
   const Tensor& w0 = p1.layers[static_cast<size_t>(idx(p1, "fc"))]->weight("weight");
   const Tensor& w1 = f1.layers[static_cast<size_t>(idx(f1, "fc"))]->weight("weight");
@@ -295,9 +297,7 @@ TEST_CASE("passes: drop_padding_taps keeps the one tap that reads a 1-position a
   CHECK(conv(net, "between").p.kernel_h == 2);
   for (const auto& l : net.layers)
     CHECK(l->out_shape == plain.layers[static_cast<size_t>(idx(plain, l->name.c_str()))]->out_shape);
-  std::vector<float> a = cpu_outputs(net, 3), b = cpu_outputs(plain, 3);
-  REQUIRE(a.size() == b.size());
-  for (size_t i = 0; i < a.size(); ++i) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5));
+  check_same_outputs(net, plain, 3);
 
   // A dropped weight that is not finite keeps the conv as it is (0 * inf is NaN in the original).
   Network inf = parse(layers);

@@ -188,7 +188,7 @@ void load_safetensors(Network& net, const std::string& file) {
 // read only padding, average pools that do not shrink into the fc after them (engine/passes.h).
 void fold_all(Network& net, const std::string& source) {
   fold_batchnorms(net, source);
-  for (auto notes : {drop_padding_taps(net), fold_pools_into_fcs(net, source)})
+  for (const auto& notes : {drop_padding_taps(net), fold_pools_into_fcs(net, source)})
     net.rewrites.insert(net.rewrites.end(), notes.begin(), notes.end());
 }
 
