@@ -224,11 +224,10 @@ bool is_activation(const Layer& l) {
   return kIsAct[index_of(l.kind)];
 }
 
-bool is_pool_2x2_s2(const Layer& l) {
+bool is_fixed_maxpool(const Layer& l) {
   if (l.kind != LayerKind::kMaxpool) return false;
   const PoolParams& p = layer_as<PoolLayer>(l).p;
-  return !p.global && !p.adaptive && !p.ceil_mode && p.size_h == 2 && p.size_w == 2 && p.stride_h == 2 &&
-         p.stride_w == 2 && p.pad_h == 0 && p.pad_w == 0;
+  return !p.global && !p.adaptive;
 }
 
 // Fusions::residual for conv i whose value, through `chain`, reaches layer j.
@@ -284,11 +283,10 @@ Fusions find_fusions(const Network& net) {
     }
     f.act[i] = j;
     for (int k : chain) f.through[static_cast<size_t>(k)] = j;
-    if (net.layers[static_cast<size_t>(j)]->kind != LayerKind::kRelu) continue;
-    f.relu[i] = j;
+    if (net.layers[static_cast<size_t>(j)]->kind == LayerKind::kRelu) f.relu[i] = j;
     if (l.kind != LayerKind::kConv || rd.count(j) != 1 || j == net.output) continue;
     const int k = rd.of[static_cast<size_t>(j)][0];
-    if (is_pool_2x2_s2(*net.layers[static_cast<size_t>(k)])) f.pool[i] = k;
+    if (is_fixed_maxpool(*net.layers[static_cast<size_t>(k)])) f.pool[i] = k;
   }
   return f;
 }

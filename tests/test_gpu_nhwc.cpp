@@ -407,6 +407,77 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at fp
                        doctest::Contains("input channels (8) are not 1 to 4"), Error);
 }
 
+// The stem kernel with the max-pool after its activation in its epilogue where the pool's
+// windows tile the kernel's 8 x 16 outputs (VGG's 3x3 conv + 2x2/2 pool, a 2x4 window, a
+// ceil_mode 4x4/4 whose last windows are cut by the edge, after ReLU and other activations, odd
+// sizes: partial tiles): validated layer by layer at fp16 and bf16, named in the report, and bit
+// for bit the outputs of the same kernel with the pool run as its own pass (--gpu-off pool; the
+// layers after it are deterministic: a global average and an fc). Windows that overlap
+// (ResNet's 3x3/2), a stride-1 pool and one taller than the tile run as their own pass.
+TEST_CASE("gpu: the stem kernel computes the max-pool after it, as the separate pool does" *
+          doctest::skip(!gpu_present())) {
+  struct Case {
+    int channels, h, w, filters, kernel, stride, pad;
+    const char* act;
+    const char* pool;  // the pool layer's keys
+    bool fused;
+  };
+  const Case cases[] = {
+      {3, 37, 29, 64, 7, 2, 3, "relu", "size: 3, stride: 2, pad: 1", false},
+      {3, 35, 33, 64, 7, 2, 3, "relu", "size: 3, stride: 2, ceil_mode: true", false},
+      {3, 19, 21, 32, 3, 1, 1, "relu", "size: 2, stride: 2", true},
+      {1, 28, 27, 16, 5, 1, 2, "hardswish", "size: 2, stride: 1", false},
+      {2, 30, 29, 24, 5, 2, 2, "silu", "size: [2, 4], stride: [2, 4]", true},
+      {4, 25, 31, 24, 3, 1, 1, "relu6", "size: 4, stride: 4, ceil_mode: true", true},
+      {3, 224, 224, 64, 3, 1, 1, "relu", "size: 2, stride: 2", true},
+      {3, 23, 40, 8, 3, 1, 1, "relu", "size: [16, 2], stride: [16, 2]", false},
+  };
+  for (const Case& k : cases) {
+    const std::string text =
+        "name: stempool\ninput: {channels: " + std::to_string(k.channels) +
+        ", height: " + std::to_string(k.h) + ", width: " + std::to_string(k.w) +
+        "}\nclasses: 10\nlayers:\n  - {name: s, type: conv, filters: " + std::to_string(k.filters) +
+        ", kernel: " + std::to_string(k.kernel) + ", stride: " + std::to_string(k.stride) +
+        ", pad: " + std::to_string(k.pad) + ", algo: stem}\n" + "  - {name: a, type: " + k.act +
+        "}\n  - {name: mp, type: maxpool, " + k.pool + "}\n" +
+        "  - {name: gap, type: avgpool, global: true}\n"
+        "  - {name: fc, type: fc, outputs: 10}\n";
+    Network net = parse_netdef_string(text, "stempool.yaml");
+    random_weights(net, 41);
+    const int64_t n = k.h == 224 ? 5 : 37;
+    Dataset data = gpu_random_data(net.input, n, 10, 3);
+    auto gpu = make_gpu_executor(net);
+    auto cpu = make_cpu_executor(net);
+    for (Precision p : {Precision::kFp16, Precision::kBf16}) {
+      INFO(text << " at " << std::string(precision_name(p)));
+      RunOptions o;
+      o.batch = n;
+      o.block = 16;
+      o.precision = p;
+      o.layout = Layout::kNhwc;
+      o.want_probs = true;
+      const RunResult r = gpu->run(data, o);
+      std::string s_algo, mp_algo;
+      for (const LayerTime& t : r.layers) {
+        if (t.name == "s") s_algo = t.algo;
+        if (t.name == "mp") mp_algo = t.algo;
+      }
+      CHECK(s_algo == "stem(tensor cores, bias+" + std::string(k.act) + (k.fused ? "+maxpool" : "") +
+                          " epilogue, " + stored_nhwc(p) + ")");
+      CHECK(mp_algo == (k.fused ? "fused into s" : ""));
+      CHECK(gpu->fused_into(0, o) == (k.fused ? "mp" : "a"));
+      nhwc_validated(*gpu, *cpu, net, data, n, o, p, "stem+pool");
+      RunOptions apart = o;
+      apart.tuning.fuse_pool = false;
+      const RunResult r2 = gpu->run(data, apart);
+      for (const LayerTime& t : r2.layers)
+        if (t.name == "mp") CHECK(t.algo.empty());
+      REQUIRE(r.probs.size() == r2.probs.size());
+      CHECK(std::equal(r.probs.begin(), r.probs.end(), r2.probs.begin()));
+    }
+  }
+}
+
 // VGG's blocks: stride-1 convs whose ReLU a 2x2 max-pool follows, which auto times together with
 // that pool (the implicit kernel fuses it in NCHW). Channels last, that pool must run in the
 // buffers' own layout and storage: the FP32 NCHW pool it once ran there read and wrote past the

@@ -308,7 +308,7 @@ TEST_CASE("passes: drop_padding_taps keeps the one tap that reads a 1-position a
   CHECK(conv(inf, "k3").p.kernel_h == 3);
 }
 
-TEST_CASE("passes: find_fusions finds conv+relu(+2x2 max-pool), fc+relu, and the input's only conv") {
+TEST_CASE("passes: find_fusions finds conv+relu(+max-pool), fc+relu, and the input's only conv") {
   Network net = parse(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
   - {name: r1, type: relu}
   - {name: p1, type: maxpool, size: 2, stride: 2}
@@ -327,8 +327,10 @@ TEST_CASE("passes: find_fusions finds conv+relu(+2x2 max-pool), fc+relu, and the
   CHECK(f.relu[static_cast<size_t>(idx(net, "c1"))] == idx(net, "r1"));
   CHECK(f.pool[static_cast<size_t>(idx(net, "c1"))] == idx(net, "p1"));
   CHECK(f.relu[static_cast<size_t>(idx(net, "c2"))] == idx(net, "r2"));
-  CHECK(f.pool[static_cast<size_t>(idx(net, "c2"))] == -1);  // stride 1: not the 2x2/2 pool
-  CHECK(f.relu[static_cast<size_t>(idx(net, "c3"))] == -1);  // tanh runs as its own pass
+  CHECK(f.pool[static_cast<size_t>(idx(net, "c2"))] == idx(net, "p2"));  // any fixed window
+  CHECK(f.relu[static_cast<size_t>(idx(net, "c3"))] == -1);              // tanh is not a ReLU ...
+  CHECK(f.act[static_cast<size_t>(idx(net, "c3"))] == idx(net, "t3"));   // ... but fuses
+  CHECK(f.pool[static_cast<size_t>(idx(net, "c3"))] == -1);              // no pool reads it
   CHECK(f.relu[static_cast<size_t>(idx(net, "fc"))] == idx(net, "r4"));
   CHECK(f.pool[static_cast<size_t>(idx(net, "fc"))] == -1);
   CHECK(f.relu[static_cast<size_t>(idx(net, "out"))] == -1);
@@ -346,7 +348,7 @@ TEST_CASE("passes: find_fusions finds conv+relu(+2x2 max-pool), fc+relu, and the
   CHECK(g.relu[static_cast<size_t>(idx(two, "c1"))] == -1);
 }
 
-TEST_CASE("passes: find_fusions takes any activation into a conv or fc, and only a flooring 2x2 pool") {
+TEST_CASE("passes: find_fusions takes any activation into a conv or fc, and a max-pool of fixed windows") {
   Network net = parse(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
   - {name: a1, type: relu6}
   - {name: c2, type: conv, filters: 4, kernel: 3, pad: 1}
@@ -359,6 +361,15 @@ TEST_CASE("passes: find_fusions takes any activation into a conv or fc, and only
   - {name: c5, type: conv, filters: 4, kernel: 3, pad: 1}
   - {name: r5, type: relu}
   - {name: p5, type: maxpool, output: [2, 2]}
+  - {name: c7, type: conv, filters: 4, kernel: 1}
+  - {name: a7, type: silu}
+  - {name: p7, type: maxpool, size: 3, stride: 2, pad: 1}
+  - {name: c8, type: conv, filters: 4, kernel: 1}
+  - {name: r8, type: relu}
+  - {name: p8, type: maxpool, global: true}
+  - {name: c9, type: conv, filters: 4, kernel: 1}
+  - {name: r9, type: relu}
+  - {name: p9, type: avgpool, size: 1}
   - {name: f, type: flatten}
   - {name: fc, type: fc, outputs: 8}
   - {name: a6, type: sigmoid}
@@ -374,9 +385,12 @@ TEST_CASE("passes: find_fusions takes any activation into a conv or fc, and only
   CHECK(at(f.act, "c3") == idx(net, "a3"));
   CHECK(at(f.act, "c4") == idx(net, "r4"));
   CHECK(at(f.relu, "c4") == idx(net, "r4"));
-  CHECK(at(f.pool, "c4") == -1);  // ceil_mode: a partial last window the fused pool would drop
+  CHECK(at(f.pool, "c4") == idx(net, "p4"));  // ceil_mode (the implicit kernel's plan refuses it)
   CHECK(at(f.relu, "c5") == idx(net, "r5"));
-  CHECK(at(f.pool, "c5") == -1);  // adaptive
+  CHECK(at(f.pool, "c5") == -1);              // adaptive
+  CHECK(at(f.pool, "c7") == idx(net, "p7"));  // after any activation, with padding
+  CHECK(at(f.pool, "c8") == -1);              // global
+  CHECK(at(f.pool, "c9") == -1);              // an average
   CHECK(at(f.act, "fc") == idx(net, "a6"));
   CHECK(at(f.act, "out") == -1);  // the network output is never fused away
   CHECK(at(f.act, "a1") == -1);   // only conv and fc have epilogues

@@ -4,6 +4,7 @@
 #ifdef CNNRUN_HAVE_GPU
 #include <doctest/doctest.h>
 
+#include "engine/gpu/conv2d_stem.h"
 #include "engine/gpu/plan.h"
 #include "engine/network.h"
 #include "tests/test_util.h"
@@ -89,6 +90,64 @@ TEST_CASE("plan: a conv that may compute its pool writes the pool's buffer at it
   const std::vector<int> group = share_groups(life, plan.buf_floats);
   test::check_share_groups(life, plan.buf_floats, group);
   CHECK(group[static_cast<size_t>(c1.out)] != group[static_cast<size_t>(pool_buf)]);
+}
+
+TEST_CASE("plan: the max-pool after a conv's activation goes to the kernels that can compute it") {
+  Network net = parse_netdef_string(R"(name: p
+input: {channels: 3, height: 32, width: 32}
+classes: 10
+layers:
+  - {name: c1, type: conv, filters: 64, kernel: 7, stride: 2, pad: 3}
+  - {name: r1, type: relu}
+  - {name: p1, type: maxpool, size: 2}
+  - {name: c2, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: r2, type: relu}
+  - {name: p2, type: maxpool, size: 2}
+  - {name: c3, type: conv, filters: 8, kernel: 3, pad: 1}
+  - {name: h3, type: hardswish}
+  - {name: p3, type: maxpool, size: 2}
+  - {name: c4, type: conv, filters: 16, kernel: 3, pad: 1}
+  - {name: r4, type: relu}
+  - {name: p4, type: maxpool, size: 3, stride: 2, pad: 1}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 10}
+)",
+                                    "p.yaml");
+  const Plan plan = make_plan(net);
+  const Step &c1 = plan.steps[0], &c2 = plan.steps[3], &c3 = plan.steps[6], &c4 = plan.steps[9];
+  // 3 channels, a stride-2 conv, a 2x2/2 pool: the stem kernel's, not the implicit kernel's.
+  CHECK(c1.pool_layer == 2);
+  CHECK(c1.pool_stem);
+  CHECK_FALSE(c1.pool_implicit);
+  CHECK(plan.steps[2].pool_conv == 0);
+  const StemPool sp = stem_pool(net, c1);
+  CHECK(sp.kernel_h == 2);
+  CHECK(sp.stride_w == 2);
+  CHECK(sp.pad_h == 0);
+  CHECK(sp.out_h == 8);
+  CHECK(sp.out_w == 8);
+  GpuTuning t;
+  CHECK(fuses_pool(c1, ConvAlgo::kStem, t));
+  CHECK_FALSE(fuses_pool(c1, ConvAlgo::kImplicit, t));
+  CHECK_FALSE(fuses_pool(c1, ConvAlgo::kCudnn, t));
+  // 64 channels, ReLU, 2x2/2, stride-1 conv: the implicit kernel's only.
+  CHECK(c2.pool_layer == 5);
+  CHECK(c2.pool_implicit);
+  CHECK_FALSE(c2.pool_stem);
+  CHECK(fuses_pool(c2, ConvAlgo::kImplicit, t));
+  CHECK_FALSE(fuses_pool(c2, ConvAlgo::kStem, t));
+  // 4 channels, a hardswish: the stem kernel's only (the implicit kernel's pool is after a ReLU).
+  CHECK(c3.pool_layer == 8);
+  CHECK(c3.pool_stem);
+  CHECK_FALSE(c3.pool_implicit);
+  // 8 channels, overlapping windows: neither, so the pool is its own step.
+  CHECK(c4.pool_layer == -1);
+  CHECK(plan.steps[11].pool_conv == -1);
+  // ResNet's 3x3/2 pool after c1: overlapping windows, which the stem kernel leaves to the pool.
+  CHECK(stem_pool_cannot_run(c1.conv, StemPool{3, 3, 2, 2, 1, 1, 8, 8}).find("overlap") != std::string::npos);
+  CHECK(stem_pool_cannot_run(c1.conv, StemPool{2, 4, 2, 4, 0, 0, 8, 4}).empty());
+  t.fuse_pool = false;
+  CHECK_FALSE(fuses_pool(c1, ConvAlgo::kStem, t));
 }
 
 TEST_CASE("plan: ResNet-18's buffers in use at once are a fraction of all its buffers") {

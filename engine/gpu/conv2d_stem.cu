@@ -9,6 +9,7 @@
 #include "engine/gpu/activation.cuh"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_stem.h"
+#include "engine/gpu/pool_window.cuh"
 #include "engine/gpu/storage.cuh"
 
 namespace cnnrun::gpu {
@@ -30,9 +31,13 @@ struct Geom {
   int patch;             // its values (patch_h * patch_w * cp)
   int tiles_x, tiles;    // tiles a row and an image
   int64_t total;         // tiles of all the images
+  // The max-pool in the epilogue (StemPool; pooled false: none): its window, stride, padding
+  // and output, and the pooled outputs a tile (tph x tpw): windows that tile its 8 x 16 outputs.
+  bool pooled;
+  int pkh, pkw, psh, psw, pph, ppw, pout_h, pout_w, tph, tpw;
 };
 
-Geom geom(const ConvParams& p, int64_t n) {
+Geom geom(const ConvParams& p, int64_t n, const StemPool& pool = StemPool{}) {
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
   Geom g{};
   g.in_h = i32(p.in_h), g.in_w = i32(p.in_w), g.c = i32(p.in_c), g.out_h = i32(p.out_h),
@@ -48,8 +53,18 @@ Geom geom(const ConvParams& p, int64_t n) {
   g.patch_h = (kTileH - 1) * g.sh + (g.kh - 1) * g.dh + 1;
   g.patch_w = (kTileW - 1) * g.sw + (g.kw - 1) * g.dw + 1;
   g.patch = g.patch_h * g.patch_w * g.cp;
-  g.tiles_x = (g.out_w + kTileW - 1) / kTileW;
-  g.tiles = g.tiles_x * ((g.out_h + kTileH - 1) / kTileH);
+  g.pooled = pool.kernel_h > 0;
+  if (g.pooled) {
+    g.pkh = pool.kernel_h, g.pkw = pool.kernel_w, g.psh = pool.stride_h, g.psw = pool.stride_w;
+    g.pph = pool.pad_h, g.ppw = pool.pad_w, g.pout_h = pool.out_h, g.pout_w = pool.out_w;
+    g.tph = kTileH / g.pkh;
+    g.tpw = kTileW / g.pkw;
+    g.tiles_x = (g.pout_w + g.tpw - 1) / g.tpw;
+    g.tiles = g.tiles_x * ((g.pout_h + g.tph - 1) / g.tph);
+  } else {
+    g.tiles_x = (g.out_w + kTileW - 1) / kTileW;
+    g.tiles = g.tiles_x * ((g.out_h + kTileH - 1) / kTileH);
+  }
   g.total = n * g.tiles;
   return g;
 }
@@ -146,7 +161,12 @@ __global__ void __launch_bounds__(kThreads, 4)
 
   for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
     const int img = static_cast<int>(t / g.tiles), tt = static_cast<int>(t - int64_t{img} * g.tiles);
-    const int oy0 = tt / g.tiles_x * kTileH, ox0 = tt % g.tiles_x * kTileW;
+    // The tile's first output (pooled: its first pooled output, and the first row and column of
+    // its windows).
+    const int ty = tt / g.tiles_x, tx = tt - ty * g.tiles_x;
+    const int py0 = ty * g.tph, px0 = tx * g.tpw;
+    const int oy0 = g.pooled ? py0 * g.psh - g.pph : ty * kTileH;
+    const int ox0 = g.pooled ? px0 * g.psw - g.ppw : tx * kTileW;
     const int iy0 = oy0 * g.sh - g.pad_h, ix0 = ox0 * g.sw - g.pad_w;
     const uint16_t* xi = x + static_cast<int64_t>(img) * g.in_h * g.in_w * g.c;
     __syncthreads();  // the previous tile's reads of the patch are done (the first: the tables)
@@ -227,6 +247,35 @@ __global__ void __launch_bounds__(kThreads, 4)
       store([kind = act.kind, slope = act.slope](float v) { return act_eval(kind, slope, v); });
     __syncthreads();
     constexpr int VP = NB / 8;  // 16-byte vectors a pixel
+    if (g.pooled) {
+      // Each pooled output's window over the staged outputs, with the separate pool's arithmetic
+      // (engine/gpu/nhwc.cu: rows then columns, `<` on the rounded values), 8 filters a thread.
+      for (int v = threadIdx.x; v < g.tph * g.tpw * VP; v += kThreads) {
+        const int m = v / VP, j = v - m * VP, py = py0 + m / g.tpw, px = px0 + m % g.tpw, f = f0 + j * 8;
+        if (py >= g.pout_h || px >= g.pout_w || f >= g.filters) continue;
+        const PoolWindow wy = fixed_window(py, g.pkh, g.psh, g.pph, g.out_h);
+        const PoolWindow wx = fixed_window(px, g.pkw, g.psw, g.ppw, g.out_w);
+        float r[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) r[k] = -INFINITY;
+        for (int yy = wy.start; yy < wy.end; ++yy)
+          for (int xx = wx.start; xx < wx.end; ++xx) {
+            const Vec<T, 8> in =
+                *reinterpret_cast<const Vec<T, 8>*>(out + ((yy - oy0) * kTileW + xx - ox0) * OS + j * 8);
+#pragma unroll
+            for (int k = 0; k < 8; ++k) {
+              const float fv = ld(in.v[k]);
+              r[k] = r[k] < fv ? fv : r[k];
+            }
+          }
+        Vec<T, 8> o;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) o.v[k] = to<T>(r[k]);
+        *reinterpret_cast<Vec<T, 8>*>(
+            y + ((static_cast<int64_t>(img) * g.pout_h + py) * g.pout_w + px) * g.filters + f) = o;
+      }
+      continue;
+    }
     for (int v = threadIdx.x; v < kTileH * kTileW * VP; v += kThreads) {
       const int m = v / VP, j = v - m * VP, oy = oy0 + m / kTileW, ox = ox0 + m % kTileW, f = f0 + j * 8;
       if (oy < g.out_h && ox < g.out_w && f < g.filters)
@@ -274,6 +323,22 @@ std::string shape_cannot_run(const ConvParams& p) {
 
 }  // namespace
 
+std::string stem_pool_cannot_run(const ConvParams& p, const StemPool& pool) {
+  if (const std::string why = shape_cannot_run(p); !why.empty()) return why;
+  if (pool.kernel_h < 1 || pool.kernel_w < 1) return "the pool has no window";
+  // Windows that overlap (ResNet's 3x3/2) or straddle two tiles would have the outputs two tiles
+  // share computed by both: 1.5x the tiles for ResNet-18's stem, slower than the separate pool
+  // (measured: docs/performance.md, Session 16).
+  if (pool.stride_h != pool.kernel_h || pool.stride_w != pool.kernel_w || pool.pad_h != 0 ||
+      pool.pad_w != 0 || kTileH % pool.kernel_h != 0 || kTileW % pool.kernel_w != 0)
+    return "the pool's windows (" + std::to_string(pool.kernel_h) + "x" + std::to_string(pool.kernel_w) +
+           ", stride " + std::to_string(pool.stride_h) + "x" + std::to_string(pool.stride_w) +
+           ") overlap, are padded or do not tile its " + std::to_string(kTileH) + "x" +
+           std::to_string(kTileW) + " outputs";
+  if (pool.out_h < 1 || pool.out_w < 1) return "the pool has no output";
+  return "";
+}
+
 std::string stem_cannot_run(const ConvParams& p, Precision prec, bool channels_last) {
   const Storage t = storage_of(prec);
   if (!channels_last || (t != Storage::kF16 && t != Storage::kBf16))
@@ -282,11 +347,12 @@ std::string stem_cannot_run(const ConvParams& p, Precision prec, bool channels_l
 }
 
 void launch_conv_stem(const ConvParams& p, const void* x, Storage t, const void* w, const float* bias,
-                      void* y, int64_t n, ActFn act, cudaStream_t s) {
+                      void* y, int64_t n, ActFn act, cudaStream_t s, const StemPool& pool) {
   if (t != Storage::kF16 && t != Storage::kBf16) throw Error("stem convolution: storage is not 16-bit");
-  if (const std::string why = shape_cannot_run(p); !why.empty()) throw Error("stem convolution: " + why);
+  const std::string why = pool.kernel_h > 0 ? stem_pool_cannot_run(p, pool) : shape_cannot_run(p);
+  if (!why.empty()) throw Error("stem convolution: " + why);
   if (n <= 0) return;
-  const Geom g = geom(p, n);
+  const Geom g = geom(p, n, pool);
   const bool wide = n_tiles(g) == 8;
   with_storage(t, [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;

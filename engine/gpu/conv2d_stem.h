@@ -22,13 +22,30 @@ namespace cnnrun::gpu {
 // "" when the stem kernel computes this convolution at `prec` in the layout given, else why not.
 std::string stem_cannot_run(const ConvParams& p, Precision prec, bool channels_last);
 
+// A max-pool of fixed windows computed in the stem kernel's epilogue, over the convolution's
+// output (its input): PyTorch's windows (start o * stride - pad, clipped to the input; ceil_mode
+// is in out_h and out_w). kernel_h 0: none.
+struct StemPool {
+  int kernel_h = 0, kernel_w = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  int out_h = 0, out_w = 0;
+};
+
+// "" when the stem kernel computes convolution `p` followed by `pool`, else why not: the pool's
+// windows must tile the kernel's tile of 8 x 16 outputs (stride = window, no padding, the window
+// dividing 8 x 16: VGG's 3x3 conv then 2x2/2 pool). Overlapping windows (ResNet's 3x3/2) would
+// have two tiles compute the outputs they share, which measured slower than the separate pool.
+std::string stem_pool_cannot_run(const ConvParams& p, const StemPool& pool);
+
 // y = act(conv(x) + bias) for n images: x [n, in_h, in_w, in_c] and y [n, out_h, out_w, filters]
 // in storage t (FP16 or BF16), w [filters][kernel_h][kernel_w][in_c] in t (DeviceWeights'
 // w_nhwc), bias `filters` FP32 values (may be null: zero). An implicit GEMM on mma.sync: a thread
 // block stages its weights in shared memory once, then for each tile of 8 x 16 output pixels
 // the input patch under it, and multiplies with FP32 accumulation; one rounding when it stores
-// (staged in shared memory, written in 16-byte vectors).
+// (staged in shared memory, written in 16-byte vectors). With `pool` (kernel_h > 0), y is the
+// pool's output [n, pool.out_h, pool.out_w, filters]: a tile's 8 x 16 convolution outputs are
+// the windows of its pooled outputs (4 x 8 for a 2x2/2 pool), and the convolution's output is
+// never written to memory. The max is taken over the rounded values, as a separate pool would.
 void launch_conv_stem(const ConvParams& p, const void* x, Storage t, const void* w, const float* bias,
-                      void* y, int64_t n, ActFn act, cudaStream_t s);
+                      void* y, int64_t n, ActFn act, cudaStream_t s, const StemPool& pool = StemPool{});
 
 }  // namespace cnnrun::gpu

@@ -49,7 +49,7 @@ void DeviceWeights::upload(const Network& net, const Plan& plan, Precision preci
         std::vector<float> wt = implicit_weights(p, w.ptr());
         c.wt = gpu::upload(wt.data(), wt.size());
       }
-      if (st.pool_layer >= 0) {
+      if (st.pool_implicit) {
         ImplicitFusion f;
         f.relu_pool = f.tensor_core = true;
         c.tc_ok = implicit_config(p, 1, f).ok;

@@ -157,7 +157,7 @@ class GpuExecutor : public Executor {
       if (st.op != Op::kConv) continue;
       const ConvAlgo pin = net_.layers[static_cast<size_t>(st.layer)]->algo;
       if (pin == ConvAlgo::kImplicit || pin == ConvAlgo::kIm2col) return false;  // the netdef wants NCHW
-      wide = wide || (st.pool_layer < 0 && st.conv.in_c >= kNhwcMinChannels);
+      wide = wide || (!st.pool_implicit && st.conv.in_c >= kNhwcMinChannels);
     }
     return wide;
   }
@@ -418,12 +418,16 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       if (epi != act) launch_act(y, y, n * st.out_shape.size(), act, s.stream);
       return;
     }
-    case ConvAlgo::kStem:
+    case ConvAlgo::kStem: {
+      // With its pool: the pool's output only (the conv's and its activation's never exist).
+      const bool pool = fuses_pool(st, algo, tuning_);
       launch_conv_stem(st.conv, s.bufs[static_cast<size_t>(st.ins[0])].get(), storage(),
                        c.w_nhwc[static_cast<int>(prec_)].get(), c.bias.as<float>(),
-                       s.bufs[static_cast<size_t>(st.out)].get(), n, conv_act, s.stream);
+                       s.bufs[static_cast<size_t>(pool ? step(st.pool_layer).out : st.out)].get(), n,
+                       conv_act, s.stream, pool ? stem_pool(net_, st) : StemPool{});
       add_residual();
       return;
+    }
     case ConvAlgo::kIm2col:
       if (!c.im2col)
         throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name + "': im2col cannot run it");
@@ -503,6 +507,7 @@ void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
       return launch_act_storage(buf(st.ins[0]), buf(st.out), t, n * st.out_shape.size(), act_fn(st.act),
                                 s.stream);
     case Op::kPool:
+      if (pool_fused(st)) return;  // its conv (the stem kernel) wrote it
       return launch_pool2d_nhwc(buf(st.ins[0]), buf(st.out), t, n,
                                 pool_args(layer_as<PoolLayer>(l).p, st.in_shape, st.out_shape), s.stream);
     case Op::kAffine:
@@ -785,8 +790,9 @@ std::string GpuExecutor::step_algo(const Step& st) const {
       if (a == ConvAlgo::kIm2col && c.im2col) return c.im2col->algo_name() + res;
       if (a == ConvAlgo::kStem)
         return "stem(tensor cores, bias" +
-               (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) + " epilogue, " +
-               storage_name(storage()) + " NHWC)" + res;
+               (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
+               (fuses_pool(st, a, tuning_) ? "+maxpool" : "") + " epilogue, " + storage_name(storage()) +
+               " NHWC)" + res;
       if (a == ConvAlgo::kCutlass) {
         const ActFn full = act_fn(st.act);
         const bool fused = cutlass_fuses(full);

@@ -1,9 +1,22 @@
 #include "engine/gpu/plan.h"
 
 #include "engine/gpu/conv2d_implicit.h"
+#include "engine/gpu/conv2d_stem.h"
+#include "engine/layers/pool.h"
 #include "engine/passes.h"
 
 namespace cnnrun::gpu {
+
+namespace {
+
+// The pool the implicit kernel computes after its ReLU: 2x2, stride 2, no padding, flooring.
+bool is_pool_2x2_s2(const Layer& l) {
+  const PoolParams& p = layer_as<PoolLayer>(l).p;
+  return !p.ceil_mode && p.size_h == 2 && p.size_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
+         p.pad_h == 0 && p.pad_w == 0;
+}
+
+}  // namespace
 
 Plan make_plan(const Network& net) {
   const size_t L = net.layers.size();
@@ -56,15 +69,20 @@ Plan make_plan(const Network& net) {
       st.fused_consumer = j;
       steps[static_cast<size_t>(j)].op = Op::kFused;
       steps[static_cast<size_t>(j)].fused_producer = static_cast<int>(i);
-      // ... and the 2x2 stride-2 max-pool that is that ReLU's only reader can follow it into the
-      // implicit kernel (stride-1 convs; the kernel floors odd sizes as the pool does).
+      // ... and the max-pool that is that activation's only reader can follow it into the
+      // implicit kernel (a 2x2 stride-2 pool after a ReLU, stride-1 convs; the kernel floors odd
+      // sizes as the pool does) or into the stem kernel (any window of at most its tile).
       if (const int k = fusions.pool[i]; k >= 0) {
         ImplicitFusion f;
         f.relu_pool = true;
-        if (implicit_config(st.conv, 1, f).ok) {
-          st.pool_layer = k;
+        st.pool_implicit = fusions.relu[i] >= 0 && is_pool_2x2_s2(*net.layers[static_cast<size_t>(k)]) &&
+                           implicit_config(st.conv, 1, f).ok;
+        st.pool_layer = k;
+        st.pool_stem = stem_pool_cannot_run(st.conv, stem_pool(net, st)).empty();
+        if (st.pool_implicit || st.pool_stem)
           steps[static_cast<size_t>(k)].pool_conv = static_cast<int>(i);
-        }
+        else
+          st.pool_layer = -1;
       }
     }
     // A residual add (and the activation after it) in the conv's epilogue: its other input was
@@ -92,7 +110,7 @@ Plan make_plan(const Network& net) {
       f.u8_input = true;
       st.u8_input = implicit_config(st.conv, 1, f).ok;
       f.relu_pool = true;
-      st.u8_input_pool = st.pool_layer >= 0 && implicit_config(st.conv, 1, f).ok;
+      st.u8_input_pool = st.pool_implicit && implicit_config(st.conv, 1, f).ok;
     }
     st.out = new_buf(l.out_shape);
     out_buf[i] = st.out;
@@ -124,8 +142,21 @@ std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, con
   return life;
 }
 
+StemPool stem_pool(const Network& net, const Step& st) {
+  StemPool sp;
+  if (st.pool_layer < 0) return sp;
+  const Layer& l = *net.layers[static_cast<size_t>(st.pool_layer)];
+  const PoolParams& p = layer_as<PoolLayer>(l).p;
+  auto i32 = [](int64_t v) { return static_cast<int>(v); };
+  sp.kernel_h = i32(p.size_h), sp.kernel_w = i32(p.size_w), sp.stride_h = i32(p.stride_h),
+  sp.stride_w = i32(p.stride_w), sp.pad_h = i32(p.pad_h), sp.pad_w = i32(p.pad_w);
+  sp.out_h = i32(l.out_shape.h), sp.out_w = i32(l.out_shape.w);
+  return sp;
+}
+
 bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t) {
-  return st.pool_layer >= 0 && t.fuse_pool && algo == ConvAlgo::kImplicit;
+  return st.pool_layer >= 0 && t.fuse_pool &&
+         ((algo == ConvAlgo::kImplicit && st.pool_implicit) || (algo == ConvAlgo::kStem && st.pool_stem));
 }
 
 bool fuses_u8(const Step& st, ConvAlgo algo, const GpuTuning& t) {

@@ -16,6 +16,8 @@
 
 namespace cnnrun::gpu {
 
+struct StemPool;  // engine/gpu/conv2d_stem.h
+
 // What a step launches; the GpuOp column of CNNRUN_LAYER_TYPES (engine/layer_types.h) names one
 // for every layer type. kFused: computed in its producer's epilogue.
 enum class Op {
@@ -45,10 +47,13 @@ struct Step {
   // conv/fc before it computes (this layer's value is never materialised)
   int fused_consumer = -1;
   int fused_producer = -1;  // kFused: the layer whose epilogue computes this one
-  // kConv: the 2x2/2 max-pool after the fused ReLU that the implicit kernel can compute too
-  // (then neither the conv's nor the ReLU's output exists); kPool: that conv.
+  // kConv: the max-pool after the fused activation (Fusions::pool) that one of the conv's
+  // kernels can compute too (then neither the conv's nor the activation's output exists): the
+  // implicit kernel's 2x2/2 pool after a ReLU (pool_implicit), the stem kernel's pool of any
+  // window of at most its tile (pool_stem); kPool: that conv.
   int pool_layer = -1;
   int pool_conv = -1;
+  bool pool_implicit = false, pool_stem = false;
   // kConv: the only reader of the network input, and the implicit kernel can read the bytes
   // (with and without its pool fused)
   bool u8_input = false, u8_input_pool = false;
@@ -99,6 +104,9 @@ NhwcLayout make_nhwc_layout(const Network& net, const Plan& plan);
 // `layout` (may be null), its FP32 NCHW copies (buffers plan.buf_floats.size() and on) are
 // written and read at the step that reads them.
 std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, const NhwcLayout* layout);
+
+// The stem kernel's view of the max-pool that conv step `st` may compute (Step::pool_layer).
+StemPool stem_pool(const Network& net, const Step& st);
 
 // Whether conv step `st` run with `algo` computes its pool / reads the uint8 input.
 bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t);
