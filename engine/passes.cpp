@@ -224,6 +224,153 @@ bool is_activation(const Layer& l) {
   return kIsAct[index_of(l.kind)];
 }
 
+// One input of a concat that merge_concat_convs can take: a conv, and the activation after it
+// (or -1), each the only reader of the one before, the last read by the concat alone.
+struct Branch {
+  int conv = -1, act = -1;
+};
+
+bool branch_of(const Network& net, const Readers& rd, int j, Branch& b) {
+  if (j < 0 || j == net.output || rd.count(j) != 1) return false;
+  b = Branch{};
+  const Layer* l = net.layers[static_cast<size_t>(j)].get();
+  if (is_activation(*l) && l->inputs.size() == 1 && l->inputs[0] >= 0) {
+    b.act = j;
+    j = l->inputs[0];
+    if (j == net.output || rd.count(j) != 1) return false;
+    l = net.layers[static_cast<size_t>(j)].get();
+  }
+  if (l->kind != LayerKind::kConv || l->inputs.size() != 1 || !l->weights.count("weight")) return false;
+  b.conv = j;
+  return true;
+}
+
+bool same_activation(const Layer* a, const Layer* b) {
+  if (!a || !b) return a == b;
+  const ActivationParams &x = layer_as<ActivationLayer>(*a).p, &y = layer_as<ActivationLayer>(*b).p;
+  return a->kind == b->kind && x.kind == y.kind && x.slope == y.slope;
+}
+
+}  // namespace
+
+std::vector<std::string> merge_concat_convs(Network& net) {
+  std::vector<std::string> notes;
+  for (int k = 0; k < static_cast<int>(net.layers.size()); ++k) {
+    const Layer& cat = *net.layers[static_cast<size_t>(k)];
+    if (cat.kind != LayerKind::kConcat || cat.inputs.size() < 2 || k == net.output) continue;
+    const Readers rd = readers(net);
+    std::vector<Branch> br(cat.inputs.size());
+    bool ok = true;
+    for (size_t i = 0; i < br.size() && ok; ++i) ok = branch_of(net, rd, cat.inputs[i], br[i]);
+    if (!ok) continue;
+    auto conv = [&](const Branch& b) -> ConvLayer& {
+      return layer_as<ConvLayer>(*net.layers[static_cast<size_t>(b.conv)]);
+    };
+    auto act = [&](const Branch& b) {
+      return b.act < 0 ? nullptr : net.layers[static_cast<size_t>(b.act)].get();
+    };
+    const ConvLayer& first = conv(br[0]);
+    const ConvParams& p0 = first.p;
+    int64_t kh = 0, kw = 0, ph = 0, pw = 0, filters = 0;
+    bool bias = false;
+    for (const Branch& b : br) {
+      const ConvLayer& c = conv(b);
+      const ConvParams& p = c.p;
+      ok = ok && c.inputs[0] == first.inputs[0] && p.groups == 1 && p.stride_h == p0.stride_h &&
+           p.stride_w == p0.stride_w && p.dilation_h == p0.dilation_h && p.dilation_w == p0.dilation_w &&
+           c.algo == first.algo && same_activation(act(b), act(br[0]));
+      kh = std::max(kh, p.kernel_h), kw = std::max(kw, p.kernel_w);
+      ph = std::max(ph, p.pad_h), pw = std::max(pw, p.pad_w);
+      filters += p.filters;
+      bias = bias || c.weights.count("bias");
+    }
+    // Each kernel sits in the merged one at the offset that keeps its taps on the same input
+    // rows and columns: (merged pad - its pad) / dilation, within the merged kernel.
+    auto offset = [](int64_t big_pad, int64_t pad, int64_t dil, int64_t k, int64_t big_k) -> int64_t {
+      if ((big_pad - pad) % dil != 0) return -1;
+      const int64_t o = (big_pad - pad) / dil;
+      return o + k <= big_k ? o : -1;
+    };
+    for (const Branch& b : br) {
+      const ConvParams& p = conv(b).p;
+      ok = ok && offset(ph, p.pad_h, p.dilation_h, p.kernel_h, kh) >= 0 &&
+           offset(pw, p.pad_w, p.dilation_w, p.kernel_w, kw) >= 0;
+    }
+    // The merged window's output size (the branches' is the concat's).
+    auto out_size = [](int64_t in, int64_t pad, int64_t dil, int64_t k, int64_t stride) {
+      return (in + 2 * pad - dil * (k - 1) - 1) / stride + 1;
+    };
+    ok = ok && out_size(p0.in_h, ph, p0.dilation_h, kh, p0.stride_h) == cat.out_shape.h &&
+         out_size(p0.in_w, pw, p0.dilation_w, kw, p0.stride_w) == cat.out_shape.w;
+    if (!ok) continue;
+    ConvParams mp = p0;
+    mp.filters = filters, mp.kernel_h = kh, mp.kernel_w = kw, mp.pad_h = ph, mp.pad_w = pw, mp.bias = bias;
+    const int64_t in_c = p0.in_c;
+    Tensor w({filters, in_c, kh, kw}), bv({filters});
+    int64_t f0 = 0;
+    std::string names;
+    for (const Branch& b : br) {
+      const ConvLayer& c = conv(b);
+      const ConvParams& p = c.p;
+      const int64_t oy = offset(ph, p.pad_h, p.dilation_h, p.kernel_h, kh);
+      const int64_t ox = offset(pw, p.pad_w, p.dilation_w, p.kernel_w, kw);
+      const Tensor& src = c.weights.at("weight");
+      for (int64_t f = 0; f < p.filters; ++f)
+        for (int64_t ch = 0; ch < in_c; ++ch)
+          for (int64_t y = 0; y < p.kernel_h; ++y)
+            for (int64_t x = 0; x < p.kernel_w; ++x)
+              w.data[static_cast<size_t>((((f0 + f) * in_c + ch) * kh + oy + y) * kw + ox + x)] =
+                  src.data[static_cast<size_t>(((f * in_c + ch) * p.kernel_h + y) * p.kernel_w + x)];
+      if (auto it = c.weights.find("bias"); it != c.weights.end())
+        std::copy(it->second.data.begin(), it->second.data.end(), bv.data.begin() + f0);
+      f0 += p.filters;
+      names += (names.empty() ? "'" : ", '") + c.name + "' (" + std::to_string(p.kernel_h) + "x" +
+               std::to_string(p.kernel_w) + ")";
+    }
+    // The first branch's conv becomes the merged one, its activation (if any) the block's
+    // output; the concat's readers read that, and the other branches and the concat go.
+    ConvLayer& m = conv(br[0]);
+    m.p = mp;
+    m.weights["weight"] = std::move(w);
+    if (bias)
+      m.weights["bias"] = std::move(bv);
+    else
+      m.weights.erase("bias");
+    m.out_shape = m.infer_shape(m.in_shapes);
+    m.bind(m.in_shapes);
+    const int last = br[0].act >= 0 ? br[0].act : br[0].conv;
+    Layer& tail = *net.layers[static_cast<size_t>(last)];
+    if (br[0].act >= 0) {
+      tail.in_shapes = {m.out_shape};
+      tail.out_shape = tail.infer_shape(tail.in_shapes);
+      tail.bind(tail.in_shapes);
+    }
+    notes.push_back("convs " + names + " read by concat '" + cat.name + "' merged into one " +
+                    std::to_string(kh) + "x" + std::to_string(kw) + " conv '" + m.name + "' of " +
+                    std::to_string(filters) + " filters" +
+                    (br[0].act >= 0 ? " (then '" + tail.name + "')" : ""));
+    for (int r : rd.of[static_cast<size_t>(k)]) {
+      Layer& l = *net.layers[static_cast<size_t>(r)];
+      for (size_t i = 0; i < l.inputs.size(); ++i)
+        if (l.inputs[i] == k) {
+          l.inputs[i] = last;
+          if (i < l.input_names.size()) l.input_names[i] = tail.name;
+        }
+    }
+    std::vector<int> gone{k};
+    for (size_t i = 1; i < br.size(); ++i) {
+      gone.push_back(br[i].conv);
+      if (br[i].act >= 0) gone.push_back(br[i].act);
+    }
+    std::sort(gone.rbegin(), gone.rend());
+    for (int g : gone) erase_layer(net, g);
+    k = -1;  // indices moved: scan again from the start
+  }
+  return notes;
+}
+
+namespace {
+
 bool is_fixed_maxpool(const Layer& l) {
   if (l.kind != LayerKind::kMaxpool) return false;
   const PoolParams& p = layer_as<PoolLayer>(l).p;

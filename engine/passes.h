@@ -10,6 +10,9 @@
 //                      that reads it (changes weights and the graph; at load)
 //   drop_padding_taps  a conv's taps that read only padding, dropped where its input and
 //                      output are one position along an axis (changes weights; at load)
+//   merge_concat_convs convs of one input, each the only branch into a concat, merged into
+//                      one conv whose filters are the concat's channels (changes weights and
+//                      the graph; at load)
 //   find_fusions       which layers could run in their producer's kernel (the GPU planner
 //                      then keeps those its kernels accept)
 //   layer_lifetimes,   when each layer's output is in use, and which outputs may share memory
@@ -64,6 +67,21 @@ std::vector<std::string> fold_pools_into_fcs(Network& net, const std::string& so
 // is, as it is when the input position falls between taps (pad not a multiple of dilation).
 // Returns one sentence per conv, for the report.
 std::vector<std::string> drop_padding_taps(Network& net);
+
+// Merges the convs whose outputs a concat joins when each of its inputs is a conv (then,
+// optionally, an activation), all reading the same tensor, with the same stride and dilation,
+// groups 1, the same activation (kind and slope) and the same pinned algorithm, each layer the
+// only reader of the one before and none the network output: SqueezeNet's fire modules (a 1x1
+// and a 3x3 expand conv, each with a ReLU, concatenated). The concat's channels are one conv's
+// filters, in the concat's order: the kernel is the largest (a smaller one sits at the offset
+// that reads the same input positions, (merged pad - its pad) / dilation, zeros around it), the
+// bias the branches' (zeros where one had none). The first branch's conv becomes that conv and its
+// activation the block's output; the concat's readers read it; the other branches and the concat
+// are removed (layers after them move up). No concat pass, one conv launch instead of several,
+// the input read once; the output is the same for finite inputs (the zero taps of a smaller
+// kernel multiply its neighbours: an infinite neighbour would make them NaN). Returns one
+// sentence per merge, for the report.
+std::vector<std::string> merge_concat_convs(Network& net);
 
 // Layers that can be computed inside their producer's kernel, by the graph alone.
 struct Fusions {

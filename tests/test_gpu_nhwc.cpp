@@ -106,6 +106,35 @@ OutputGap output_gap(const std::vector<float>& got, const std::vector<float>& wa
   return g;
 }
 
+// `net`, rewritten by load-time passes from `plain` (same weights), gives plain's CPU reference
+// outputs within each precision's tolerance in both layouts, and validates layer by layer
+// against its own reference.
+void rewritten_matches(const Network& plain, const Network& net, const char* label) {
+  const int64_t n = 37;
+  Dataset data = gpu_random_data(net.input, n, 10, 5);
+  std::vector<Tensor> ref = make_cpu_executor(plain)->forward_layers(data, 0, n, RunOptions{});
+  const std::vector<float>& want = ref[static_cast<size_t>(plain.output)].data;
+  auto gpu = make_gpu_executor(net);
+  auto cpu = make_cpu_executor(net);
+  for (Layout layout : {Layout::kNchw, Layout::kNhwc})
+    for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+      INFO(label << " " << precision_name(p) << (layout == Layout::kNhwc ? " nhwc" : " nchw"));
+      RunOptions o;
+      o.batch = n;
+      o.block = 16;
+      o.want_probs = true;
+      o.layout = layout;
+      o.precision = p;
+      const RunResult r = gpu->run(data, o);
+      REQUIRE(r.probs.size() == want.size());
+      const OutputGap gap = output_gap(r.probs, want, want.size());
+      MESSAGE(label << " " << precision_name(p) << (layout == Layout::kNhwc ? " nhwc" : " nchw")
+                    << ": max |gpu - reference before the rewrite| / max |value| " << gap.worst / gap.top);
+      CHECK(gap.worst <= validation_tolerance(p) * gap.top);
+      CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
+    }
+}
+
 // How the report names channels-last activations at precision p ("fp16 NHWC"): FP16 and BF16
 // stored as such, the others in FP32.
 std::string stored_nhwc(Precision p) {
@@ -235,29 +264,51 @@ layers:
   REQUIRE(net.find("avgpool") < 0);
   REQUIRE(net.layers[static_cast<size_t>(net.find("fc1"))]->weight("weight").dims ==
           std::vector<int64_t>{64, 32});
-  const int64_t n = 37;
-  Dataset data = gpu_random_data(net.input, n, 10, 5);
-  std::vector<Tensor> ref = make_cpu_executor(plain)->forward_layers(data, 0, n, RunOptions{});
-  const std::vector<float>& want = ref[static_cast<size_t>(plain.output)].data;
-  auto gpu = make_gpu_executor(net);
-  auto cpu = make_cpu_executor(net);
-  for (Layout layout : {Layout::kNchw, Layout::kNhwc})
-    for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
-      INFO(precision_name(p) << (layout == Layout::kNhwc ? " nhwc" : " nchw"));
-      RunOptions o;
-      o.batch = n;
-      o.block = 16;
-      o.want_probs = true;
-      o.layout = layout;
-      o.precision = p;
-      const RunResult r = gpu->run(data, o);
-      REQUIRE(r.probs.size() == want.size());
-      const OutputGap gap = output_gap(r.probs, want, want.size());
-      MESSAGE("folded head " << precision_name(p) << (layout == Layout::kNhwc ? " nhwc" : " nchw")
-                             << ": max |gpu - unfolded reference| / max |value| " << gap.worst / gap.top);
-      CHECK(gap.worst <= validation_tolerance(p) * gap.top);
-      CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
-    }
+  rewritten_matches(plain, net, "folded head");
+}
+
+// SqueezeNet's fire modules (a 1x1 and a 3x3 expand conv, each with its ReLU, concatenated; the
+// second on a 1x1 map, where the 3x3's padding taps are dropped first), after a 3-channel conv
+// and its overlapping max-pool: merge_concat_convs makes each one conv of both filters, whose
+// outputs are the unmerged network's at every precision and layout.
+TEST_CASE("gpu: a fire module's expand convs merged into one conv give the unmerged network's outputs" *
+          doctest::skip(!gpu_present())) {
+  const char* const text = R"(
+name: fire
+input: {channels: 3, height: 33, width: 31}
+classes: [a, b, c, d, e, f, g, h, i, j]
+layers:
+  - {name: c0, type: conv, filters: 16, kernel: 3, stride: 2}
+  - {name: r0, type: relu}
+  - {name: p0, type: maxpool, size: 3, stride: 2, ceil_mode: true}
+  - {name: sq, type: conv, filters: 16, kernel: 1}
+  - {name: sqr, type: relu}
+  - {name: e1, type: conv, filters: 32, kernel: 1}
+  - {name: e1r, type: relu}
+  - {name: e3, type: conv, filters: 32, kernel: 3, pad: 1, inputs: sqr}
+  - {name: e3r, type: relu}
+  - {name: cat, type: concat, inputs: [e1r, e3r]}
+  - {name: p1, type: maxpool, size: [8, 7], stride: [8, 7]}
+  - {name: sq2, type: conv, filters: 8, kernel: 1}
+  - {name: sq2r, type: relu}
+  - {name: f1, type: conv, filters: 16, kernel: 1}
+  - {name: f1r, type: relu}
+  - {name: f3, type: conv, filters: 16, kernel: 3, pad: 1, inputs: sq2r}
+  - {name: f3r, type: relu}
+  - {name: cat2, type: concat, inputs: [f1r, f3r]}
+  - {name: head, type: conv, filters: 10, kernel: 1}
+  - {name: hr, type: relu}
+  - {name: gap, type: avgpool, global: true}
+)";
+  Network plain = parse_netdef_string(text, "fire"), net = parse_netdef_string(text, "fire");
+  random_weights(plain, 17);
+  random_weights(net, 17);
+  REQUIRE(drop_padding_taps(net).size() == 1);  // f3 on 8x1x1
+  REQUIRE(merge_concat_convs(net).size() == 2);
+  REQUIRE(net.find("cat") < 0);
+  REQUIRE(net.find("e3") < 0);
+  REQUIRE(net.layers[static_cast<size_t>(net.find("e1"))]->out_shape.c == 64);
+  rewritten_matches(plain, net, "merged fire modules");
 }
 
 // cuDNN's workspace: the search runs with the large one on one slot; then every stream holds what

@@ -308,6 +308,104 @@ TEST_CASE("passes: drop_padding_taps keeps the one tap that reads a 1-position a
   CHECK(conv(inf, "k3").p.kernel_h == 3);
 }
 
+TEST_CASE("passes: merge_concat_convs makes a fire module's expand convs one conv, with the same outputs") {
+  // SqueezeNet's fire module, then three branches of 1x1, 3x3 and 5x5 (stride 2, no activation),
+  // then two 3x3 branches, one dilated: merged, merged, and left alone (dilations differ).
+  const std::string layers = R"(  - {name: sq, type: conv, filters: 4, kernel: 1}
+  - {name: sqr, type: relu}
+  - {name: e1, type: conv, filters: 3, kernel: 1}
+  - {name: e1r, type: relu}
+  - {name: e3, type: conv, filters: 5, kernel: 3, pad: 1, inputs: sqr}
+  - {name: e3r, type: relu}
+  - {name: cat, type: concat, inputs: [e1r, e3r]}
+  - {name: b1, type: conv, filters: 2, kernel: 1, stride: 2, bias: false}
+  - {name: b3, type: conv, filters: 3, kernel: 3, stride: 2, pad: 1, inputs: cat}
+  - {name: b5, type: conv, filters: 4, kernel: 5, stride: 2, pad: 2, inputs: cat}
+  - {name: cat2, type: concat, inputs: [b5, b1, b3]}
+  - {name: d1, type: conv, filters: 2, kernel: 3, pad: 1}
+  - {name: d2, type: conv, filters: 2, kernel: 3, pad: 2, dilation: 2, inputs: cat2}
+  - {name: cat3, type: concat, inputs: [d1, d2]}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)";
+  Network plain = parse(layers), merged = parse(layers);
+  test::random_weights(plain, 9);
+  test::random_weights(merged, 9);
+  auto conv = [&](Network& n, const char* name) -> ConvLayer& {
+    return layer_as<ConvLayer>(*n.layers[static_cast<size_t>(n.find(name))]);
+  };
+  const std::vector<std::string> notes = merge_concat_convs(merged);
+  REQUIRE(notes.size() == 2);
+  CHECK(notes[0] ==
+        "convs 'e1' (1x1), 'e3' (3x3) read by concat 'cat' merged into one 3x3 conv 'e1' of 8 filters (then "
+        "'e1r')");
+  CHECK(notes[1] ==
+        "convs 'b5' (5x5), 'b1' (1x1), 'b3' (3x3) read by concat 'cat2' merged into one 5x5 conv 'b5' of 9 "
+        "filters");
+  CHECK(merged.layers.size() == plain.layers.size() - 6);
+  CHECK(merged.find("e3") < 0);
+  CHECK(merged.find("cat") < 0);
+  CHECK(merged.find("cat3") >= 0);  // d1 and d2: dilations differ
+  const ConvParams& e = conv(merged, "e1").p;
+  CHECK(e.filters == 8);
+  CHECK(e.kernel_h == 3);
+  CHECK(e.pad_w == 1);
+  CHECK(merged.layers[static_cast<size_t>(merged.find("b5"))]->inputs[0] == merged.find("e1r"));
+  CHECK(merged.layers[static_cast<size_t>(merged.find("e1r"))]->out_shape == Shape{8, 8, 8});
+  // Filter 1 of e1 sits at the centre of merged filter 1, zeros around it; e3's filter 0 is
+  // merged filter 3 as it was. b1 had no bias: zeros in the merged bias, between b5's and b3's.
+  const Tensor& w = merged.layers[static_cast<size_t>(merged.find("e1"))]->weights.at("weight");
+  const Tensor& w1 = plain.layers[static_cast<size_t>(plain.find("e1"))]->weights.at("weight");
+  const Tensor& w3 = plain.layers[static_cast<size_t>(plain.find("e3"))]->weights.at("weight");
+  for (int64_t ch = 0; ch < 4; ++ch)
+    for (int64_t t = 0; t < 9; ++t) {
+      CHECK(w.data[static_cast<size_t>((1 * 4 + ch) * 9 + t)] ==
+            (t == 4 ? w1.data[static_cast<size_t>(4 + ch)] : 0.f));
+      CHECK(w.data[static_cast<size_t>((3 * 4 + ch) * 9 + t)] == w3.data[static_cast<size_t>(ch * 9 + t)]);
+    }
+  const Tensor& bb = merged.layers[static_cast<size_t>(merged.find("b5"))]->weights.at("bias");
+  const Tensor& b3 = plain.layers[static_cast<size_t>(plain.find("b3"))]->weights.at("bias");
+  CHECK(bb.data[4] == 0.f);
+  CHECK(bb.data[5] == 0.f);
+  CHECK(bb.data[6] == b3.data[0]);
+  check_same_outputs(merged, plain, 3);
+
+  // Left alone: different activations, a branch read by another layer too, inputs that differ,
+  // a concat input that is not a conv, a grouped conv, and a concat that is the network output.
+  for (const char* other :
+       {"  - {name: a, type: conv, filters: 2, kernel: 1}\n  - {name: ar, type: relu}\n"
+        "  - {name: b, type: conv, filters: 2, kernel: 3, pad: 1, inputs: input}\n  - {name: br, type: "
+        "relu6}\n"
+        "  - {name: cat, type: concat, inputs: [ar, br]}\n",
+        "  - {name: a, type: conv, filters: 2, kernel: 1}\n"
+        "  - {name: b, type: conv, filters: 2, kernel: 3, pad: 1, inputs: input}\n"
+        "  - {name: cat, type: concat, inputs: [a, b]}\n  - {name: s, type: add, inputs: [a, a]}\n"
+        "  - {name: cat2, type: concat, inputs: [cat, s]}\n",
+        "  - {name: a, type: conv, filters: 3, kernel: 1}\n"
+        "  - {name: b, type: conv, filters: 2, kernel: 3, pad: 1}\n  - {name: cat, type: concat, inputs: [a, "
+        "b]}\n",
+        "  - {name: a, type: conv, filters: 2, kernel: 1}\n  - {name: m, type: maxpool, size: 3, stride: 1, "
+        "pad: 1, "
+        "inputs: input}\n  - {name: cat, type: concat, inputs: [a, m]}\n",
+        "  - {name: a, type: conv, filters: 3, kernel: 1, groups: 3}\n"
+        "  - {name: b, type: conv, filters: 3, kernel: 3, pad: 1, inputs: input}\n"
+        "  - {name: cat, type: concat, inputs: [a, b]}\n"}) {
+    Network n1 =
+        parse(std::string(other) + "  - {name: f, type: flatten}\n  - {name: fc, type: fc, outputs: 4}\n");
+    test::random_weights(n1, 2);
+    CAPTURE(other);
+    CHECK(merge_concat_convs(n1).empty());
+  }
+  Network last = parse_netdef_string(
+      "input: {channels: 3, height: 1, width: 1}\nclasses: 4\nlayers:\n"
+      "  - {name: a, type: conv, filters: 2, kernel: 1}\n"
+      "  - {name: b, type: conv, filters: 2, kernel: 3, pad: 1, inputs: input}\n"
+      "  - {name: cat, type: concat, inputs: [a, b]}\n",
+      "last.yaml");
+  test::random_weights(last, 2);
+  CHECK(merge_concat_convs(last).empty());
+}
+
 TEST_CASE("passes: find_fusions finds conv+relu(+max-pool), fc+relu, and the input's only conv") {
   Network net = parse(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
   - {name: r1, type: relu}

@@ -185,10 +185,12 @@ void load_safetensors(Network& net, const std::string& file) {
 }
 
 // The folds that change weights at load: batchnorms into their producers, a conv's taps that
-// read only padding, average pools that do not shrink into the fc after them (engine/passes.h).
+// read only padding, the convs a concat joins merged into one, average pools that do not shrink
+// into the fc after them (engine/passes.h).
 void fold_all(Network& net, const std::string& source) {
   fold_batchnorms(net, source);
-  for (const auto& notes : {drop_padding_taps(net), fold_pools_into_fcs(net, source)})
+  for (const auto& notes :
+       {drop_padding_taps(net), merge_concat_convs(net), fold_pools_into_fcs(net, source)})
     net.rewrites.insert(net.rewrites.end(), notes.begin(), notes.end());
 }
 
