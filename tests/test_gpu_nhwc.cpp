@@ -135,6 +135,11 @@ void rewritten_matches(const Network& plain, const Network& net, const char* lab
     }
 }
 
+// How the report's stem entry starts at precision p: the FP32-storage products named.
+std::string stem_tag(Precision p) {
+  return std::string("stem(") + (p == Precision::kFp32 ? "3xTF32 " : p == Precision::kTf32 ? "TF32 " : "");
+}
+
 // How the report names channels-last activations at precision p ("fp16 NHWC"): FP16 and BF16
 // stored as such, the others in FP32.
 std::string stored_nhwc(Precision p) {
@@ -193,13 +198,12 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
           if (t.type == "conv") {
             INFO(t.name << ": " << t.algo);
             // cuDNN, or for a depthwise conv the channels-last depthwise kernel if auto timed it
-            // faster, at fp32 cutlass if auto timed it faster, at fp16/bf16 for c1 and s2 (3 and
-            // 4 input channels) the stem kernel if auto timed it faster
-            const bool half = p == Precision::kFp16 || p == Precision::kBf16;
+            // faster, at fp32 cutlass if auto timed it faster, for c1 and s2 (3 and 4 input
+            // channels) the stem kernel if auto timed it faster
             CHECK((t.algo.find("cudnn:") == 0 || t.algo.find("cudnn graph:") == 0 ||
                    (t.name == "dw" && t.algo.find("depthwise(") == 0) ||
                    (p == Precision::kFp32 && t.algo.find("cutlass(") == 0) ||
-                   (half && (t.name == "c1" || t.name == "s2") && t.algo.find("stem(") == 0)));
+                   ((t.name == "c1" || t.name == "s2") && t.algo.find("stem(") == 0)));
             CHECK(t.algo.find(stored) != std::string::npos);
             graphs += t.algo.find("cudnn graph:") == 0;
             if (first && kHaveGraphApi && t.name == "c1" && t.algo.find("stem(") != 0)
@@ -378,13 +382,14 @@ TEST_CASE("gpu: every stream's cuDNN workspace is what the chosen algorithms nee
     }
 }
 
-// The stem kernel (few input channels, 16-bit channels last), pinned: ResNet's 7x7/2 stem, a
-// 3x3/2 and a 3x3/1 one, a dilated 5x5, 1 to 4 input channels, 8 to 96 filters (96: a second
-// block of filters half empty), odd sizes (partial tiles at the right and bottom), its bias and
-// activation epilogue; then the rest of the network on the other kernels. Validated layer by
-// layer at fp16 and bf16; the report names it; and what it cannot run is a one-line error naming
+// The stem kernel (few input channels, channels last), pinned: ResNet's 7x7/2 stem, a 3x3/2
+// and a 3x3/1 one, a dilated 5x5, 1 to 4 input channels, 8 to 96 filters (96: a second block of
+// filters half empty), odd sizes (partial tiles at the right and bottom), its bias and activation
+// epilogue; then the rest of the network on the other kernels. Validated layer by layer at every
+// precision (16-bit storage on FP16/BF16 products, FP32 storage on TF32 or 3xTF32 products: fp32
+// at its own tolerance); the report names it; and what it cannot run is a one-line error naming
 // the layer.
-TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at fp16 and bf16, vs reference" *
+TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at every precision, vs reference" *
           doctest::skip(!gpu_present())) {
   struct Case {
     int channels, h, w, filters, kernel, stride, pad, dilation;
@@ -414,7 +419,7 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at fp
     Dataset data = gpu_random_data(net.input, n, 10, 9);
     auto gpu = make_gpu_executor(net);
     auto cpu = make_cpu_executor(net);
-    for (Precision p : {Precision::kFp16, Precision::kBf16}) {
+    for (Precision p : {Precision::kFp16, Precision::kBf16, Precision::kTf32, Precision::kFp32}) {
       INFO(text << " at " << std::string(precision_name(p)));
       RunOptions o;
       o.batch = n;
@@ -426,21 +431,21 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at fp
       for (const LayerTime& t : r.layers)
         if (t.name == "s") {
           saw = true;
-          CHECK(t.algo == "stem(tensor cores, bias" +
+          CHECK(t.algo == stem_tag(p) + "tensor cores, bias" +
                               (std::string(k.act) == "none" ? std::string() : "+" + std::string(k.act)) +
                               " epilogue, " + stored_nhwc(p) + ")");
         }
       CHECK(saw);
       nhwc_validated(*gpu, *cpu, net, data, n, o, p, "stem");
     }
-    // What it cannot run: FP32 storage, and a conv of more channels.
+    // What it cannot run: channels first, and a conv of more channels.
     RunOptions o;
     o.batch = n;
-    o.layout = Layout::kNhwc;
-    o.precision = Precision::kFp32;
+    o.layout = Layout::kNchw;
+    o.precision = Precision::kFp16;
     CHECK_THROWS_WITH_AS(gpu->run(data, o),
                          doctest::Contains("layer 's': the stem convolution cannot run it: "
-                                           "the stem kernel runs 16-bit storage"),
+                                           "the stem kernel runs channels last"),
                          Error);
   }
   Network wide = parse_netdef_string(
@@ -461,7 +466,7 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at fp
 // The stem kernel with the max-pool after its activation in its epilogue where the pool's
 // windows tile the kernel's 8 x 16 outputs (VGG's 3x3 conv + 2x2/2 pool, a 2x4 window, a
 // ceil_mode 4x4/4 whose last windows are cut by the edge, after ReLU and other activations, odd
-// sizes: partial tiles): validated layer by layer at fp16 and bf16, named in the report, and bit
+// sizes: partial tiles): validated layer by layer at every precision, named in the report, and bit
 // for bit the outputs of the same kernel with the pool run as its own pass (--gpu-off pool; the
 // layers after it are deterministic: a global average and an fc). Windows that overlap
 // (ResNet's 3x3/2), a stride-1 pool and one taller than the tile run as their own pass.
@@ -499,7 +504,7 @@ TEST_CASE("gpu: the stem kernel computes the max-pool after it, as the separate 
     Dataset data = gpu_random_data(net.input, n, 10, 3);
     auto gpu = make_gpu_executor(net);
     auto cpu = make_cpu_executor(net);
-    for (Precision p : {Precision::kFp16, Precision::kBf16}) {
+    for (Precision p : {Precision::kFp16, Precision::kBf16, Precision::kTf32, Precision::kFp32}) {
       INFO(text << " at " << std::string(precision_name(p)));
       RunOptions o;
       o.batch = n;
@@ -513,7 +518,7 @@ TEST_CASE("gpu: the stem kernel computes the max-pool after it, as the separate 
         if (t.name == "s") s_algo = t.algo;
         if (t.name == "mp") mp_algo = t.algo;
       }
-      CHECK(s_algo == "stem(tensor cores, bias+" + std::string(k.act) + (k.fused ? "+maxpool" : "") +
+      CHECK(s_algo == stem_tag(p) + "tensor cores, bias+" + std::string(k.act) + (k.fused ? "+maxpool" : "") +
                           " epilogue, " + stored_nhwc(p) + ")");
       CHECK(mp_algo == (k.fused ? "fused into s" : ""));
       CHECK(gpu->fused_into(0, o) == (k.fused ? "mp" : "a"));

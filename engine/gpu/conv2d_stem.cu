@@ -9,6 +9,7 @@
 #include "engine/gpu/activation.cuh"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_stem.h"
+#include "engine/gpu/implicit/mma.cuh"
 #include "engine/gpu/pool_window.cuh"
 #include "engine/gpu/storage.cuh"
 
@@ -18,15 +19,16 @@ namespace {
 
 // A tile of output pixels: kTileH rows of kTileW; four warps, each 32 pixels (two m16 tiles).
 constexpr int kTileH = 8, kTileW = 16, kThreads = 128;
-constexpr int kMaxTaps = 256;  // kernel_h x kernel_w x channels (1 counted as 2, 3 as 4), rounded up to 16
+constexpr int kMaxTaps = 256;  // kernel_h x kernel_w x channels (16-bit: 1 counted as 2, 3 as 4), rounded up
 constexpr size_t kMaxSmem = size_t{96} << 10;  // shared memory a block may ask for
 
 struct Geom {
   int in_h, in_w, c, out_h, out_w, filters;
   int kh, kw, sh, sw, pad_h, pad_w, dh, dw;
-  int cp;                // channels a pixel in the patch and the taps: c rounded up to 2 or 4
+  int es;                // bytes a stored value: 2 (FP16, BF16), 4 (FP32 storage: TF32 products)
+  int cp;                // channels a pixel in the patch and the taps: 16-bit, c rounded up to 2 or 4
   int kc;                // the weights' taps a filter (kh * kw * c)
-  int k, kp, ks;         // taps (kh * kw * cp), rounded up to 16, and a weight row's stride
+  int k, kp, ks;         // taps (kh * kw * cp), rounded up to the k-step (16, or 8), a weight row's stride
   int patch_h, patch_w;  // the input under one tile
   int patch;             // its values (patch_h * patch_w * cp)
   int tiles_x, tiles;    // tiles a row and an image
@@ -37,7 +39,7 @@ struct Geom {
   int pkh, pkw, psh, psw, pph, ppw, pout_h, pout_w, tph, tpw;
 };
 
-Geom geom(const ConvParams& p, int64_t n, const StemPool& pool = StemPool{}) {
+Geom geom(const ConvParams& p, int64_t n, int es, const StemPool& pool = StemPool{}) {
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
   Geom g{};
   g.in_h = i32(p.in_h), g.in_w = i32(p.in_w), g.c = i32(p.in_c), g.out_h = i32(p.out_h),
@@ -45,11 +47,14 @@ Geom geom(const ConvParams& p, int64_t n, const StemPool& pool = StemPool{}) {
   g.filters = i32(p.filters), g.kh = i32(p.kernel_h), g.kw = i32(p.kernel_w);
   g.sh = i32(p.stride_h), g.sw = i32(p.stride_w), g.pad_h = i32(p.pad_h), g.pad_w = i32(p.pad_w);
   g.dh = i32(p.dilation_h), g.dw = i32(p.dilation_w);
-  g.cp = g.c == 1 ? 2 : g.c == 3 ? 4 : g.c;
+  g.es = es;
+  g.cp = es == 4 ? g.c : g.c == 1 ? 2 : g.c == 3 ? 4 : g.c;
   g.kc = g.kh * g.kw * g.c;
   g.k = g.kh * g.kw * g.cp;
-  g.kp = (g.k + 15) / 16 * 16;
-  g.ks = g.kp + 8;  // a row's 32-bit words = 4 mod 8: the eight filters of a B fragment hit distinct banks
+  const int step = es == 4 ? 8 : 16;
+  g.kp = (g.k + step - 1) / step * step;
+  // A row's 32-bit words = 4 mod 8: the eight filters of a B fragment hit distinct banks.
+  g.ks = g.kp + (es == 4 ? 4 : 8);
   g.patch_h = (kTileH - 1) * g.sh + (g.kh - 1) * g.dh + 1;
   g.patch_w = (kTileW - 1) * g.sw + (g.kw - 1) * g.dw + 1;
   g.patch = g.patch_h * g.patch_w * g.cp;
@@ -71,34 +76,88 @@ Geom geom(const ConvParams& p, int64_t n, const StemPool& pool = StemPool{}) {
 
 int n_tiles(const Geom& g) { return g.filters <= 32 ? 4 : 8; }  // 8-filter tiles a block
 
-// A staged output row: the block's filters and 8 more values (16 bytes), so that the eight
-// pixels a warp's stores hit start in distinct bank groups and rows stay 16-byte aligned.
-constexpr int out_stride(int nt) { return nt * 8 + 8; }
+// A staged output row: the block's filters and 16 bytes more, so that the eight pixels a warp's
+// stores hit start in distinct bank groups and rows stay 16-byte aligned.
+constexpr int out_stride(int nt, int es) { return nt * 8 + 16 / es; }
 
+// Weights, the staged outputs, the tap table (16-bit: a pair of taps an entry) and the patch.
 size_t smem_bytes(const Geom& g, int nt) {
-  return static_cast<size_t>(nt * 8 * g.ks) * 2 + static_cast<size_t>(kTileH * kTileW * out_stride(nt)) * 2 +
-         static_cast<size_t>(g.kp / 2) * 4 + static_cast<size_t>(g.patch) * 2;
+  const size_t es = static_cast<size_t>(g.es);
+  return static_cast<size_t>(nt * 8 * g.ks) * es +
+         static_cast<size_t>(kTileH * kTileW * out_stride(nt, g.es)) * es +
+         static_cast<size_t>(g.es == 4 ? g.kp : g.kp / 2) * 4 + static_cast<size_t>(g.patch) * es;
 }
 
-template <typename T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void mma16816<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                 uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                        uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+// The tile's outputs (bias, activation, one rounding to T) into shared memory, then out in
+// 16-byte stores: a pixel's filters are one run, and a tile row's pixels follow each other when
+// the block holds every filter. Pooled (Geom::pooled): each pooled output's window over the
+// staged outputs, with the separate pool's arithmetic (engine/gpu/nhwc.cu: rows then columns,
+// `<` on the rounded values), a 16-byte vector of filters a thread. Ends the tile: the next
+// one's first barrier orders its reuse of shared memory.
+template <typename T, int NT>
+__device__ __forceinline__ void write_tile(const float (&acc)[2][NT][4], const float (&bv)[NT][2], T* out,
+                                           T* __restrict__ y, const Geom& g, ActFn act, int img, int oy0,
+                                           int ox0, int py0, int px0, int f0) {
+  constexpr int NB = NT * 8, E = 16 / static_cast<int>(sizeof(T)),
+                VP = NB / E;  // values a vector, vectors a pixel
+  constexpr int OS = out_stride(NT, static_cast<int>(sizeof(T)));
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  auto store = [&](auto fn) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        T* row = out + (warp * 32 + mt * 16 + h * 8 + gr) * OS;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          Vec<T, 2> v;
+          v.v[0] = to<T>(fn(acc[mt][nt][h * 2] + bv[nt][0]));
+          v.v[1] = to<T>(fn(acc[mt][nt][h * 2 + 1] + bv[nt][1]));
+          *reinterpret_cast<Vec<T, 2>*>(row + nt * 8 + tq * 2) = v;
+        }
+      }
+  };
+  // The stems' usual activations without act_eval's switch per value.
+  if (act.kind == Act::kRelu)
+    store([](float v) { return fmaxf(v, 0.f); });
+  else if (act.kind == Act::kIdentity)
+    store([](float v) { return v; });
+  else
+    store([kind = act.kind, slope = act.slope](float v) { return act_eval(kind, slope, v); });
+  __syncthreads();
+  if (g.pooled) {
+    for (int v = threadIdx.x; v < g.tph * g.tpw * VP; v += kThreads) {
+      const int m = v / VP, j = v - m * VP, py = py0 + m / g.tpw, px = px0 + m % g.tpw, f = f0 + j * E;
+      if (py >= g.pout_h || px >= g.pout_w || f >= g.filters) continue;
+      const PoolWindow wy = fixed_window(py, g.pkh, g.psh, g.pph, g.out_h);
+      const PoolWindow wx = fixed_window(px, g.pkw, g.psw, g.ppw, g.out_w);
+      float r[E];
+#pragma unroll
+      for (int k = 0; k < E; ++k) r[k] = -INFINITY;
+      for (int yy = wy.start; yy < wy.end; ++yy)
+        for (int xx = wx.start; xx < wx.end; ++xx) {
+          const Vec<T, E> in =
+              *reinterpret_cast<const Vec<T, E>*>(out + ((yy - oy0) * kTileW + xx - ox0) * OS + j * E);
+#pragma unroll
+          for (int k = 0; k < E; ++k) {
+            const float fv = ld(in.v[k]);
+            r[k] = r[k] < fv ? fv : r[k];
+          }
+        }
+      Vec<T, E> o;
+#pragma unroll
+      for (int k = 0; k < E; ++k) o.v[k] = to<T>(r[k]);
+      *reinterpret_cast<Vec<T, E>*>(
+          y + ((static_cast<int64_t>(img) * g.pout_h + py) * g.pout_w + px) * g.filters + f) = o;
+    }
+    return;
+  }
+  for (int v = threadIdx.x; v < kTileH * kTileW * VP; v += kThreads) {
+    const int m = v / VP, j = v - m * VP, oy = oy0 + m / kTileW, ox = ox0 + m % kTileW, f = f0 + j * E;
+    if (oy < g.out_h && ox < g.out_w && f < g.filters)
+      *reinterpret_cast<uint4*>(y + ((static_cast<int64_t>(img) * g.out_h + oy) * g.out_w + ox) * g.filters +
+                                f) = *reinterpret_cast<const uint4*>(out + m * OS + j * E);
+  }
 }
 
 __device__ __forceinline__ uint32_t pack(uint16_t lo, uint16_t hi) {
@@ -116,7 +175,7 @@ __global__ void __launch_bounds__(kThreads, 4)
                 const float* __restrict__ bias, T* __restrict__ y, Geom g, ActFn act) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int NB = NT * 8;
-  constexpr int OS = out_stride(NT);
+  constexpr int OS = out_stride(NT, 2);
   uint16_t* ws = reinterpret_cast<uint16_t*>(smem);                // [NB][ks]
   T* out = reinterpret_cast<T*>(ws + NB * g.ks);                   // [tile pixels][OS]
   int* koff = reinterpret_cast<int*>(out + kTileH * kTileW * OS);  // [kp / 2]: a pair of taps'
@@ -214,83 +273,152 @@ __global__ void __launch_bounds__(kThreads, 4)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
                      : "r"(b_row + static_cast<uint32_t>((nt * 8 * g.ks + kb) * 2)));
-        mma16816<T>(acc[0][nt], a[0], b[0], b[1]);
-        mma16816<T>(acc[1][nt], a[1], b[0], b[1]);
-        mma16816<T>(acc[0][nt + 1], a[0], b[2], b[3]);
-        mma16816<T>(acc[1][nt + 1], a[1], b[2], b[3]);
+        constexpr int P = std::is_same_v<T, __half> ? implicit::kTcFp16 : implicit::kTcBf16;
+        implicit::mma_16<P>(acc[0][nt], a[0], b[0], b[1]);
+        implicit::mma_16<P>(acc[1][nt], a[1], b[0], b[1]);
+        implicit::mma_16<P>(acc[0][nt + 1], a[0], b[2], b[3]);
+        implicit::mma_16<P>(acc[1][nt + 1], a[1], b[2], b[3]);
       }
     }
 
-    // The tile's outputs into shared memory, then out in 16-byte stores: a pixel's filters are
-    // one run, and a tile row's pixels follow each other when the block holds every filter.
-    auto store = [&](auto fn) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          T* row = out + (warp * 32 + mt * 16 + h * 8 + gr) * OS;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            Vec<T, 2> v;
-            v.v[0] = to<T>(fn(acc[mt][nt][h * 2] + bv[nt][0]));
-            v.v[1] = to<T>(fn(acc[mt][nt][h * 2 + 1] + bv[nt][1]));
-            *reinterpret_cast<Vec<T, 2>*>(row + nt * 8 + tq * 2) = v;
-          }
-        }
-    };
-    // The stems' usual activations without act_eval's switch per value.
-    if (act.kind == Act::kRelu)
-      store([](float v) { return fmaxf(v, 0.f); });
-    else if (act.kind == Act::kIdentity)
-      store([](float v) { return v; });
-    else
-      store([kind = act.kind, slope = act.slope](float v) { return act_eval(kind, slope, v); });
-    __syncthreads();
-    constexpr int VP = NB / 8;  // 16-byte vectors a pixel
-    if (g.pooled) {
-      // Each pooled output's window over the staged outputs, with the separate pool's arithmetic
-      // (engine/gpu/nhwc.cu: rows then columns, `<` on the rounded values), 8 filters a thread.
-      for (int v = threadIdx.x; v < g.tph * g.tpw * VP; v += kThreads) {
-        const int m = v / VP, j = v - m * VP, py = py0 + m / g.tpw, px = px0 + m % g.tpw, f = f0 + j * 8;
-        if (py >= g.pout_h || px >= g.pout_w || f >= g.filters) continue;
-        const PoolWindow wy = fixed_window(py, g.pkh, g.psh, g.pph, g.out_h);
-        const PoolWindow wx = fixed_window(px, g.pkw, g.psw, g.ppw, g.out_w);
-        float r[8];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) r[k] = -INFINITY;
-        for (int yy = wy.start; yy < wy.end; ++yy)
-          for (int xx = wx.start; xx < wx.end; ++xx) {
-            const Vec<T, 8> in =
-                *reinterpret_cast<const Vec<T, 8>*>(out + ((yy - oy0) * kTileW + xx - ox0) * OS + j * 8);
-#pragma unroll
-            for (int k = 0; k < 8; ++k) {
-              const float fv = ld(in.v[k]);
-              r[k] = r[k] < fv ? fv : r[k];
-            }
-          }
-        Vec<T, 8> o;
-#pragma unroll
-        for (int k = 0; k < 8; ++k) o.v[k] = to<T>(r[k]);
-        *reinterpret_cast<Vec<T, 8>*>(
-            y + ((static_cast<int64_t>(img) * g.pout_h + py) * g.pout_w + px) * g.filters + f) = o;
-      }
-      continue;
-    }
-    for (int v = threadIdx.x; v < kTileH * kTileW * VP; v += kThreads) {
-      const int m = v / VP, j = v - m * VP, oy = oy0 + m / kTileW, ox = ox0 + m % kTileW, f = f0 + j * 8;
-      if (oy < g.out_h && ox < g.out_w && f < g.filters)
-        *reinterpret_cast<uint4*>(
-            y + ((static_cast<int64_t>(img) * g.out_h + oy) * g.out_w + ox) * g.filters + f) =
-            *reinterpret_cast<const uint4*>(out + m * OS + j * 8);
-    }
+    write_tile<T, NT>(acc, bv, out, y, g, act, img, oy0, ox0, py0, px0, f0);
   }
 }
 
-template <typename T, int NT>
-void launch(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
+// FP32 storage (--precision tf32 or fp32): the same GEMM on m16n8k8 TF32 products, a tap a
+// k-slot (no channel pairs: every value is a 32-bit word), the patch and the weights staged as
+// FP32. TF32: both operands rounded to nearest. FP32 (THREE): 3xTF32, each operand split into a
+// TF32 high part and the remainder (implicit/mma.cuh, as the implicit kernel's), a_lo b_hi +
+// a_hi b_lo + a_hi b_hi: about FP32 accuracy.
+template <bool THREE, int NT>
+__global__ void __launch_bounds__(kThreads, 2)
+    stem_f32_kernel(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ bias,
+                    float* __restrict__ y, Geom g, ActFn act) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int NB = NT * 8;
+  constexpr int OS = out_stride(NT, 4);
+  float* ws = reinterpret_cast<float*>(smem);                      // [NB][ks]
+  float* out = ws + NB * g.ks;                                     // [tile pixels][OS]
+  int* koff = reinterpret_cast<int*>(out + kTileH * kTileW * OS);  // [kp]: a tap's offset
+  float* patch = reinterpret_cast<float*>(koff + g.kp);            // [patch]
+  const int f0 = blockIdx.y * NB;
+  // TF32: operands rounded once as they are staged; 3xTF32 splits them in the loop.
+  auto operand = [](float v) { return THREE ? v : __uint_as_float(implicit::tf32_rn(v)); };
+  for (int i = threadIdx.x; i < NB * g.kp; i += kThreads) {
+    const int nn = i / g.kp, k = i - nn * g.kp, f = f0 + nn;
+    ws[nn * g.ks + k] = f < g.filters && k < g.k ? operand(w[static_cast<int64_t>(f) * g.kc + k]) : 0.f;
+  }
+  for (int t = threadIdx.x; t < g.kp; t += kThreads) {
+    int off = -1;
+    if (t < g.k) {
+      const int ch = t % g.c, rs = t / g.c, r = rs / g.kw, q = rs - r * g.kw;
+      off = (r * g.dh * g.patch_w + q * g.dw) * g.c + ch;
+    }
+    koff[t] = off;
+  }
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  // ldmatrix.x4 of B, a row of 4 FP32 words read as 8 16-bit values: lane l gives the row address
+  // of matrix l / 8 (two filter tiles x taps kb..kb+3, kb+4..kb+7), row l % 8; thread t then holds
+  // word t % 4 of row t / 4 of each, B's (k = tq, n = gr) fragment value.
+  const uint32_t b_row = static_cast<uint32_t>(
+      __cvta_generic_to_shared(ws + ((lane >> 4) * 8 + (lane & 7)) * g.ks + ((lane >> 3) & 1) * 4));
+  int base[2][2];  // [m16 tile][row gr, gr + 8]: the pixel's first value in the patch
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = warp * 32 + mt * 16 + h * 8 + gr;
+      base[mt][h] = ((m / kTileW) * g.sh * g.patch_w + (m % kTileW) * g.sw) * g.c;
+    }
+  float bv[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int f = f0 + nt * 8 + tq * 2 + j;
+      bv[nt][j] = bias && f < g.filters ? bias[f] : 0.f;
+    }
+
+  for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
+    const int img = static_cast<int>(t / g.tiles), tt = static_cast<int>(t - int64_t{img} * g.tiles);
+    const int ty = tt / g.tiles_x, tx = tt - ty * g.tiles_x;
+    const int py0 = ty * g.tph, px0 = tx * g.tpw;
+    const int oy0 = g.pooled ? py0 * g.psh - g.pph : ty * kTileH;
+    const int ox0 = g.pooled ? px0 * g.psw - g.ppw : tx * kTileW;
+    const int iy0 = oy0 * g.sh - g.pad_h, ix0 = ox0 * g.sw - g.pad_w;
+    const float* xi = x + static_cast<int64_t>(img) * g.in_h * g.in_w * g.c;
+    __syncthreads();  // the previous tile's reads of the patch and the outputs are done
+    // A warp a patch row, a lane a value (zeros outside the image).
+    const int row = g.patch_w * g.c;
+    for (int py = warp; py < g.patch_h; py += kThreads / 32) {
+      const int iy = iy0 + py;
+      const bool inside = iy >= 0 && iy < g.in_h;
+      for (int j = lane; j < row; j += 32) {
+        const int px = j / g.c, ix = ix0 + px;
+        patch[py * row + j] = inside && ix >= 0 && ix < g.in_w
+                                  ? operand(xi[(static_cast<int64_t>(iy) * g.in_w + ix) * g.c + (j - px * g.c)])
+                                  : 0.f;
+      }
+    }
+    __syncthreads();
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
+    for (int kb = 0; kb < g.kp; kb += 8) {
+      const int p0 = koff[kb + tq], p1 = koff[kb + tq + 4];  // taps tq and tq + 4 of the k-step
+      auto at = [&](int r, int p) { return p < 0 ? 0.f : patch[r + p]; };
+      unsigned ah[2][4], al[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const float a[4] = {at(base[mt][0], p0), at(base[mt][1], p0), at(base[mt][0], p1), at(base[mt][1], p1)};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          ah[mt][i] = THREE ? implicit::tf32_hi(a[i]) : __float_as_uint(a[i]);
+          al[mt][i] = THREE ? __float_as_uint(a[i] - __uint_as_float(ah[mt][i])) : 0u;
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; nt += 2) {
+        uint32_t b[4];  // b0, b1 of filter tile nt, then of nt + 1
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+                     : "r"(b_row + static_cast<uint32_t>((nt * 8 * g.ks + kb) * 4)));
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          if constexpr (THREE) {
+            const unsigned bh0 = implicit::tf32_hi(__uint_as_float(b[2 * u]));
+            const unsigned bh1 = implicit::tf32_hi(__uint_as_float(b[2 * u + 1]));
+            const unsigned bl0 = __float_as_uint(__uint_as_float(b[2 * u]) - __uint_as_float(bh0));
+            const unsigned bl1 = __float_as_uint(__uint_as_float(b[2 * u + 1]) - __uint_as_float(bh1));
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              implicit::mma_tf32(acc[mt][nt + u], al[mt], bh0, bh1);
+              implicit::mma_tf32(acc[mt][nt + u], ah[mt], bl0, bl1);
+              implicit::mma_tf32(acc[mt][nt + u], ah[mt], bh0, bh1);
+            }
+          } else {
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) implicit::mma_tf32(acc[mt][nt + u], ah[mt], b[2 * u], b[2 * u + 1]);
+          }
+        }
+      }
+    }
+    write_tile<float, NT>(acc, bv, out, y, g, act, img, oy0, ox0, py0, px0, f0);
+  }
+}
+
+// `kernel` (stem_kernel, or stem_f32_kernel) with NT 8-filter tiles a block: X the type its input
+// and weights are read as, Y its output's.
+template <typename X, typename Y, int NT, typename K>
+void launch(K kernel, const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
             cudaStream_t s) {
   const size_t smem = smem_bytes(g, NT);
-  auto kernel = stem_kernel<T, NT>;
   if (smem > (size_t{48} << 10))
     CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -298,20 +426,20 @@ void launch(const Geom& g, const void* x, const void* w, const float* bias, void
   // over tiles.
   const int64_t blocks = std::min<int64_t>(g.total, int64_t{sm_count()} * 16);
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((g.filters + NT * 8 - 1) / (NT * 8)));
-  kernel<<<grid, kThreads, smem, s>>>(static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w), bias,
-                                      static_cast<T*>(y), g, act);
+  kernel<<<grid, kThreads, smem, s>>>(static_cast<const X*>(x), static_cast<const X*>(w), bias,
+                                      static_cast<Y*>(y), g, act);
 }
 
 }  // namespace
 
 namespace {
 
-// The conditions on the convolution itself, whatever the storage.
-std::string shape_cannot_run(const ConvParams& p) {
+// The conditions on the convolution itself, for stored values of `es` bytes.
+std::string shape_cannot_run(const ConvParams& p, int es) {
   if (p.groups != 1) return "groups (" + std::to_string(p.groups) + ") > 1";
   if (p.in_c < 1 || p.in_c > 4) return "input channels (" + std::to_string(p.in_c) + ") are not 1 to 4";
   if (p.filters % 8 != 0) return "filters (" + std::to_string(p.filters) + ") are not a multiple of 8";
-  const Geom g = geom(p, 1);
+  const Geom g = geom(p, 1, es);
   if (g.kp > kMaxTaps)
     return "kernel " + std::to_string(p.kernel_h) + "x" + std::to_string(p.kernel_w) + " x " +
            std::to_string(p.in_c) + " channels is over " + std::to_string(kMaxTaps) + " taps";
@@ -321,10 +449,12 @@ std::string shape_cannot_run(const ConvParams& p) {
   return "";
 }
 
+int bytes_of(Precision prec) { return storage_bytes(storage_of(prec)); }
+
 }  // namespace
 
 std::string stem_pool_cannot_run(const ConvParams& p, const StemPool& pool) {
-  if (const std::string why = shape_cannot_run(p); !why.empty()) return why;
+  if (const std::string why = shape_cannot_run(p, 2); !why.empty()) return why;
   if (pool.kernel_h < 1 || pool.kernel_w < 1) return "the pool has no window";
   // Windows that overlap (ResNet's 3x3/2) or straddle two tiles would have the outputs two tiles
   // share computed by both: 1.5x the tiles for ResNet-18's stem, slower than the separate pool
@@ -340,29 +470,37 @@ std::string stem_pool_cannot_run(const ConvParams& p, const StemPool& pool) {
 }
 
 std::string stem_cannot_run(const ConvParams& p, Precision prec, bool channels_last) {
-  const Storage t = storage_of(prec);
-  if (!channels_last || (t != Storage::kF16 && t != Storage::kBf16))
-    return "the stem kernel runs 16-bit storage channels last (--precision fp16 or bf16 --layout nhwc)";
-  return shape_cannot_run(p);
+  if (!channels_last) return "the stem kernel runs channels last (--layout nhwc)";
+  return shape_cannot_run(p, bytes_of(prec));
 }
 
-void launch_conv_stem(const ConvParams& p, const void* x, Storage t, const void* w, const float* bias,
+void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const void* w, const float* bias,
                       void* y, int64_t n, ActFn act, cudaStream_t s, const StemPool& pool) {
-  if (t != Storage::kF16 && t != Storage::kBf16) throw Error("stem convolution: storage is not 16-bit");
-  const std::string why = pool.kernel_h > 0 ? stem_pool_cannot_run(p, pool) : shape_cannot_run(p);
+  const int es = bytes_of(prec);
+  std::string why = shape_cannot_run(p, es);
+  if (why.empty() && pool.kernel_h > 0) why = stem_pool_cannot_run(p, pool);
   if (!why.empty()) throw Error("stem convolution: " + why);
   if (n <= 0) return;
-  const Geom g = geom(p, n, pool);
+  const Geom g = geom(p, n, es, pool);
   const bool wide = n_tiles(g) == 8;
-  with_storage(t, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    if constexpr (sizeof(T) == 2) {
-      if (wide)
-        launch<T, 8>(g, x, w, bias, y, act, s);
-      else
-        launch<T, 4>(g, x, w, bias, y, act, s);
-    }
-  });
+  switch (prec) {
+    case Precision::kFp16:
+      wide ? launch<uint16_t, __half, 8>(stem_kernel<__half, 8>, g, x, w, bias, y, act, s)
+           : launch<uint16_t, __half, 4>(stem_kernel<__half, 4>, g, x, w, bias, y, act, s);
+      break;
+    case Precision::kBf16:
+      wide ? launch<uint16_t, __nv_bfloat16, 8>(stem_kernel<__nv_bfloat16, 8>, g, x, w, bias, y, act, s)
+           : launch<uint16_t, __nv_bfloat16, 4>(stem_kernel<__nv_bfloat16, 4>, g, x, w, bias, y, act, s);
+      break;
+    case Precision::kTf32:
+      wide ? launch<float, float, 8>(stem_f32_kernel<false, 8>, g, x, w, bias, y, act, s)
+           : launch<float, float, 4>(stem_f32_kernel<false, 4>, g, x, w, bias, y, act, s);
+      break;
+    case Precision::kFp32:
+      wide ? launch<float, float, 8>(stem_f32_kernel<true, 8>, g, x, w, bias, y, act, s)
+           : launch<float, float, 4>(stem_f32_kernel<true, 4>, g, x, w, bias, y, act, s);
+      break;
+  }
   CUDA_CHECK_LAUNCH("stem_kernel");
 }
 

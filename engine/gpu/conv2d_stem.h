@@ -1,9 +1,11 @@
 // The `stem` convolution: our tensor-core kernel for convolutions of few input channels (1 to 4:
-// a network's grey or RGB first layer), channels last in 16-bit storage (--precision fp16 or bf16
-// --layout nhwc), any kernel size up to 256 taps x channels (1 channel counted as 2, 3 as 4),
-// stride, padding and dilation, groups 1, filters a multiple of 8, with the bias and any ActFn in
-// its epilogue. cuDNN's kernels for three input channels are slow at BF16 (ResNet-18's 7x7 stem:
-// 8.0 ms for 1000 images at 224x224 against 2.2 ms at FP16; docs/performance.md), and no
+// a network's grey or RGB first layer), channels last (--layout nhwc), any kernel size up to 256
+// taps x channels (16-bit: 1 channel counted as 2, 3 as 4), stride, padding and dilation, groups
+// 1, filters a multiple of 8, with the bias and any ActFn in its epilogue. 16-bit storage (fp16,
+// bf16) multiplies on m16n8k16; FP32 storage on m16n8k8 TF32 products (tf32), or 3xTF32 (fp32:
+// about FP32 accuracy). cuDNN's kernels for three input channels are slow at BF16 (ResNet-18's
+// 7x7 stem: 8.0 ms for 1000 images at 224x224 against 2.2 ms at FP16) and in FP32 storage (6.2
+// ms at tf32, 11.4 ms at fp32; docs/performance.md), cutlass takes channels in fours, and no
 // library's implicit GEMM reads three 2-byte channels with its vector loads.
 #pragma once
 
@@ -37,15 +39,15 @@ struct StemPool {
 std::string stem_pool_cannot_run(const ConvParams& p, const StemPool& pool);
 
 // y = act(conv(x) + bias) for n images: x [n, in_h, in_w, in_c] and y [n, out_h, out_w, filters]
-// in storage t (FP16 or BF16), w [filters][kernel_h][kernel_w][in_c] in t (DeviceWeights'
-// w_nhwc), bias `filters` FP32 values (may be null: zero). An implicit GEMM on mma.sync: a thread
-// block stages its weights in shared memory once, then for each tile of 8 x 16 output pixels
-// the input patch under it, and multiplies with FP32 accumulation; one rounding when it stores
-// (staged in shared memory, written in 16-byte vectors). With `pool` (kernel_h > 0), y is the
-// pool's output [n, pool.out_h, pool.out_w, filters]: a tile's 8 x 16 convolution outputs are
-// the windows of its pooled outputs (4 x 8 for a 2x2/2 pool), and the convolution's output is
-// never written to memory. The max is taken over the rounded values, as a separate pool would.
-void launch_conv_stem(const ConvParams& p, const void* x, Storage t, const void* w, const float* bias,
+// in `prec`'s storage (FP16, BF16, or FP32 for tf32 and fp32), w [filters][kernel_h][kernel_w][in_c]
+// in that storage (DeviceWeights' w_nhwc), bias `filters` FP32 values (may be null: zero). An implicit GEMM
+// on mma.sync: a thread block stages its weights in shared memory once, then for each tile of 8 x 16 output
+// pixels the input patch under it, and multiplies with FP32 accumulation; one rounding when it stores (staged
+// in shared memory, written in 16-byte vectors). With `pool` (kernel_h > 0), y is the pool's output [n,
+// pool.out_h, pool.out_w, filters]: a tile's 8 x 16 convolution outputs are the windows of its pooled outputs
+// (4 x 8 for a 2x2/2 pool), and the convolution's output is never written to memory. The max is taken over
+// the rounded values, as a separate pool would.
+void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const void* w, const float* bias,
                       void* y, int64_t n, ActFn act, cudaStream_t s, const StemPool& pool = StemPool{});
 
 }  // namespace cnnrun::gpu

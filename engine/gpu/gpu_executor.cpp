@@ -421,7 +421,7 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
     case ConvAlgo::kStem: {
       // With its pool: the pool's output only (the conv's and its activation's never exist).
       const bool pool = fuses_pool(st, algo, tuning_);
-      launch_conv_stem(st.conv, s.bufs[static_cast<size_t>(st.ins[0])].get(), storage(),
+      launch_conv_stem(st.conv, s.bufs[static_cast<size_t>(st.ins[0])].get(), prec_,
                        c.w_nhwc[static_cast<int>(prec_)].get(), c.bias.as<float>(),
                        s.bufs[static_cast<size_t>(pool ? step(st.pool_layer).out : st.out)].get(), n,
                        conv_act, s.stream, pool ? stem_pool(net_, st) : StemPool{});
@@ -789,8 +789,11 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                std::to_string(c.dw.cfg.rows) + " rows a block)" + res;
       if (a == ConvAlgo::kIm2col && c.im2col) return c.im2col->algo_name() + res;
       if (a == ConvAlgo::kStem)
-        return "stem(tensor cores, bias" +
-               (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
+        return std::string("stem(") +
+               (prec_ == Precision::kFp32   ? "3xTF32 "
+                : prec_ == Precision::kTf32 ? "TF32 "
+                                            : "") +
+               "tensor cores, bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                (fuses_pool(st, a, tuning_) ? "+maxpool" : "") + " epilogue, " + storage_name(storage()) +
                " NHWC)" + res;
       if (a == ConvAlgo::kCutlass) {
