@@ -716,13 +716,14 @@ TEST_CASE(
   CHECK(conv_cannot_run(conv(1, 8, 3, 1), ConvAlgo::kStem, 16, bf16, true).empty());
   CHECK(conv_cannot_run(conv(4, 96, 7, 1), ConvAlgo::kStem, 16, fp16, true).empty());  // 196 taps: 7x7x4
   for (Precision p : {Precision::kFp32, Precision::kTf32}) {
-    // FP32 storage: TF32 / 3xTF32 products; its values take twice the shared memory, so a 7x7/2
-    // of 4 channels that fits in 16 bits does not.
+    // FP32 storage: TF32 / 3xTF32 products; its values take twice the shared memory, so an 8x8
+    // of 4 channels (256 taps) that fits in 16 bits does not.
     CHECK(conv_cannot_run(conv(3, 64, 7, 2), ConvAlgo::kStem, 16, p, true).empty());
-    CHECK(conv_cannot_run(conv(4, 96, 7, 2), ConvAlgo::kStem, 16, p, true).find("shared memory") !=
+    CHECK(conv_cannot_run(conv(4, 96, 7, 2), ConvAlgo::kStem, 16, p, true).empty());
+    CHECK(conv_cannot_run(conv(4, 96, 8, 1), ConvAlgo::kStem, 16, p, true).find("shared memory") !=
           std::string::npos);
   }
-  CHECK(conv_cannot_run(conv(4, 96, 7, 2), ConvAlgo::kStem, 16, fp16, true).empty());
+  CHECK(conv_cannot_run(conv(4, 96, 8, 1), ConvAlgo::kStem, 16, fp16, true).empty());
   CHECK(conv_cannot_run(conv(3, 64, 7, 2), ConvAlgo::kStem, 16, fp16, false).find("channels last") !=
         std::string::npos);
   CHECK(conv_cannot_run(conv(5, 64, 3, 1), ConvAlgo::kStem, 16, fp16, true).find("input channels (5)") !=

@@ -80,12 +80,15 @@ int n_tiles(const Geom& g) { return g.filters <= 32 ? 4 : 8; }  // 8-filter tile
 // stores hit start in distinct bank groups and rows stay 16-byte aligned.
 constexpr int out_stride(int nt, int es) { return nt * 8 + 16 / es; }
 
-// Weights, the staged outputs, the tap table (16-bit: a pair of taps an entry) and the patch.
+// Weights, the staged outputs, the tap table (16-bit: a pair of taps an entry) and the patch;
+// FP32 storage: the outputs and the patch share their space (a tile reads the patch before it
+// stages its outputs), so that more blocks fit an SM.
 size_t smem_bytes(const Geom& g, int nt) {
   const size_t es = static_cast<size_t>(g.es);
-  return static_cast<size_t>(nt * 8 * g.ks) * es +
-         static_cast<size_t>(kTileH * kTileW * out_stride(nt, g.es)) * es +
-         static_cast<size_t>(g.es == 4 ? g.kp : g.kp / 2) * 4 + static_cast<size_t>(g.patch) * es;
+  const size_t out = static_cast<size_t>(kTileH * kTileW * out_stride(nt, g.es)) * es;
+  const size_t patch = static_cast<size_t>(g.patch) * es;
+  return static_cast<size_t>(nt * 8 * g.ks) * es + static_cast<size_t>(g.es == 4 ? g.kp : g.kp / 2) * 4 +
+         (g.es == 4 ? std::max(out, patch) : out + patch);
 }
 
 // The tile's outputs (bias, activation, one rounding to T) into shared memory, then out in
@@ -297,10 +300,10 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int NB = NT * 8;
   constexpr int OS = out_stride(NT, 4);
-  float* ws = reinterpret_cast<float*>(smem);                      // [NB][ks]
-  float* out = ws + NB * g.ks;                                     // [tile pixels][OS]
-  int* koff = reinterpret_cast<int*>(out + kTileH * kTileW * OS);  // [kp]: a tap's offset
-  float* patch = reinterpret_cast<float*>(koff + g.kp);            // [patch]
+  float* ws = reinterpret_cast<float*>(smem);          // [NB][ks]
+  int* koff = reinterpret_cast<int*>(ws + NB * g.ks);  // [kp]: a tap's offset
+  float* out = reinterpret_cast<float*>(koff + g.kp);  // [tile pixels][OS], after the products ...
+  float* patch = out;                                  // ... [patch], before them
   const int f0 = blockIdx.y * NB;
   // TF32: operands rounded once as they are staged; 3xTF32 splits them in the loop.
   auto operand = [](float v) { return THREE ? v : __uint_as_float(implicit::tf32_rn(v)); };
@@ -349,17 +352,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int iy0 = oy0 * g.sh - g.pad_h, ix0 = ox0 * g.sw - g.pad_w;
     const float* xi = x + static_cast<int64_t>(img) * g.in_h * g.in_w * g.c;
     __syncthreads();  // the previous tile's reads of the patch and the outputs are done
-    // A warp a patch row, a lane a value (zeros outside the image).
-    const int row = g.patch_w * g.c;
-    for (int py = warp; py < g.patch_h; py += kThreads / 32) {
-      const int iy = iy0 + py;
-      const bool inside = iy >= 0 && iy < g.in_h;
-      for (int j = lane; j < row; j += 32) {
-        const int px = j / g.c, ix = ix0 + px;
-        patch[py * row + j] = inside && ix >= 0 && ix < g.in_w
-                                  ? operand(xi[(static_cast<int64_t>(iy) * g.in_w + ix) * g.c + (j - px * g.c)])
-                                  : 0.f;
-      }
+    // A thread a patch pixel at a time, its channels (zeros outside the image).
+    for (int i = threadIdx.x; i < g.patch_h * g.patch_w; i += kThreads) {
+      const int py = i / g.patch_w, px = i - py * g.patch_w, iy = iy0 + py, ix = ix0 + px;
+      const bool inside = iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w;
+      const int64_t src = (static_cast<int64_t>(iy) * g.in_w + ix) * g.c;
+      for (int ch = 0; ch < g.c; ++ch) patch[i * g.c + ch] = inside ? operand(xi[src + ch]) : 0.f;
     }
     __syncthreads();
 
@@ -376,7 +374,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       unsigned ah[2][4], al[2][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        const float a[4] = {at(base[mt][0], p0), at(base[mt][1], p0), at(base[mt][0], p1), at(base[mt][1], p1)};
+        const float a[4] = {at(base[mt][0], p0), at(base[mt][1], p0), at(base[mt][0], p1),
+                            at(base[mt][1], p1)};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           ah[mt][i] = THREE ? implicit::tf32_hi(a[i]) : __float_as_uint(a[i]);
@@ -404,11 +403,13 @@ __global__ void __launch_bounds__(kThreads, 2)
             }
           } else {
 #pragma unroll
-            for (int mt = 0; mt < 2; ++mt) implicit::mma_tf32(acc[mt][nt + u], ah[mt], b[2 * u], b[2 * u + 1]);
+            for (int mt = 0; mt < 2; ++mt)
+              implicit::mma_tf32(acc[mt][nt + u], ah[mt], b[2 * u], b[2 * u + 1]);
           }
         }
       }
     }
+    __syncthreads();  // every warp's reads of the patch are done: the outputs take its place
     write_tile<float, NT>(acc, bv, out, y, g, act, img, oy0, ox0, py0, px0, f0);
   }
 }
