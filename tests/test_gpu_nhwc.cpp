@@ -135,6 +135,18 @@ void rewritten_matches(const Network& plain, const Network& net, const char* lab
     }
 }
 
+// A netdef of a channels x h x w input whose first layer is conv `s`, pinned to the stem kernel,
+// followed by the layer lines `rest`.
+std::string stem_netdef(const std::string& name, int channels, int h, int w, int filters, int kernel,
+                        int stride, int pad, int dilation, const std::string& rest) {
+  return "name: " + name + "\ninput: {channels: " + std::to_string(channels) +
+         ", height: " + std::to_string(h) + ", width: " + std::to_string(w) +
+         "}\nclasses: 10\nlayers:\n  - {name: s, type: conv, filters: " + std::to_string(filters) +
+         ", kernel: " + std::to_string(kernel) + ", stride: " + std::to_string(stride) +
+         ", pad: " + std::to_string(pad) + ", dilation: " + std::to_string(dilation) + ", algo: stem}\n" +
+         rest;
+}
+
 // How the report's stem entry starts at precision p: the FP32-storage products named.
 std::string stem_tag(Precision p) {
   return std::string("stem(") + (p == Precision::kFp32 ? "3xTF32 " : p == Precision::kTf32 ? "TF32 " : "");
@@ -404,15 +416,11 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
     const std::string act =
         std::string(k.act) == "none" ? "" : "  - {name: a, type: " + std::string(k.act) + "}\n";
     const std::string text =
-        "name: stem\ninput: {channels: " + std::to_string(k.channels) + ", height: " + std::to_string(k.h) +
-        ", width: " + std::to_string(k.w) +
-        "}\nclasses: 10\nlayers:\n  - {name: s, type: conv, filters: " + std::to_string(k.filters) +
-        ", kernel: " + std::to_string(k.kernel) + ", stride: " + std::to_string(k.stride) +
-        ", pad: " + std::to_string(k.pad) + ", dilation: " + std::to_string(k.dilation) + ", algo: stem}\n" +
-        act +
-        "  - {name: c2, type: conv, filters: 16, kernel: 3, pad: 1}\n"
-        "  - {name: gap, type: avgpool, global: true}\n"
-        "  - {name: fc, type: fc, outputs: 10}\n";
+        stem_netdef("stem", k.channels, k.h, k.w, k.filters, k.kernel, k.stride, k.pad, k.dilation,
+                    act +
+                        "  - {name: c2, type: conv, filters: 16, kernel: 3, pad: 1}\n"
+                        "  - {name: gap, type: avgpool, global: true}\n"
+                        "  - {name: fc, type: fc, outputs: 10}\n");
     Network net = parse_netdef_string(text, "stem.yaml");
     random_weights(net, 31);
     const int64_t n = k.h == 224 ? 5 : 37;
@@ -489,15 +497,12 @@ TEST_CASE("gpu: the stem kernel computes the max-pool after it, as the separate 
       {3, 23, 40, 8, 3, 1, 1, "relu", "size: [16, 2], stride: [16, 2]", false},
   };
   for (const Case& k : cases) {
-    const std::string text =
-        "name: stempool\ninput: {channels: " + std::to_string(k.channels) +
-        ", height: " + std::to_string(k.h) + ", width: " + std::to_string(k.w) +
-        "}\nclasses: 10\nlayers:\n  - {name: s, type: conv, filters: " + std::to_string(k.filters) +
-        ", kernel: " + std::to_string(k.kernel) + ", stride: " + std::to_string(k.stride) +
-        ", pad: " + std::to_string(k.pad) + ", algo: stem}\n" + "  - {name: a, type: " + k.act +
-        "}\n  - {name: mp, type: maxpool, " + k.pool + "}\n" +
-        "  - {name: gap, type: avgpool, global: true}\n"
-        "  - {name: fc, type: fc, outputs: 10}\n";
+    const std::string text = stem_netdef(
+        "stempool", k.channels, k.h, k.w, k.filters, k.kernel, k.stride, k.pad, 1,
+        "  - {name: a, type: " + std::string(k.act) + "}\n  - {name: mp, type: maxpool, " + k.pool +
+            "}\n"
+            "  - {name: gap, type: avgpool, global: true}\n"
+            "  - {name: fc, type: fc, outputs: 10}\n");
     Network net = parse_netdef_string(text, "stempool.yaml");
     random_weights(net, 41);
     const int64_t n = k.h == 224 ? 5 : 37;
