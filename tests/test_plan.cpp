@@ -120,7 +120,7 @@ layers:
   CHECK(c1.pool_stem);
   CHECK_FALSE(c1.pool_implicit);
   CHECK(plan.steps[2].pool_conv == 0);
-  const StemPool sp = stem_pool(net, c1);
+  const StemPool sp = stem_pool(net, c1.pool_layer);
   CHECK(sp.kernel_h == 2);
   CHECK(sp.stride_w == 2);
   CHECK(sp.pad_h == 0);

@@ -424,7 +424,7 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       launch_conv_stem(st.conv, s.bufs[static_cast<size_t>(st.ins[0])].get(), prec_,
                        c.w_nhwc[static_cast<int>(prec_)].get(), c.bias.as<float>(),
                        s.bufs[static_cast<size_t>(pool ? step(st.pool_layer).out : st.out)].get(), n,
-                       conv_act, s.stream, pool ? stem_pool(net_, st) : StemPool{});
+                       conv_act, s.stream, stem_pool(net_, pool ? st.pool_layer : -1));
       add_residual();
       return;
     }

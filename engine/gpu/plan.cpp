@@ -77,12 +77,11 @@ Plan make_plan(const Network& net) {
         f.relu_pool = true;
         st.pool_implicit = fusions.relu[i] >= 0 && is_pool_2x2_s2(*net.layers[static_cast<size_t>(k)]) &&
                            implicit_config(st.conv, 1, f).ok;
-        st.pool_layer = k;
-        st.pool_stem = stem_pool_cannot_run(st.conv, stem_pool(net, st)).empty();
-        if (st.pool_implicit || st.pool_stem)
+        st.pool_stem = stem_pool_cannot_run(st.conv, stem_pool(net, k)).empty();
+        if (st.pool_implicit || st.pool_stem) {
+          st.pool_layer = k;
           steps[static_cast<size_t>(k)].pool_conv = static_cast<int>(i);
-        else
-          st.pool_layer = -1;
+        }
       }
     }
     // A residual add (and the activation after it) in the conv's epilogue: its other input was
@@ -142,10 +141,10 @@ std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, con
   return life;
 }
 
-StemPool stem_pool(const Network& net, const Step& st) {
+StemPool stem_pool(const Network& net, int pool_layer) {
   StemPool sp;
-  if (st.pool_layer < 0) return sp;
-  const Layer& l = *net.layers[static_cast<size_t>(st.pool_layer)];
+  if (pool_layer < 0) return sp;
+  const Layer& l = *net.layers[static_cast<size_t>(pool_layer)];
   const PoolParams& p = layer_as<PoolLayer>(l).p;
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
   sp.kernel_h = i32(p.size_h), sp.kernel_w = i32(p.size_w), sp.stride_h = i32(p.stride_h),

@@ -105,8 +105,9 @@ NhwcLayout make_nhwc_layout(const Network& net, const Plan& plan);
 // written and read at the step that reads them.
 std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, const NhwcLayout* layout);
 
-// The stem kernel's view of the max-pool that conv step `st` may compute (Step::pool_layer).
-StemPool stem_pool(const Network& net, const Step& st);
+// The stem kernel's view of max-pool layer `pool_layer` (a conv step's Step::pool_layer; -1:
+// none, kernel_h 0).
+StemPool stem_pool(const Network& net, int pool_layer);
 
 // Whether conv step `st` run with `algo` computes its pool / reads the uint8 input.
 bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t);
