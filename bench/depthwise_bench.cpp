@@ -1,16 +1,18 @@
-// Kernel workbench (not a test): the depthwise convolutions of torchvision's MobileNetV2 at a given
-// input size, timed on the GPU with our depthwise kernel and with cuDNN's grouped convolution (its
-// own algorithm search, FP32 FMA math, as the executor runs it), each with the ReLU6 that follows
-// them in MobileNetV2 (the kernel applies it in its epilogue; cuDNN's plain convolution needs our
-// bias+activation pass after it, both timed). Prints one line per layer and the totals;
-// bench/depthwise_torch.py prints PyTorch's times for the same layers, so the two can be read side
-// by side (docs/performance.md). Built with the GPU executor (CMake target depthwise_bench):
+// Kernel workbench (not a test): the depthwise convolutions of torchvision's MobileNetV2 (or
+// EfficientNet-B0's, NET=efficientnet_b0: 3x3 and 5x5) at a given input size, timed on the GPU with our
+// depthwise kernel and with cuDNN's grouped convolution (its own algorithm search, FP32 FMA math, as the
+// executor runs it), each with the ReLU6 that follows them in MobileNetV2 (the kernel applies it in its
+// epilogue; cuDNN's plain convolution needs our bias+activation pass after it, both timed). Prints one line
+// per layer and the totals; bench/depthwise_torch.py prints PyTorch's times for the same layers, so the two
+// can be read side by side (docs/performance.md). Built with the GPU executor (CMake target depthwise_bench):
 //   build-gpu/depthwise_bench [IMAGES=256] [INPUT=224] [REPEATS=20] [TILES=4096[,2048...]] [FORMAT=nchw]
+//                             [NET=mobilenet_v2]
 // TILES: the NCHW kernel's outputs per thread block (depthwise_config's tile_outputs), one column
 // each; the ratio is cuDNN's time over the first. FORMAT fp16, bf16 or fp32-nhwc: channels last in
 // that storage format instead (--layout nhwc): the channels-last kernel against cuDNN's grouped
 // convolution on the same tensors (bench/depthwise_torch.py --dtype fp16 --channels-last for
-// PyTorch's), TILES then its row_pixels (1, 2 or 4 pixels a thread; one column each).
+// PyTorch's), TILES then its row_pixels (1, 2 or 4 pixels a thread) or, as s4, s7 or s8, the
+// strip kernel's strip_pixels where it runs (depthwise_nhwc_strip; one column each).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -32,7 +34,7 @@ using namespace cnnrun::gpu;
 namespace {
 
 struct Dw {
-  int c, h, stride;
+  int c, h, stride, k = 3;
 };
 
 // MobileNetV2's 17 depthwise 3x3 convolutions: (channels, input side at 224, stride).
@@ -46,6 +48,22 @@ std::vector<Dw> mobilenet_v2(int input) {
       const int s = i == 0 ? r[3] : 1, hidden = c * r[0];
       v.push_back({hidden, h, s});
       h = (h + 2 - 3) / s + 1;
+      c = r[1];
+    }
+  return v;
+}
+
+// EfficientNet-B0's 16 depthwise convolutions: (expanded channels, input side, stride, kernel).
+std::vector<Dw> efficientnet_b0(int input) {
+  const int t[][5] = {{1, 16, 1, 1, 3},  {6, 24, 2, 2, 3},  {6, 40, 2, 2, 5}, {6, 80, 3, 2, 3},
+                      {6, 112, 3, 1, 5}, {6, 192, 4, 2, 5}, {6, 320, 1, 1, 3}};
+  std::vector<Dw> v;
+  int c = 32, h = (input + 1) / 2;  // after the stride-2 stem
+  for (const auto& r : t)
+    for (int i = 0; i < r[2]; ++i) {
+      const int s = i == 0 ? r[3] : 1, hidden = c * r[0], k = r[4];
+      v.push_back({hidden, h, s, k});
+      h = (h + 2 * (k / 2) - k) / s + 1;
       c = r[1];
     }
   return v;
@@ -80,24 +98,30 @@ int main(int argc, char** argv) {
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 20;
   const std::string format = argc > 5 ? argv[5] : "nchw";
   const bool nhwc = format != "nchw";
+  const std::string net = argc > 6 ? argv[6] : "mobilenet_v2";
+  // tiles: NCHW tile outputs; channels last, row_pixels or the strip kernel's strip_pixels
+  // (s4, s7, s8: -4, -7, -8 here).
   std::vector<int> tiles;
   {
     std::istringstream in(argc > 4 ? argv[4]
                                    : std::to_string(nhwc ? kDepthwiseNhwcRowPixels : kDepthwiseTileOutputs));
-    for (std::string t; std::getline(in, t, ',');) tiles.push_back(std::atoi(t.c_str()));
+    for (std::string t; std::getline(in, t, ',');)
+      tiles.push_back(nhwc && !t.empty() && t[0] == 's' ? -std::atoi(t.c_str() + 1) : std::atoi(t.c_str()));
   }
   const bool tiles_ok = !tiles.empty() && std::all_of(tiles.begin(), tiles.end(), [&](int t) {
-    return nhwc ? t == 1 || t == 2 || t == 4 : t >= 32;
+    return nhwc ? t == 1 || t == 2 || t == 4 || t == -4 || t == -7 || t == -8 : t >= 32;
   });
   const Precision prec = format == "fp16"   ? Precision::kFp16
                          : format == "bf16" ? Precision::kBf16
                                             : Precision::kFp32;
   const bool format_ok = format == "nchw" || format == "fp16" || format == "bf16" || format == "fp32-nhwc";
-  if (images < 1 || input < 8 || repeats < 1 || !tiles_ok || !format_ok) {
-    std::fprintf(stderr,
-                 "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...] | nhwc: 1|2|4[,...]] "
-                 "[FORMAT=nchw|fp16|bf16|fp32-nhwc]\n",
-                 argv[0]);
+  const bool net_ok = net == "mobilenet_v2" || net == "efficientnet_b0";
+  if (images < 1 || input < 8 || repeats < 1 || !tiles_ok || !format_ok || !net_ok) {
+    std::fprintf(
+        stderr,
+        "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...] | nhwc: 1|2|4|s4|s7|s8[,...]] "
+        "[FORMAT=nchw|fp16|bf16|fp32-nhwc] [NET=mobilenet_v2|efficientnet_b0]\n",
+        argv[0]);
     return 2;
   }
   const Storage st = storage_of(prec);
@@ -107,34 +131,38 @@ int main(int argc, char** argv) {
     CudnnHandle h;
     const size_t ws_bytes = 256u << 20;
     DevBuf ws(ws_bytes);
-    std::printf("MobileNetV2 depthwise 3x3 + ReLU6, %d images at %dx%d, %s, median of %d (ms)\n", images,
-                input, input, nhwc ? (std::string(storage_name(st)) + " NHWC").c_str() : "fp32 NCHW",
-                repeats);
-    std::printf("%-4s %5s %4s %2s |", "#", "ch", "in", "s");
-    for (int t : tiles) std::printf(" %9s", ((nhwc ? "nhwc px" : "dw@") + std::to_string(t)).c_str());
+    std::printf("%s depthwise + ReLU6, %d images at %dx%d, %s, median of %d (ms)\n",
+                net == "mobilenet_v2" ? "MobileNetV2" : "EfficientNet-B0", images, input, input,
+                nhwc ? (std::string(storage_name(st)) + " NHWC").c_str() : "fp32 NCHW", repeats);
+    std::printf("%-4s %5s %4s %2s %2s |", "#", "ch", "in", "s", "k");
+    for (int t : tiles)
+      std::printf(
+          " %9s",
+          (t < 0 ? "strip " + std::to_string(-t) : (nhwc ? "nhwc px" : "dw@") + std::to_string(t)).c_str());
     std::printf(" %9s %7s | %s\n", "cudnn", "ratio", "cudnn algorithm");
     std::vector<double> tot_dw(tiles.size(), 0.0);
     double tot_cudnn = 0;
     std::mt19937 g(1);
     std::uniform_real_distribution<float> d(-1.f, 1.f);
     int i = 0;
-    for (const Dw& l : mobilenet_v2(input)) {
+    for (const Dw& l : net == "mobilenet_v2" ? mobilenet_v2(input) : efficientnet_b0(input)) {
+      const int taps = l.k * l.k;
       ConvParams p;
       p.filters = p.in_c = p.groups = l.c;
-      p.kernel_h = p.kernel_w = 3;
+      p.kernel_h = p.kernel_w = l.k;
       p.stride_h = p.stride_w = l.stride;
-      p.pad_h = p.pad_w = 1;
+      p.pad_h = p.pad_w = l.k / 2;
       p.in_h = p.in_w = l.h;
-      p.out_h = p.out_w = (l.h + 2 - 3) / l.stride + 1;
-      std::vector<float> hx(size_t(images) * l.c * l.h * l.h), hw(size_t(l.c) * 9), hb(size_t(l.c));
+      p.out_h = p.out_w = (l.h + 2 * (l.k / 2) - l.k) / l.stride + 1;
+      std::vector<float> hx(size_t(images) * l.c * l.h * l.h), hw(size_t(l.c) * taps), hb(size_t(l.c));
       for (auto& v : hx) v = d(g);
       for (auto& v : hw) v = d(g);
       for (auto& v : hb) v = d(g);
       DevBuf x = upload(hx.data(), hx.size()), w = upload(hw.data(), hw.size()),
              b = upload(hb.data(), hb.size());
       DevBuf y(size_t(images) * l.c * p.out_h * p.out_w * sizeof(float));
-      // Channels last: x, the filters (K x 3 x 3 x 1, the same order as K x 1 x 3 x 3) and the bias
-      // in the storage format for cuDNN; the kernel's FP32 [9][channels] weights.
+      // Channels last: x, the filters (K x k x k x 1, the same order as K x 1 x k x k) and the bias
+      // in the storage format for cuDNN; the kernel's FP32 [k * k][channels] weights.
       const int64_t sb = nhwc ? storage_bytes(st) : 0;  // no channels-last buffers for nchw
       DevBuf xs(hx.size() * size_t(sb)), ys(size_t(images) * l.c * p.out_h * p.out_w * size_t(sb)),
           ws_t(hw.size() * size_t(sb)), bs(hb.size() * size_t(sb)), w_taps;
@@ -142,25 +170,25 @@ int main(int argc, char** argv) {
         launch_nchw_to_nhwc(x.as<float>(), xs.get(), st, images, l.c, int64_t(l.h) * l.h, s);
         launch_to_storage(w.as<float>(), ws_t.get(), st, int64_t(hw.size()), s);
         launch_to_storage(b.as<float>(), bs.get(), st, int64_t(hb.size()), s);
-        std::vector<float> taps(hw.size());
+        std::vector<float> tap(hw.size());
         for (int c = 0; c < l.c; ++c)
-          for (int k = 0; k < 9; ++k) taps[size_t(k) * l.c + c] = hw[size_t(c) * 9 + k];
-        w_taps = upload(taps.data(), taps.size());
+          for (int k = 0; k < taps; ++k) tap[size_t(k) * l.c + c] = hw[size_t(c) * taps + k];
+        w_taps = upload(tap.data(), tap.size());
         CUDA_CHECK(cudaStreamSynchronize(s));
       }
       DepthwiseArgs a;
       a.channels = a.filters = l.c;
       a.in_h = a.in_w = l.h;
       a.out_h = a.out_w = static_cast<int>(p.out_h);
-      a.kernel_h = a.kernel_w = 3, a.stride_h = a.stride_w = l.stride, a.pad_h = a.pad_w = 1;
+      a.kernel_h = a.kernel_w = l.k, a.stride_h = a.stride_w = l.stride, a.pad_h = a.pad_w = l.k / 2;
       const ActFn relu6{Act::kRelu6};
       std::vector<float> t_dw;
       for (size_t k = 0; k < tiles.size(); ++k) {
-        const DepthwiseConfig cfg = depthwise_config(a, tiles[k]);
+        const DepthwiseConfig cfg = depthwise_config(a, nhwc ? kDepthwiseTileOutputs : tiles[k]);
         t_dw.push_back(time_ms(s, repeats, [&] {
           if (nhwc)
             launch_conv_depthwise_nhwc(a, xs.get(), st, w_taps.as<float>(), b.as<float>(), ys.get(), images,
-                                       relu6, s, tiles[k]);
+                                       relu6, s, tiles[k] > 0 ? tiles[k] : 1, tiles[k] > 0 ? 0 : -tiles[k]);
           else
             launch_conv_depthwise(cfg, a, x.as<float>(), w.as<float>(), b.as<float>(), y.as<float>(), images,
                                   relu6, s);
@@ -178,11 +206,11 @@ int main(int argc, char** argv) {
         conv.forward(h, s, images, cx, cw, b.as<float>(), cb, nullptr, cy, ws.get(), ws_bytes);
       });
       tot_cudnn += t_cudnn;
-      std::printf("%-4d %5d %4d %2d |", i++, l.c, l.h, l.stride);
+      std::printf("%-4d %5d %4d %2d %2d |", i++, l.c, l.h, l.stride, l.k);
       for (float t : t_dw) std::printf(" %9.4f", t);
       std::printf(" %9.4f %6.2fx | %s\n", t_cudnn, t_cudnn / t_dw[0], conv.algo_name().c_str());
     }
-    std::printf("total                |");
+    std::printf("total                   |");
     for (double t : tot_dw) std::printf(" %9.4f", t);
     std::printf(" %9.4f %6.2fx\n", tot_cudnn, tot_cudnn / tot_dw[0]);
     CUDA_CHECK(cudaStreamDestroy(s));

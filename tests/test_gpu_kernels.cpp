@@ -474,12 +474,16 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
   // a channel multiplier), MobileNet's 3x3 stride 1 and 2, EfficientNet's 5x5, 7x7 (run-time
   // loops), stride and dilation together, a 1x1 input with padding; several pixels a thread with
   // a channel multiplier and on a 37-wide row without row padding (a last group of one pixel).
+  // The two-filter kernel (pairs) at 8, 7 and 4 pixels a thread: row dilation with none along the
+  // row, unequal strides, 5x5 stride 2 on 144 channels, and one pair of channels.
   const DwCase cases[] = {
-      {96, 1, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, 3}, {32, 1, 17, 15, 3, 3, 2, 2, 1, 1, 1, 1, 2},
-      {36, 1, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 3},   {6, 1, 23, 19, 3, 3, 2, 1, 2, 2, 2, 2, 3},
-      {7, 1, 10, 12, 7, 7, 2, 2, 3, 3, 1, 1, 2},  {8, 2, 13, 11, 3, 5, 1, 2, 1, 2, 3, 1, 2},
-      {16, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 5},   {40, 1, 29, 31, 5, 5, 2, 2, 2, 2, 1, 1, 1},
-      {24, 2, 11, 13, 3, 3, 1, 1, 1, 1, 1, 1, 2}, {64, 1, 6, 39, 3, 3, 1, 1, 0, 0, 1, 1, 2}};
+      {96, 1, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, 3},  {32, 1, 17, 15, 3, 3, 2, 2, 1, 1, 1, 1, 2},
+      {36, 1, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 3},    {6, 1, 23, 19, 3, 3, 2, 1, 2, 2, 2, 2, 3},
+      {7, 1, 10, 12, 7, 7, 2, 2, 3, 3, 1, 1, 2},   {8, 2, 13, 11, 3, 5, 1, 2, 1, 2, 3, 1, 2},
+      {16, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 5},    {40, 1, 29, 31, 5, 5, 2, 2, 2, 2, 1, 1, 1},
+      {24, 2, 11, 13, 3, 3, 1, 1, 1, 1, 1, 1, 2},  {64, 1, 6, 39, 3, 3, 1, 1, 0, 0, 1, 1, 2},
+      {12, 1, 12, 13, 3, 3, 1, 1, 2, 1, 2, 1, 2},  {20, 1, 16, 18, 5, 5, 2, 1, 2, 2, 1, 1, 2},
+      {144, 1, 15, 15, 5, 5, 2, 2, 2, 2, 1, 1, 2}, {2, 1, 9, 30, 3, 3, 1, 1, 1, 1, 1, 1, 3}};
   uint32_t seed = 700;
   int k = 0;
   for (Storage t : {Storage::kF32, Storage::kF16, Storage::kBf16})
@@ -503,18 +507,24 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
       const std::vector<double> want = depthwise_ref(download(xr, x.size(), st.s), w, b, c.n, a, act);
       DevBuf dw = upload(w_taps.data(), w_taps.size()), db = upload(b.data(), b.size());
       DevBuf ys(want.size() * bytes), y(want.size() * sizeof(float));
-      for (int px : {1, 2, 4}) {  // pixels a thread (the unit-stride 3x3 and 5x5 ones take 2 and 4)
+      // (row_pixels, strip_pixels): the vector kernel at 1, 2 and 4 pixels a thread (the
+      // unit-stride 3x3 and 5x5 ones take 2 and 4), then the strip kernel where it runs, at up to
+      // 4, 7 and 8 pixels a thread.
+      const int variants[][2] = {{1, 0}, {2, 0}, {4, 0}, {1, 4}, {1, 7}, {1, 8}};
+      for (const auto& [px, sp] : variants) {
+        const DepthwiseStrip ds = depthwise_nhwc_strip(a, t, sp);
+        if (sp > 0 && ds.pixels == 0) continue;
         CUDA_CHECK(
             cudaMemsetAsync(ys.get(), 0xff, want.size() * bytes, st.s));  // NaNs where nothing is written
         launch_conv_depthwise_nhwc(a, xs.get(), t, dw.as<float>(), with_bias ? db.as<float>() : nullptr,
-                                   ys.get(), c.n, act, st.s, px);
+                                   ys.get(), c.n, act, st.s, px, sp);
         launch_nhwc_to_nchw(ys.get(), t, y.as<float>(), c.n, a.filters, out_plane, st.s);
         std::ostringstream what;
         what << storage_name(t) << " C" << c.c << " x" << c.mult << " " << c.h << "x" << c.w << " k" << c.kh
              << "x" << c.kw << " s" << c.sh << "x" << c.sw << " p" << c.ph << "x" << c.pw << " d" << c.dh
              << "x" << c.dw << " n" << c.n << " " << act_fn_name(act) << (with_bias ? " bias" : "") << ": "
-             << depthwise_nhwc_vector(a, t) << " filters x " << depthwise_nhwc_pixels(a, px)
-             << " pixels a thread";
+             << (ds.pixels > 0 ? ds.filters : depthwise_nhwc_vector(a, t)) << " filters x "
+             << (ds.pixels > 0 ? ds.pixels : depthwise_nhwc_pixels(a, px)) << " pixels a thread";
         // One rounding to the storage format after an FP32 sum (FP16: 2^-11 relative, BF16: 2^-8).
         const double tol = t == Storage::kF32 ? 1e-5 : t == Storage::kF16 ? 1e-3 : 8e-3;
         check_close(download(y, want.size(), st.s), want, tol, tol, what.str());
@@ -545,6 +555,44 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
   CHECK(depthwise_nhwc_pixels(a, 4) == 1);
   a.kernel_h = a.kernel_w = 5;
   CHECK(depthwise_nhwc_pixels(a, 4) == 4);
+  // The strip kernel at FP32 storage: 2 filters of the pixels that waste least of a row's last
+  // strip, the widest on a tie; at 16-bit storage 4 filters of 4 pixels, 3x3 of stride 1 only;
+  // none for a multiplier, odd channels, 7x7, stride 3, row dilation or short rows.
+  a.channels = a.filters = 96, a.stride_w = 1, a.kernel_h = a.kernel_w = 3;
+  for (const auto& [w, p] : {std::pair{112, 8}, {56, 8}, {28, 7}, {14, 7}, {7, 7}, {16, 8}, {4, 4}, {9, 7}}) {
+    a.out_w = w;
+    const DepthwiseStrip d = depthwise_nhwc_strip(a, Storage::kF32);
+    CHECK_MESSAGE(d.pixels == p, "out_w ", w);
+    CHECK(d.filters == 2);
+    const DepthwiseStrip h = depthwise_nhwc_strip(a, Storage::kF16);
+    CHECK(h.pixels == 4);
+    CHECK(h.filters == 4);
+  }
+  a.out_w = 28;
+  CHECK(depthwise_nhwc_strip(a, Storage::kF32, 4).pixels == 4);
+  CHECK(depthwise_nhwc_strip(a, Storage::kF32, 0).pixels == 0);
+  CHECK(depthwise_nhwc_strip(a, Storage::kBf16, 0).pixels == 0);
+  a.channels = a.filters = 90;  // even, not a multiple of 4
+  CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 7);
+  CHECK(depthwise_nhwc_strip(a, Storage::kBf16).pixels == 0);
+  a.channels = a.filters = 96, a.stride_w = 2;
+  CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 7);
+  CHECK(depthwise_nhwc_strip(a, Storage::kBf16).pixels == 0);
+  a.stride_w = 1, a.kernel_h = a.kernel_w = 5;
+  CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 7);
+  CHECK(depthwise_nhwc_strip(a, Storage::kF16).pixels == 0);
+  a.out_w = 3;
+  CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 0);
+  a.out_w = 28, a.filters = 192;
+  CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 0);
+  a.channels = a.filters = 95;
+  CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 0);
+  a.channels = a.filters = 96, a.kernel_h = a.kernel_w = 7;
+  CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 0);
+  a.kernel_h = a.kernel_w = 3, a.stride_w = 3;
+  CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 0);
+  a.stride_w = 2, a.dilation_w = 2;
+  CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 0);
 }
 
 TEST_CASE("gpu: cutlass convolution (3xTF32) vs plain loops, every tile, FP32-level accuracy" *

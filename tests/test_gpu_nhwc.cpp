@@ -663,10 +663,10 @@ layers:
     bool saw_dw3 = false;
     for (const LayerTime& t : r.layers) {
       INFO(t.name << ": " << t.algo);
-      if (t.name == "dw")
+      if (t.name == "dw")  // 3x3 of stride 1 on 20-wide rows: strips of 4 pixels (2 filters at FP32)
         CHECK(t.algo == "depthwise(bias+relu6 epilogue, " + stored + ", " +
-                            (p == Precision::kFp16 || p == Precision::kBf16 ? "8" : "4") +
-                            " filters a thread)");
+                            (p == Precision::kFp16 || p == Precision::kBf16 ? "4" : "2") +
+                            " filters x 4 pixels a thread)");
       if (t.name == "dw2")
         CHECK(t.algo == "depthwise(bias+hardswish epilogue, " + stored + ", 1 filters a thread)");
       if (t.name == "dw3") {  // auto: cuDNN or the kernel, whichever was faster

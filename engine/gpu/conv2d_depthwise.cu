@@ -232,8 +232,8 @@ void launch(const DepthwiseConfig& cfg, const DepthwiseArgs& a, const float* x, 
   CUDA_CHECK_LAUNCH("depthwise_kernel");
 }
 
-// V consecutive FP32 values (weights of V filters, their biases) in 16-byte loads where V allows
-// (p is then 16-byte aligned: filters and f0 are multiples of V); scalar loads per tap were the
+// V consecutive FP32 values (weights of V filters, their biases) in 16- or 8-byte loads where V
+// allows (p is then aligned: filters and f0 are multiples of V); scalar loads per tap were the
 // channels-last kernel's limit (docs/performance.md).
 template <int V>
 __device__ __forceinline__ void load_floats(const float* __restrict__ p, float (&out)[V]) {
@@ -243,6 +243,9 @@ __device__ __forceinline__ void load_floats(const float* __restrict__ p, float (
       const float4 q = __ldg(reinterpret_cast<const float4*>(p + k));
       out[k] = q.x, out[k + 1] = q.y, out[k + 2] = q.z, out[k + 3] = q.w;
     }
+  } else if constexpr (V == 2) {
+    const float2 q = __ldg(reinterpret_cast<const float2*>(p));
+    out[0] = q.x, out[1] = q.y;
   } else {
 #pragma unroll
     for (int k = 0; k < V; ++k) out[k] = __ldg(p + k);
@@ -328,6 +331,78 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
     *reinterpret_cast<Vec<T, V>*>(y + (row * a.out_w + ox0 + p) * a.filters + f0) = out;
+  }
+}
+
+// Channels last, a strip: V filters a thread (V = 2: one 32-bit word of 16-bit storage, two
+// floats of FP32; V = 4: 8 bytes of 16-bit storage) of P consecutive output pixels of a row, for
+// K x K windows with stride S along the row and no dilation there, one filter per channel. The
+// thread keeps its filters' K * K weights in registers for all P pixels and loads each of a
+// window row's (P - 1) * S + K input columns once, all of a row's loads in flight before its
+// sums; a warp's lanes take consecutive vectors of one pixel. Against depthwise_nhwc_kernel (V
+// filters of one pixel, 16-byte loads) it makes a fraction of the loads an output (measured in
+// docs/performance.md), and the same FP32 sum in the same tap order, rounded once when it stores.
+template <typename T, int V, int K, int S, int P>
+__global__ void __launch_bounds__(kThreads)
+    depthwise_strip_kernel(const T* __restrict__ x, const float* __restrict__ w,
+                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int row_items,
+                           int64_t items, ActFn act) {
+  const int64_t g = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (g >= items) return;
+  const int64_t row = g / row_items;  // image row / out_h, output row row % out_h
+  const int item = static_cast<int>(g - row * row_items);
+  const int vecs = a.channels / V;
+  const int strip = item / vecs, c0 = (item - strip * vecs) * V;
+  const int64_t img = row / a.out_h;
+  const int oy = static_cast<int>(row - img * a.out_h);
+  const int ox0 = strip * P;
+  float wr[K * K][V];
+#pragma unroll
+  for (int t = 0; t < K * K; ++t) load_floats<V>(w + t * a.filters + c0, wr[t]);
+  float acc[P][V];
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[p][k] = 0.f;
+  constexpr int kCols = (P - 1) * S + K;  // the input columns the P pixels' windows span
+  const int iy0 = oy * a.stride_h - a.pad_h, ix0 = ox0 * S - a.pad_w;
+  const T* xi = x + img * a.in_h * a.in_w * a.channels + c0;
+#pragma unroll
+  for (int ky = 0; ky < K; ++ky) {
+    const int iy = iy0 + ky * a.dilation_h;
+    if (iy < 0 || iy >= a.in_h) continue;
+    const T* xrow = xi + int64_t(iy) * a.in_w * a.channels;
+    Vec<T, V> v[kCols];
+#pragma unroll
+    for (int q = 0; q < kCols; ++q) {
+      const int ix = ix0 + q;
+      if (ix >= 0 && ix < a.in_w)
+        v[q] = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
+      else
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[q].v[k] = to<T>(0.f);
+    }
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+      for (int p = 0; p < P; ++p)  // pixel p reads column p * S + kx
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[p][k] = fmaf(ld(v[p * S + kx].v[k]), wr[ky * K + kx][k], acc[p][k]);
+  }
+  float b[V];
+  if (bias)
+    load_floats<V>(bias + c0, b);
+  else
+#pragma unroll
+    for (int k = 0; k < V; ++k) b[k] = 0.f;
+  T* yrow = y + (row * a.out_w + ox0) * a.filters + c0;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    if (ox0 + p >= a.out_w) break;
+    Vec<T, V> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
+    *reinterpret_cast<Vec<T, V>*>(yrow + int64_t(p) * a.filters) = out;
   }
 }
 
@@ -439,13 +514,80 @@ int depthwise_nhwc_pixels(const DepthwiseArgs& a, int row_pixels) {
   return shares && (row_pixels == 2 || row_pixels == 4) ? row_pixels : 1;
 }
 
+DepthwiseStrip depthwise_nhwc_strip(const DepthwiseArgs& a, Storage t, int strip_pixels) {
+  DepthwiseStrip d;
+  const bool k35 = a.kernel_h == a.kernel_w && (a.kernel_h == 3 || a.kernel_h == 5);
+  if (a.filters != a.channels || a.channels % 2 != 0 || !k35 || (a.stride_w != 1 && a.stride_w != 2) ||
+      a.dilation_w != 1 || a.out_w < 4 || strip_pixels < 4)
+    return d;
+  if (t != Storage::kF32) {  // 16-bit storage: 4 filters of 4 pixels, 3x3 windows of stride 1 only
+    if (a.kernel_h != 3 || a.stride_w != 1 || a.channels % 4 != 0) return d;
+    d.filters = d.pixels = 4;
+    return d;
+  }
+  // FP32 storage: 2 filters of the widest P that wastes the fewest of a row's last strip
+  // (224x224 networks' rows are multiples of 7, 32x32 ones' powers of two).
+  d.filters = 2;
+  int best_waste = 0;
+  for (int p : {8, 7, 4}) {
+    if (p > strip_pixels) continue;
+    const int waste = (a.out_w + p - 1) / p * p - a.out_w;
+    if (d.pixels == 0 || waste * d.pixels < best_waste * p) d.pixels = p, best_waste = waste;
+  }
+  return d;
+}
+
 void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t, const float* w_taps,
                                 const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s,
-                                int row_pixels) {
+                                int row_pixels, int strip_pixels) {
   if (a.channels < 1 || a.filters % a.channels != 0 || a.out_h < 1 || a.out_w < 1)
     throw Error("channels-last depthwise convolution: filters (" + std::to_string(a.filters) +
                 ") are not a multiple of the channels (" + std::to_string(a.channels) + ")");
   if (n <= 0) return;
+  if (const DepthwiseStrip d = depthwise_nhwc_strip(a, t, strip_pixels); d.pixels > 0) {
+    const int pp = d.pixels;
+    const int row_items = (a.out_w + pp - 1) / pp * (a.channels / d.filters);
+    const int64_t items = n * a.out_h * row_items, blocks = (items + kThreads - 1) / kThreads;
+    if (blocks > INT32_MAX)
+      throw Error("channels-last depthwise convolution: " + std::to_string(n) + " images of " +
+                  std::to_string(a.out_h) + " x " + std::to_string(a.out_w) + " x " +
+                  std::to_string(a.filters) + " outputs exceed its grid");
+    const unsigned grid = static_cast<unsigned>(blocks);
+    with_storage(t, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      const T* xt = static_cast<const T*>(x);
+      T* yt = static_cast<T*>(y);
+      if constexpr (!std::is_same_v<T, float>) {  // 4 filters x 4 pixels, 3x3, stride 1
+        depthwise_strip_kernel<T, 4, 3, 1, 4>
+            <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, row_items, items, act);
+      } else {
+        auto go = [&](auto k, auto stride, auto pixels) {
+          depthwise_strip_kernel<T, 2, decltype(k)::value, decltype(stride)::value, decltype(pixels)::value>
+              <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, row_items, items, act);
+        };
+        auto by_pixels = [&](auto k, auto stride) {
+          if (pp == 8)
+            go(k, stride, std::integral_constant<int, 8>{});
+          else if (pp == 7)
+            go(k, stride, std::integral_constant<int, 7>{});
+          else
+            go(k, stride, std::integral_constant<int, 4>{});
+        };
+        auto by_stride = [&](auto k) {
+          if (a.stride_w == 1)
+            by_pixels(k, std::integral_constant<int, 1>{});
+          else
+            by_pixels(k, std::integral_constant<int, 2>{});
+        };
+        if (a.kernel_w == 5)
+          by_stride(std::integral_constant<int, 5>{});
+        else
+          by_stride(std::integral_constant<int, 3>{});
+      }
+    });
+    CUDA_CHECK_LAUNCH("depthwise_strip_kernel");
+    return;
+  }
   const int v = depthwise_nhwc_vector(a, t), px = depthwise_nhwc_pixels(a, row_pixels);
   const int64_t row_vecs = int64_t((a.out_w + px - 1) / px) * (a.filters / v);
   const int64_t chunks = (row_vecs + kThreads - 1) / kThreads, rows = n * a.out_h;

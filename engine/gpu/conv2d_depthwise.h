@@ -60,10 +60,28 @@ void launch_conv_depthwise(const DepthwiseConfig& cfg, const DepthwiseArgs& a, c
 // stores, as the other channels-last kernels do.
 // row_pixels: pixels a thread where the conv allows several (a tuning knob, measured in
 // docs/performance.md).
+// Where depthwise_nhwc_strip(a, t, strip_pixels) says so, a thread instead computes a strip:
+// several filters of several consecutive output pixels of a row, with their weights in registers
+// (strip_pixels: the most pixels a thread, 0 for never; a tuning knob, measured in
+// docs/performance.md).
 constexpr int kDepthwiseNhwcRowPixels = 1;
+constexpr int kDepthwiseNhwcStripPixels = 8;
 void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t, const float* w_taps,
                                 const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s,
-                                int row_pixels = kDepthwiseNhwcRowPixels);
+                                int row_pixels = kDepthwiseNhwcRowPixels,
+                                int strip_pixels = kDepthwiseNhwcStripPixels);
+// The strip a thread of the strip kernel computes, or pixels 0 where it does not run, as measured
+// against the vector kernel (docs/performance.md). It needs one filter per channel, an even
+// channel count, no dilation along the row, rows of 4 outputs or more and strip_pixels >= 4, and:
+// - at FP32 storage: 3x3 or 5x5 windows of stride 1 or 2 along the row; 2 filters of 8, 7 or 4
+//   pixels (at most strip_pixels), the one that wastes least of a row's last strip;
+// - at 16-bit storage: 3x3 windows of stride 1 along the row and channels a multiple of 4;
+//   4 filters of 4 pixels.
+struct DepthwiseStrip {
+  int filters = 0, pixels = 0;
+};
+DepthwiseStrip depthwise_nhwc_strip(const DepthwiseArgs& a, Storage t,
+                                    int strip_pixels = kDepthwiseNhwcStripPixels);
 int depthwise_nhwc_vector(const DepthwiseArgs& a, Storage t);
 // The pixels a thread computes: row_pixels (2 or 4) for 3x3 and 5x5 kernels with unit stride and
 // dilation along the row (each window row's weights and input columns loaded once for them), else 1.

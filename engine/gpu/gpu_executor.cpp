@@ -779,10 +779,15 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                (fuses_u8(st, a, tuning_) ? "uint8 input, " : "") + "bias" + epi + " epilogue" +
                (other ? ", " + act_fn_name(act) + " pass)" : ")") + res;
       }
-      if (a == ConvAlgo::kDepthwise && nhwc_)
+      if (a == ConvAlgo::kDepthwise && nhwc_) {
+        const DepthwiseStrip strip = depthwise_nhwc_strip(c.dw.args, storage());
         return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                " epilogue, " + storage_name(storage()) + " NHWC, " +
-               std::to_string(depthwise_nhwc_vector(c.dw.args, storage())) + " filters a thread)" + res;
+               (strip.pixels > 0
+                    ? std::to_string(strip.filters) + " filters x " + std::to_string(strip.pixels) + " pixels"
+                    : std::to_string(depthwise_nhwc_vector(c.dw.args, storage())) + " filters") +
+               " a thread)" + res;
+      }
       if (a == ConvAlgo::kDepthwise)
         return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                " epilogue, " + std::to_string(c.dw.cfg.planes) + " planes x " +
