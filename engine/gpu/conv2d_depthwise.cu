@@ -346,15 +346,17 @@ template <typename T, int V, int K, int S, int P>
 __global__ void __launch_bounds__(kThreads)
     depthwise_strip_kernel(const T* __restrict__ x, const float* __restrict__ w,
                            const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int row_items,
-                           int64_t items, ActFn act) {
-  const int64_t g = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+                           int items, ActFn act) {
+  // 32-bit indices and divisions (the launch keeps items under 2^31; 2-4 % faster than 64-bit,
+  // docs/performance.md).
+  const int g = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
   if (g >= items) return;
-  const int64_t row = g / row_items;  // image row / out_h, output row row % out_h
-  const int item = static_cast<int>(g - row * row_items);
+  const int row = g / row_items;  // image row / out_h, output row row % out_h
+  const int item = g - row * row_items;
   const int vecs = a.channels / V;
   const int strip = item / vecs, c0 = (item - strip * vecs) * V;
-  const int64_t img = row / a.out_h;
-  const int oy = static_cast<int>(row - img * a.out_h);
+  const int img = row / a.out_h;
+  const int oy = row - img * a.out_h;
   const int ox0 = strip * P;
   float wr[K * K][V];
 #pragma unroll
@@ -366,7 +368,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < V; ++k) acc[p][k] = 0.f;
   constexpr int kCols = (P - 1) * S + K;  // the input columns the P pixels' windows span
   const int iy0 = oy * a.stride_h - a.pad_h, ix0 = ox0 * S - a.pad_w;
-  const T* xi = x + img * a.in_h * a.in_w * a.channels + c0;
+  const T* xi = x + int64_t(img) * a.in_h * a.in_w * a.channels + c0;
 #pragma unroll
   for (int ky = 0; ky < K; ++ky) {
     const int iy = iy0 + ky * a.dilation_h;
@@ -395,7 +397,7 @@ __global__ void __launch_bounds__(kThreads)
   else
 #pragma unroll
     for (int k = 0; k < V; ++k) b[k] = 0.f;
-  T* yrow = y + (row * a.out_w + ox0) * a.filters + c0;
+  T* yrow = y + (int64_t(row) * a.out_w + ox0) * a.filters + c0;
 #pragma unroll
   for (int p = 0; p < P; ++p) {
     if (ox0 + p >= a.out_w) break;
@@ -544,15 +546,14 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
     throw Error("channels-last depthwise convolution: filters (" + std::to_string(a.filters) +
                 ") are not a multiple of the channels (" + std::to_string(a.channels) + ")");
   if (n <= 0) return;
-  if (const DepthwiseStrip d = depthwise_nhwc_strip(a, t, strip_pixels); d.pixels > 0) {
+  const DepthwiseStrip d = depthwise_nhwc_strip(a, t, strip_pixels);
+  const int64_t strip_items =
+      d.pixels > 0 ? n * a.out_h * ((a.out_w + d.pixels - 1) / d.pixels * (a.channels / d.filters)) : 0;
+  if (d.pixels > 0 && strip_items <= INT32_MAX - kThreads) {  // else the vector kernel, 64-bit rows
     const int pp = d.pixels;
     const int row_items = (a.out_w + pp - 1) / pp * (a.channels / d.filters);
-    const int64_t items = n * a.out_h * row_items, blocks = (items + kThreads - 1) / kThreads;
-    if (blocks > INT32_MAX)
-      throw Error("channels-last depthwise convolution: " + std::to_string(n) + " images of " +
-                  std::to_string(a.out_h) + " x " + std::to_string(a.out_w) + " x " +
-                  std::to_string(a.filters) + " outputs exceed its grid");
-    const unsigned grid = static_cast<unsigned>(blocks);
+    const int items = static_cast<int>(strip_items);
+    const unsigned grid = static_cast<unsigned>((items + kThreads - 1) / kThreads);
     with_storage(t, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       const T* xt = static_cast<const T*>(x);

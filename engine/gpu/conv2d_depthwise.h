@@ -77,6 +77,7 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
 //   pixels (at most strip_pixels), the one that wastes least of a row's last strip;
 // - at 16-bit storage: 3x3 windows of stride 1 along the row and channels a multiple of 4;
 //   4 filters of 4 pixels.
+// A launch of 2^31 threads or more runs the vector kernel instead.
 struct DepthwiseStrip {
   int filters = 0, pixels = 0;
 };
