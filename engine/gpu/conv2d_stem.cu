@@ -91,6 +91,49 @@ size_t smem_bytes(const Geom& g, int nt) {
          (g.es == 4 ? std::max(out, patch) : out + patch);
 }
 
+// What both kernels compute the same way. A thread's two m16 tiles' rows gr and gr + 8: each
+// pixel's first value in the patch (g.cp values a pixel: the 16-bit kernel's padded channels,
+// FP32's own).
+__device__ __forceinline__ void pixel_bases(int (&base)[2][2], const Geom& g, int warp, int gr) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int m = warp * 32 + mt * 16 + h * 8 + gr;
+      base[mt][h] = ((m / kTileW) * g.sh * g.patch_w + (m % kTileW) * g.sw) * g.cp;  // even at 16-bit
+    }
+}
+
+// The bias of the thread's accumulator columns (zero past the filters or without a bias).
+template <int NT>
+__device__ __forceinline__ void bias_fragment(float (&bv)[NT][2], const float* __restrict__ bias,
+                                              const Geom& g, int f0, int tq) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int f = f0 + nt * 8 + tq * 2 + j;
+      bv[nt][j] = bias && f < g.filters ? bias[f] : 0.f;
+    }
+}
+
+// Tile t's place: its image, its first output (pooled: its first pooled output, py0/px0, and
+// the first row and column of its windows) and the first input row and column its patch holds.
+struct TileOrigin {
+  int img, py0, px0, oy0, ox0, iy0, ix0;
+};
+__device__ __forceinline__ TileOrigin tile_origin(const Geom& g, int64_t t) {
+  TileOrigin o;
+  o.img = static_cast<int>(t / g.tiles);
+  const int tt = static_cast<int>(t - int64_t{o.img} * g.tiles);
+  const int ty = tt / g.tiles_x, tx = tt - ty * g.tiles_x;
+  o.py0 = ty * g.tph, o.px0 = tx * g.tpw;
+  o.oy0 = g.pooled ? o.py0 * g.psh - g.pph : ty * kTileH;
+  o.ox0 = g.pooled ? o.px0 * g.psw - g.ppw : tx * kTileW;
+  o.iy0 = o.oy0 * g.sh - g.pad_h, o.ix0 = o.ox0 * g.sw - g.pad_w;
+  return o;
+}
+
 // The tile's outputs (bias, activation, one rounding to T) into shared memory, then out in
 // 16-byte stores: a pixel's filters are one run, and a tile row's pixels follow each other when
 // the block holds every filter. Pooled (Geom::pooled): each pooled output's window over the
@@ -205,31 +248,13 @@ __global__ void __launch_bounds__(kThreads, 4)
   const uint32_t b_row = static_cast<uint32_t>(
       __cvta_generic_to_shared(ws + ((lane >> 4) * 8 + (lane & 7)) * g.ks + ((lane >> 3) & 1) * 8));
   int base[2][2];  // [m16 tile][row gr, gr + 8]: the pixel's first value in the patch
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int m = warp * 32 + mt * 16 + h * 8 + gr;
-      base[mt][h] = ((m / kTileW) * g.sh * g.patch_w + (m % kTileW) * g.sw) * g.cp;  // even
-    }
+  pixel_bases(base, g, warp, gr);
   float bv[NT][2];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int f = f0 + nt * 8 + tq * 2 + j;
-      bv[nt][j] = bias && f < g.filters ? bias[f] : 0.f;
-    }
+  bias_fragment<NT>(bv, bias, g, f0, tq);
 
   for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
-    const int img = static_cast<int>(t / g.tiles), tt = static_cast<int>(t - int64_t{img} * g.tiles);
-    // The tile's first output (pooled: its first pooled output, and the first row and column of
-    // its windows).
-    const int ty = tt / g.tiles_x, tx = tt - ty * g.tiles_x;
-    const int py0 = ty * g.tph, px0 = tx * g.tpw;
-    const int oy0 = g.pooled ? py0 * g.psh - g.pph : ty * kTileH;
-    const int ox0 = g.pooled ? px0 * g.psw - g.ppw : tx * kTileW;
-    const int iy0 = oy0 * g.sh - g.pad_h, ix0 = ox0 * g.sw - g.pad_w;
+    const TileOrigin o = tile_origin(g, t);
+    const int img = o.img, py0 = o.py0, px0 = o.px0, oy0 = o.oy0, ox0 = o.ox0, iy0 = o.iy0, ix0 = o.ix0;
     const uint16_t* xi = x + static_cast<int64_t>(img) * g.in_h * g.in_w * g.c;
     __syncthreads();  // the previous tile's reads of the patch are done (the first: the tables)
     // A warp a patch row, a lane a pair of a pixel's channels (zeros outside the image and for
@@ -326,30 +351,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   // word t % 4 of row t / 4 of each, B's (k = tq, n = gr) fragment value.
   const uint32_t b_row = static_cast<uint32_t>(
       __cvta_generic_to_shared(ws + ((lane >> 4) * 8 + (lane & 7)) * g.ks + ((lane >> 3) & 1) * 4));
-  int base[2][2];  // [m16 tile][row gr, gr + 8]: the pixel's first value in the patch
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int m = warp * 32 + mt * 16 + h * 8 + gr;
-      base[mt][h] = ((m / kTileW) * g.sh * g.patch_w + (m % kTileW) * g.sw) * g.c;
-    }
+  int base[2][2];  // [m16 tile][row gr, gr + 8]: the pixel's first value in the patch (cp = c)
+  pixel_bases(base, g, warp, gr);
   float bv[NT][2];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int f = f0 + nt * 8 + tq * 2 + j;
-      bv[nt][j] = bias && f < g.filters ? bias[f] : 0.f;
-    }
+  bias_fragment<NT>(bv, bias, g, f0, tq);
 
   for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
-    const int img = static_cast<int>(t / g.tiles), tt = static_cast<int>(t - int64_t{img} * g.tiles);
-    const int ty = tt / g.tiles_x, tx = tt - ty * g.tiles_x;
-    const int py0 = ty * g.tph, px0 = tx * g.tpw;
-    const int oy0 = g.pooled ? py0 * g.psh - g.pph : ty * kTileH;
-    const int ox0 = g.pooled ? px0 * g.psw - g.ppw : tx * kTileW;
-    const int iy0 = oy0 * g.sh - g.pad_h, ix0 = ox0 * g.sw - g.pad_w;
+    const TileOrigin o = tile_origin(g, t);
+    const int img = o.img, py0 = o.py0, px0 = o.px0, oy0 = o.oy0, ox0 = o.ox0, iy0 = o.iy0, ix0 = o.ix0;
     const float* xi = x + static_cast<int64_t>(img) * g.in_h * g.in_w * g.c;
     __syncthreads();  // the previous tile's reads of the patch and the outputs are done
     // A thread a patch pixel at a time, its channels (zeros outside the image).
