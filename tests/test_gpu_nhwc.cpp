@@ -327,6 +327,61 @@ layers:
   rewritten_matches(plain, net, "merged fire modules");
 }
 
+// The same fire modules with their expand convs pinned to cutlass (FP32 channels last): the merged
+// conv runs its centred 1x1 branch as a 1x1 conv and its 3x3 branch as a 3x3 conv, two launches
+// into channel slices of one output, which match the unmerged network's outputs (and the
+// report says so).
+TEST_CASE("gpu: cutlass runs a merged fire module's centred 1x1 filters as a 1x1 conv" *
+          doctest::skip(!gpu_present() || !kHaveCutlass)) {
+  const char* const text = R"(
+name: fire
+input: {channels: 4, height: 23, width: 21}
+classes: 20
+layers:
+  - {name: sq, type: conv, filters: 16, kernel: 1, algo: cutlass}
+  - {name: sqr, type: relu}
+  - {name: e1, type: conv, filters: 32, kernel: 1, algo: cutlass}
+  - {name: e1r, type: relu}
+  - {name: e3, type: conv, filters: 24, kernel: 3, pad: 1, inputs: sqr, algo: cutlass}
+  - {name: e3r, type: relu}
+  - {name: cat, type: concat, inputs: [e1r, e3r]}
+  - {name: f1, type: conv, filters: 8, kernel: 1, stride: 2, algo: cutlass}
+  - {name: f3, type: conv, filters: 12, kernel: 3, stride: 2, pad: 1, inputs: cat, algo: cutlass}
+  - {name: cat2, type: concat, inputs: [f1, f3]}
+  - {name: gap, type: avgpool, global: true}
+)";
+  Network plain = parse_netdef_string(text, "fire"), net = parse_netdef_string(text, "fire");
+  random_weights(plain, 23);
+  random_weights(net, 23);
+  REQUIRE(merge_concat_convs(net).size() == 2);
+  const int64_t n = 37;
+  Dataset data = gpu_random_data(net.input, n, 10, 5);
+  std::vector<Tensor> ref = make_cpu_executor(plain)->forward_layers(data, 0, n, RunOptions{});
+  const std::vector<float>& want = ref[static_cast<size_t>(plain.output)].data;
+  auto gpu = make_gpu_executor(net);
+  auto cpu = make_cpu_executor(net);
+  RunOptions o;
+  o.batch = n;
+  o.block = 16;
+  o.want_probs = true;
+  o.layout = Layout::kNhwc;
+  o.precision = Precision::kFp32;
+  const RunResult r = gpu->run(data, o);
+  int split = 0;
+  for (const LayerTime& t : r.layers) {
+    INFO(t.name << ": " << t.algo);
+    if (t.name == "e1") split += t.algo.find("its first 32 filters as a 1x1 conv") != std::string::npos;
+    if (t.name == "f1") split += t.algo.find("its first 8 filters as a 1x1 conv") != std::string::npos;
+  }
+  CHECK(split == 2);
+  REQUIRE(r.probs.size() == want.size());
+  const OutputGap gap = output_gap(r.probs, want, want.size());
+  MESSAGE("cutlass split fire modules: max |gpu - reference before the merge| / max |value| "
+          << gap.worst / gap.top);
+  CHECK(gap.worst <= validation_tolerance(Precision::kFp32) * gap.top);
+  CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
+}
+
 // cuDNN's workspace: the search runs with the large one on one slot; then every stream holds what
 // the chosen algorithms need for the block and the short last block, smaller than the search's.
 // A later run of another batch size on the same slots without a warm-up (a streamed data set's

@@ -35,8 +35,9 @@ constexpr int kTileCount = 0;
 // under 2^31 bytes (ImplicitGemmConvolution::can_implement refuses larger ones).
 constexpr int64_t kMaxBytes = int64_t{1} << 31;
 
-int64_t images_per_launch(const ConvParams& p) {
-  const int64_t image = std::max(p.in_h * p.in_w * p.in_c, p.out_h * p.out_w * p.filters) * 4;
+int64_t images_per_launch(const ConvParams& p, int64_t y_c_stride = 0) {
+  const int64_t image =
+      std::max(p.in_h * p.in_w * p.in_c, p.out_h * p.out_w * std::max(p.filters, y_c_stride)) * 4;
   return (kMaxBytes - 1) / image;
 }
 
@@ -76,12 +77,16 @@ bool cutlass_fuses(ActFn act) {
 }
 
 void launch_conv_cutlass(int tile, const ConvParams& p, int64_t n, const float* x, const float* w,
-                         const float* bias, const float* z, float* y, ActFn act, cudaStream_t s) {
+                         const float* bias, const float* z, float* y, ActFn act, cudaStream_t s,
+                         int64_t y_c_stride) {
   if (tile < 0 || tile >= kTileCount) throw Error("cutlass: no tile " + std::to_string(tile));
   if (!cutlass_fuses(act)) throw Error("cutlass: the epilogue cannot apply " + act_fn_name(act));
   auto misaligned = [](const void* v) { return v && reinterpret_cast<uintptr_t>(v) % 16 != 0; };
-  if (misaligned(x) || misaligned(w) || misaligned(z) || misaligned(y))
+  if (misaligned(x) || misaligned(w) || misaligned(z) || misaligned(y) || y_c_stride % 4 != 0)
     throw Error("cutlass: a tensor is not 16-byte aligned");
+  if (y_c_stride > 0 && y_c_stride < p.filters)
+    throw Error("cutlass: an output slice of " + std::to_string(p.filters) + " channels in pixels of " +
+                std::to_string(y_c_stride));
   auto i32 = [](int64_t v) { return static_cast<int>(v); };
   cutlass_conv::Problem q{};
   q.n = i32(n), q.in_h = i32(p.in_h), q.in_w = i32(p.in_w), q.in_c = i32(p.in_c);
@@ -89,12 +94,12 @@ void launch_conv_cutlass(int tile, const ConvParams& p, int64_t n, const float* 
   q.out_h = i32(p.out_h), q.out_w = i32(p.out_w);
   q.pad_h = i32(p.pad_h), q.pad_w = i32(p.pad_w), q.stride_h = i32(p.stride_h), q.stride_w = i32(p.stride_w);
   q.dilation_h = i32(p.dilation_h), q.dilation_w = i32(p.dilation_w);
-  q.x = x, q.wt = w, q.bias = bias, q.z = z, q.y = y;
+  q.x = x, q.wt = w, q.bias = bias, q.z = z, q.y = y, q.y_c_stride = i32(y_c_stride);
   q.lo = act.kind == Act::kIdentity ? -std::numeric_limits<float>::infinity() : 0.f;
   q.hi = act.kind == Act::kRelu6 ? 6.f : std::numeric_limits<float>::infinity();
   // Blocks whose tensors pass 2 GiB run as several launches of whole images.
-  const int64_t most = images_per_launch(p), in_image = p.in_h * p.in_w * p.in_c,
-                out_image = p.out_h * p.out_w * p.filters;
+  const int64_t most = images_per_launch(p, y_c_stride), in_image = p.in_h * p.in_w * p.in_c,
+                out_image = p.out_h * p.out_w * (y_c_stride > 0 ? y_c_stride : p.filters);
   for (int64_t first = 0; first < n; first += most) {
     q.n = i32(std::min(most, n - first));
     q.x = x + first * in_image, q.y = y + first * out_image, q.z = z ? z + first * out_image : nullptr;
@@ -103,22 +108,59 @@ void launch_conv_cutlass(int tile, const ConvParams& p, int64_t n, const float* 
 }
 
 int cutlass_pick_tile(const ConvParams& p, int64_t n, const float* x, const float* w, const float* bias,
-                      const float* z, float* y, ActFn act, cudaStream_t s) {
+                      const float* z, float* y, ActFn act, cudaStream_t s, int64_t y_c_stride) {
   int best = -1;
   float best_ms = 0;
   std::string refused;
   for (int t = 0; t < kTileCount; ++t) {
     try {
-      launch_conv_cutlass(t, p, n, x, w, bias, z, y, act, s);  // the warm-up, and whether it runs
+      launch_conv_cutlass(t, p, n, x, w, bias, z, y, act, s, y_c_stride);  // the warm-up, and whether it runs
     } catch (const Error& e) {
       refused = e.what();
       continue;
     }
-    const float least = least_ms(s, 3, [&] { launch_conv_cutlass(t, p, n, x, w, bias, z, y, act, s); });
+    const float least =
+        least_ms(s, 3, [&] { launch_conv_cutlass(t, p, n, x, w, bias, z, y, act, s, y_c_stride); });
     if (best < 0 || least < best_ms) best = t, best_ms = least;
   }
   if (best < 0) throw Error(refused.empty() ? cutlass_missing() : refused);
   return best;
+}
+
+int64_t cutlass_centre_split(const ConvParams& p, const float* w) {
+  const int64_t kh = p.kernel_h, kw = p.kernel_w;
+  if (p.groups != 1 || kh % 2 == 0 || kw % 2 == 0 || (kh == 1 && kw == 1) ||
+      p.pad_h != p.dilation_h * (kh - 1) / 2 || p.pad_w != p.dilation_w * (kw - 1) / 2)
+    return 0;
+  const int64_t taps = kh * kw, centre = (kh / 2) * kw + kw / 2;
+  int64_t k = 0;
+  for (; k < p.filters; ++k) {
+    bool only = true;
+    for (int64_t c = 0; c < p.in_c && only; ++c)
+      for (int64_t t = 0; t < taps; ++t)
+        if (t != centre && w[(k * p.in_c + c) * taps + t] != 0.f) {
+          only = false;
+          break;
+        }
+    if (!only) break;
+  }
+  k -= k % 4;
+  return k >= 4 && p.filters - k >= 4 && (p.filters - k) % 4 == 0 ? k : 0;
+}
+
+ConvParams cutlass_centre_part(const ConvParams& p, int64_t centre) {
+  ConvParams c = p;
+  c.filters = centre;
+  c.kernel_h = c.kernel_w = 1;
+  c.pad_h = c.pad_w = 0;
+  c.dilation_h = c.dilation_w = 1;
+  return c;
+}
+
+ConvParams cutlass_rest_part(const ConvParams& p, int64_t centre) {
+  ConvParams c = p;
+  c.filters = p.filters - centre;
+  return c;
 }
 
 }  // namespace cnnrun::gpu

@@ -40,13 +40,29 @@ bool cutlass_fuses(ActFn act);
 // every tile run once, then timed 3 times on `s`, the least time kept. Throws Error when no tile
 // runs it (CUTLASS's words). Not while `s` is being captured.
 int cutlass_pick_tile(const ConvParams& p, int64_t n, const float* x, const float* w, const float* bias,
-                      const float* z, float* y, ActFn act, cudaStream_t s);
+                      const float* z, float* y, ActFn act, cudaStream_t s, int64_t y_c_stride = 0);
 
 // y = act(conv(x) + bias + z) for n images with tile `tile`: x [n, in_h, in_w, in_c], w
 // [filters, kernel_h, kernel_w, in_c], y and z (may be null: no residual) [n, out_h, out_w,
 // filters], all FP32, 16-byte aligned; bias `filters` values. act must be one cutlass_fuses
-// accepts. Throws Error with CUTLASS's words when it refuses the problem.
+// accepts. y_c_stride > 0: y and z are a channel slice of wider tensors, that many values between
+// consecutive pixels (a multiple of 4). Throws Error with CUTLASS's words when it refuses the
+// problem.
 void launch_conv_cutlass(int tile, const ConvParams& p, int64_t n, const float* x, const float* w,
-                         const float* bias, const float* z, float* y, ActFn act, cudaStream_t s);
+                         const float* bias, const float* z, float* y, ActFn act, cudaStream_t s,
+                         int64_t y_c_stride = 0);
+
+// A conv whose leading filters read only their window's centre tap (their other taps all zero:
+// merge_concat_convs centres a 1x1 branch in a 3x3 conv, engine/passes.h) runs as two launches
+// into channel slices of its output: those filters as a 1x1 conv, the rest as the conv they are
+// (3xTF32 is compute-bound: the zero taps cost what the others do; docs/performance.md). The
+// count of those filters, or 0 where the split does not apply: groups 1, an odd window whose
+// padding centres it (the 1x1 conv sees the same pixels, no padding), and both parts at least 4
+// filters and multiples of 4. w: PyTorch's [filters][in_c][kernel_h][kernel_w].
+int64_t cutlass_centre_split(const ConvParams& p, const float* w);
+// The split's 1x1 conv: filters `centre`, a 1x1 window, no padding or dilation; the rest: the
+// other filters.
+ConvParams cutlass_centre_part(const ConvParams& p, int64_t centre);
+ConvParams cutlass_rest_part(const ConvParams& p, int64_t centre);
 
 }  // namespace cnnrun::gpu

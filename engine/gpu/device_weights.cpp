@@ -1,5 +1,6 @@
 #include "engine/gpu/device_weights.h"
 
+#include "engine/gpu/conv2d_cutlass.h"
 #include "engine/gpu/conv2d_implicit.h"
 #include "engine/gpu/nhwc.h"
 #include "engine/layers/batchnorm.h"
@@ -126,6 +127,17 @@ void DeviceWeights::upload_nhwc(const Network& net, const Plan& plan, Precision 
     // The copy and the conversion in one stream's order: a pageable cudaMemcpy may return before
     // its DMA lands, and this non-blocking stream would not wait for it (a conversion that read
     // half-copied filters made ResNet-18's FP16 convs wrong every other process).
+    if (t == Storage::kF32) {  // cutlass's split of centre-only filters (FP32 channels last only)
+      c->centre_split = cutlass_centre_split(p, w);
+      if (c->centre_split > 0) {
+        std::vector<float> centre(static_cast<size_t>(c->centre_split * C));
+        const int64_t mid = (R / 2) * S + S / 2;
+        for (int64_t k = 0; k < c->centre_split; ++k)
+          for (int64_t ch = 0; ch < C; ++ch)
+            centre[static_cast<size_t>(k * C + ch)] = w[static_cast<size_t>((k * C + ch) * R * S + mid)];
+        c->w_centre = gpu::upload(centre.data(), centre.size());
+      }
+    }
     DevBuf f32(krsc.size() * sizeof(float));
     DevBuf& out = c->w_nhwc[static_cast<int>(precision)];
     out.alloc(krsc.size() * static_cast<size_t>(storage_bytes(t)));

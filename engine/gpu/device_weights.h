@@ -29,6 +29,11 @@ struct ConvWeights {
   DepthwisePlan dw;       // dw.cfg.ok when the depthwise kernel can run it
   DevBuf w_taps;          // dw.nhwc_ok: the channels-last depthwise kernel's FP32 [kh * kw][filters]
   int cutlass_tile = -1;  // the cutlass convolution's tile, timed on its first run (-1: not yet)
+  // cutlass_centre_split's filters (0: none) run as a 1x1 conv with these FP32 [centre][in_c]
+  // weights, on their own tile, into a channel slice (made with the FP32 channels-last filters).
+  int64_t centre_split = 0;
+  DevBuf w_centre;
+  int cutlass_tile_centre = -1;
   // Channels-last cuDNN's filters, K x KH x KW x C/groups in each Precision's storage format
   // (nhwc.h), made on a run's first use of --layout nhwc at that precision.
   DevBuf w_nhwc[4];

@@ -410,11 +410,25 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       const ActFn act = act_fn(st.act);
       const ActFn epi = cutlass_fuses(act) ? act : ActFn{};
       const float* w = c.w_nhwc[static_cast<int>(prec_)].as<float>();
-      if (c.cutlass_tile < 0)
-        c.cutlass_tile = cutlass_pick_tile(st.conv, n, x, w, c.bias.as<float>(), static_cast<const float*>(z),
-                                           y, epi, s.stream);
-      launch_conv_cutlass(c.cutlass_tile, st.conv, n, x, w, c.bias.as<float>(), static_cast<const float*>(z),
-                          y, epi, s.stream);
+      const float* zf = static_cast<const float*>(z);
+      if (c.centre_split > 0) {  // the centre-only filters as a 1x1 conv, the rest: two channel slices
+        const int64_t e = c.centre_split, K = st.conv.filters;
+        const ConvParams p1 = cutlass_centre_part(st.conv, e), p3 = cutlass_rest_part(st.conv, e);
+        const float* w3 = w + e * st.conv.kernel_h * st.conv.kernel_w * st.conv.in_c;
+        const float *b1 = c.bias.as<float>(), *b3 = b1 + e, *z3 = zf ? zf + e : nullptr;
+        if (c.cutlass_tile_centre < 0)
+          c.cutlass_tile_centre =
+              cutlass_pick_tile(p1, n, x, c.w_centre.as<float>(), b1, zf, y, epi, s.stream, K);
+        if (c.cutlass_tile < 0)
+          c.cutlass_tile = cutlass_pick_tile(p3, n, x, w3, b3, z3, y + e, epi, s.stream, K);
+        launch_conv_cutlass(c.cutlass_tile_centre, p1, n, x, c.w_centre.as<float>(), b1, zf, y, epi, s.stream,
+                            K);
+        launch_conv_cutlass(c.cutlass_tile, p3, n, x, w3, b3, z3, y + e, epi, s.stream, K);
+      } else {
+        if (c.cutlass_tile < 0)
+          c.cutlass_tile = cutlass_pick_tile(st.conv, n, x, w, c.bias.as<float>(), zf, y, epi, s.stream);
+        launch_conv_cutlass(c.cutlass_tile, st.conv, n, x, w, c.bias.as<float>(), zf, y, epi, s.stream);
+      }
       if (epi != act) launch_act(y, y, n * st.out_shape.size(), act, s.stream);
       return;
     }
@@ -806,6 +820,13 @@ std::string GpuExecutor::step_algo(const Step& st) const {
         const bool fused = cutlass_fuses(full);
         return std::string("cutlass(3xTF32 tensor cores, ") +
                (c.cutlass_tile >= 0 ? cutlass_tile_name(c.cutlass_tile) + std::string(" tile, ") : "") +
+               (c.centre_split > 0
+                    ? "its first " + std::to_string(c.centre_split) + " filters as a 1x1 conv" +
+                          (c.cutlass_tile_centre >= 0
+                               ? std::string(" (") + cutlass_tile_name(c.cutlass_tile_centre) + " tile)"
+                               : std::string()) +
+                          ", "
+                    : std::string()) +
                "bias" + (residual ? "+add" : "") +
                (fused && full.kind != Act::kIdentity ? "+" + act_fn_name(full) : std::string()) +
                " epilogue, fp32 NHWC" + (fused ? ")" : ", " + act_fn_name(full) + " pass)");

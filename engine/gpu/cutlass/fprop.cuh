@@ -40,7 +40,8 @@ struct Fprop3xTf32 {
         q.stride_h, q.stride_w, q.dilation_h, q.dilation_w, cutlass::conv::Mode::kCrossCorrelation);
     const Layout x_layout = Layout::packed({q.n, q.in_h, q.in_w, q.in_c});
     const Layout w_layout = Layout::packed({q.filters, q.kernel_h, q.kernel_w, q.in_c});
-    const Layout y_layout = Layout::packed({q.n, q.out_h, q.out_w, q.filters});
+    const int yc = q.y_c_stride > 0 ? q.y_c_stride : q.filters;  // a channel slice of a wider tensor
+    const Layout y_layout(yc, q.out_w * yc, q.out_h * q.out_w * yc);
     float* y = q.y;
     const float* z = q.z ? q.z : q.y;  // never read when beta is 0
     typename Epilogue::Params out(1.f, q.z ? 1.f : 0.f, Clamp::Arguments{q.lo, q.hi});

@@ -16,7 +16,8 @@ struct Problem {
   const float* bias;
   const float* z;  // residual, or null
   float* y;
-  float lo, hi;  // the activation as a clamp
+  int y_c_stride;  // values between consecutive pixels of y and z (0: filters; more: a channel slice)
+  float lo, hi;    // the activation as a clamp
 };
 
 // One function per tile (tile_*.cu); conv2d_cutlass.cu's table lists them.
