@@ -5,6 +5,9 @@
 //   y = clamp(conv(x) + beta * z + bias, lo, hi)
 // with the bias a per-filter vector, z the residual (beta 1, or 0 and never read) and the clamp
 // bounds giving identity, ReLU or ReLU6 at run time, so one kernel serves every fused epilogue.
+// y and z may be a channel slice of a wider NHWC tensor (Problem::y_c_stride, the layout's pixel
+// stride, which the epilogue's output iterator follows): a split conv's two launches each write
+// their filters' channels of one output.
 #pragma once
 
 #include <string>
