@@ -9,7 +9,6 @@
 #include <random>
 #include <set>
 
-#include "engine/gpu/conv2d_cutlass.h"
 #include "engine/layers/conv.h"
 #include "engine/layers/fc.h"
 #include "engine/network.h"
@@ -405,63 +404,6 @@ TEST_CASE("passes: merge_concat_convs makes a fire module's expand convs one con
       "last.yaml");
   test::random_weights(last, 2);
   CHECK(merge_concat_convs(last).empty());
-}
-
-// The cutlass convolution runs a merged fire module's conv as two: the leading filters that read
-// only the centre tap (the 1x1 branch merge_concat_convs centred) as a 1x1 conv, the rest as they
-// are (engine/gpu/conv2d_cutlass.h). Which filters qualify is found from the weights.
-TEST_CASE("passes: cutlass_centre_split finds the centred 1x1 branch of a merged conv") {
-  using gpu::cutlass_centre_part;
-  using gpu::cutlass_centre_split;
-  using gpu::cutlass_rest_part;
-  const std::string layers = R"(  - {name: e1, type: conv, filters: 8, kernel: 1}
-  - {name: e3, type: conv, filters: 12, kernel: 3, pad: 1, inputs: input}
-  - {name: cat, type: concat, inputs: [e1, e3]}
-  - {name: f, type: flatten}
-  - {name: fc, type: fc, outputs: 4}
-)";
-  Network merged = parse(layers);
-  test::random_weights(merged, 5);
-  REQUIRE(merge_concat_convs(merged).size() == 1);
-  const Layer& m = *merged.layers[static_cast<size_t>(merged.find("e1"))];
-  const ConvParams& p = layer_as<ConvLayer>(m).p;
-  REQUIRE(p.filters == 20);
-  CHECK(cutlass_centre_split(p, m.weight("weight").ptr()) == 8);
-  const ConvParams c = cutlass_centre_part(p, 8), r = cutlass_rest_part(p, 8);
-  CHECK(c.filters == 8);
-  CHECK(c.kernel_h == 1);
-  CHECK(c.kernel_w == 1);
-  CHECK(c.pad_h == 0);
-  CHECK(c.out_h == p.out_h);
-  CHECK(r.filters == 12);
-  CHECK(r.kernel_h == 3);
-  CHECK(r.pad_w == 1);
-  // Synthetic 3x3 weights, 2 channels: the first `centre` filters centre-only.
-  auto weights = [](int64_t filters, int64_t centre) {
-    std::vector<float> w(static_cast<size_t>(filters * 2 * 9), 0.5f);
-    for (int64_t k = 0; k < centre; ++k)
-      for (int64_t t = 0; t < 18; ++t)
-        if (t % 9 != 4) w[static_cast<size_t>(k * 18 + t)] = 0.f;
-    return w;
-  };
-  ConvParams q;
-  q.filters = 16, q.kernel_h = q.kernel_w = 3, q.pad_h = q.pad_w = 1, q.in_c = 2;
-  CHECK(cutlass_centre_split(q, weights(16, 8).data()) == 8);
-  CHECK(cutlass_centre_split(q, weights(16, 6).data()) == 4);   // whole groups of 4
-  CHECK(cutlass_centre_split(q, weights(16, 16).data()) == 0);  // all of them: nothing left to split
-  CHECK(cutlass_centre_split(q, weights(16, 3).data()) == 0);   // fewer than 4
-  q.filters = 14;
-  CHECK(cutlass_centre_split(q, weights(14, 8).data()) == 0);  // the rest is not a multiple of 4
-  q.filters = 16, q.stride_h = q.stride_w = 2;
-  CHECK(cutlass_centre_split(q, weights(16, 8).data()) == 8);  // any stride: the same pixels
-  q.pad_w = 0;
-  CHECK(cutlass_centre_split(q, weights(16, 8).data()) == 0);  // the centre is not the 1x1's pixel
-  q.pad_w = 1, q.groups = 2;
-  CHECK(cutlass_centre_split(q, weights(16, 8).data()) == 0);
-  q.groups = 1, q.dilation_h = 2;
-  CHECK(cutlass_centre_split(q, weights(16, 8).data()) == 0);  // pad 1 does not centre a dilated 3x3
-  q.pad_h = 2;
-  CHECK(cutlass_centre_split(q, weights(16, 8).data()) == 8);
 }
 
 TEST_CASE("passes: find_fusions finds conv+relu(+max-pool), fc+relu, and the input's only conv") {
