@@ -7,7 +7,9 @@
 // copies) and on one whose output is itself channels last; the layout auto picks; the errors for
 // what it cannot run. GPU cases skip without a GPU.
 #include <algorithm>
+#include <functional>
 #include <sstream>
+#include <utility>
 
 #include "engine/gpu_api.h"
 #include "engine/network.h"
@@ -107,32 +109,40 @@ OutputGap output_gap(const std::vector<float>& got, const std::vector<float>& wa
 }
 
 // `net`, rewritten by load-time passes from `plain` (same weights), gives plain's CPU reference
-// outputs within each precision's tolerance in both layouts, and validates layer by layer
-// against its own reference.
-void rewritten_matches(const Network& plain, const Network& net, const char* label) {
+// outputs within each precision's tolerance in each of `formats` (default: both layouts at every
+// precision), and validates layer by layer against its own reference; `each` (may be empty)
+// checks each run's report too.
+void rewritten_matches(const Network& plain, const Network& net, const char* label,
+                       const std::vector<std::pair<Layout, Precision>>& formats = {},
+                       const std::function<void(const RunResult&)>& each = {}) {
+  std::vector<std::pair<Layout, Precision>> all = formats;
+  if (all.empty())
+    for (Layout layout : {Layout::kNchw, Layout::kNhwc})
+      for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16})
+        all.emplace_back(layout, p);
   const int64_t n = 37;
   Dataset data = gpu_random_data(net.input, n, 10, 5);
   std::vector<Tensor> ref = make_cpu_executor(plain)->forward_layers(data, 0, n, RunOptions{});
   const std::vector<float>& want = ref[static_cast<size_t>(plain.output)].data;
   auto gpu = make_gpu_executor(net);
   auto cpu = make_cpu_executor(net);
-  for (Layout layout : {Layout::kNchw, Layout::kNhwc})
-    for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
-      INFO(label << " " << precision_name(p) << (layout == Layout::kNhwc ? " nhwc" : " nchw"));
-      RunOptions o;
-      o.batch = n;
-      o.block = 16;
-      o.want_probs = true;
-      o.layout = layout;
-      o.precision = p;
-      const RunResult r = gpu->run(data, o);
-      REQUIRE(r.probs.size() == want.size());
-      const OutputGap gap = output_gap(r.probs, want, want.size());
-      MESSAGE(label << " " << precision_name(p) << (layout == Layout::kNhwc ? " nhwc" : " nchw")
-                    << ": max |gpu - reference before the rewrite| / max |value| " << gap.worst / gap.top);
-      CHECK(gap.worst <= validation_tolerance(p) * gap.top);
-      CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
-    }
+  for (const auto& [layout, p] : all) {
+    INFO(label << " " << precision_name(p) << (layout == Layout::kNhwc ? " nhwc" : " nchw"));
+    RunOptions o;
+    o.batch = n;
+    o.block = 16;
+    o.want_probs = true;
+    o.layout = layout;
+    o.precision = p;
+    const RunResult r = gpu->run(data, o);
+    if (each) each(r);
+    REQUIRE(r.probs.size() == want.size());
+    const OutputGap gap = output_gap(r.probs, want, want.size());
+    MESSAGE(label << " " << precision_name(p) << (layout == Layout::kNhwc ? " nhwc" : " nchw")
+                  << ": max |gpu - reference before the rewrite| / max |value| " << gap.worst / gap.top);
+    CHECK(gap.worst <= validation_tolerance(p) * gap.top);
+    CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
+  }
 }
 
 // A netdef of a channels x h x w input whose first layer is conv `s`, pinned to the stem kernel,
@@ -354,32 +364,18 @@ layers:
   random_weights(plain, 23);
   random_weights(net, 23);
   REQUIRE(merge_concat_convs(net).size() == 2);
-  const int64_t n = 37;
-  Dataset data = gpu_random_data(net.input, n, 10, 5);
-  std::vector<Tensor> ref = make_cpu_executor(plain)->forward_layers(data, 0, n, RunOptions{});
-  const std::vector<float>& want = ref[static_cast<size_t>(plain.output)].data;
-  auto gpu = make_gpu_executor(net);
-  auto cpu = make_cpu_executor(net);
-  RunOptions o;
-  o.batch = n;
-  o.block = 16;
-  o.want_probs = true;
-  o.layout = Layout::kNhwc;
-  o.precision = Precision::kFp32;
-  const RunResult r = gpu->run(data, o);
-  int split = 0;
-  for (const LayerTime& t : r.layers) {
-    INFO(t.name << ": " << t.algo);
-    if (t.name == "e1") split += t.algo.find("its first 32 filters as a 1x1 conv") != std::string::npos;
-    if (t.name == "f1") split += t.algo.find("its first 8 filters as a 1x1 conv") != std::string::npos;
-  }
-  CHECK(split == 2);
-  REQUIRE(r.probs.size() == want.size());
-  const OutputGap gap = output_gap(r.probs, want, want.size());
-  MESSAGE("cutlass split fire modules: max |gpu - reference before the merge| / max |value| "
-          << gap.worst / gap.top);
-  CHECK(gap.worst <= validation_tolerance(Precision::kFp32) * gap.top);
-  CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
+  rewritten_matches(plain, net, "cutlass split fire modules", {{Layout::kNhwc, Precision::kFp32}},
+                    [](const RunResult& r) {
+                      int split = 0;
+                      for (const LayerTime& t : r.layers) {
+                        INFO(t.name << ": " << t.algo);
+                        if (t.name == "e1")
+                          split += t.algo.find("its first 32 filters as a 1x1 conv") != std::string::npos;
+                        if (t.name == "f1")
+                          split += t.algo.find("its first 8 filters as a 1x1 conv") != std::string::npos;
+                      }
+                      CHECK(split == 2);
+                    });
 }
 
 // cuDNN's workspace: the search runs with the large one on one slot; then every stream holds what
