@@ -391,6 +391,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int k = 0; k < V; ++k) acc[p][k] = fmaf(ld(v[p * S + kx].v[k]), wr[ky * K + kx][k], acc[p][k]);
   }
+  // The vector kernel's epilogue, repeated: one shared helper measured 2-9 % slower on its bf16
+  // layers (docs/performance.md, Session 17).
   float b[V];
   if (bias)
     load_floats<V>(bias + c0, b);
