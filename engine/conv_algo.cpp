@@ -16,6 +16,8 @@ const char* conv_algo_name(ConvAlgo a) {
       return "cutlass";
     case ConvAlgo::kStem:
       return "stem";
+    case ConvAlgo::kGemm:
+      return "gemm";
     case ConvAlgo::kAuto:
       break;
   }
@@ -24,7 +26,7 @@ const char* conv_algo_name(ConvAlgo a) {
 
 std::optional<ConvAlgo> parse_conv_algo(const std::string& s) {
   for (ConvAlgo a : {ConvAlgo::kAuto, ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn,
-                     ConvAlgo::kDepthwise, ConvAlgo::kCutlass, ConvAlgo::kStem})
+                     ConvAlgo::kDepthwise, ConvAlgo::kCutlass, ConvAlgo::kStem, ConvAlgo::kGemm})
     if (s == conv_algo_name(a)) return a;
   return std::nullopt;
 }

@@ -15,17 +15,19 @@ enum class ConvAlgo {
   kDepthwise,  // our depthwise kernel (groups == channels)
   kCutlass,    // CUTLASS's implicit GEMM, 3xTF32 (FP32 channels last; engine/gpu/conv2d_cutlass.h)
   kStem,       // our tensor-core kernel for 1 to 4 input channels (16-bit channels last; conv2d_stem.h)
+  kGemm,       // a 1x1 conv as one cuBLASLt GEMM, channels last (engine/gpu/conv2d_gemm.h)
 };
 
 // The algorithms auto times, in the order it tries them.
 constexpr ConvAlgo kConvAlgoCandidates[] = {ConvAlgo::kImplicit,  ConvAlgo::kIm2col,  ConvAlgo::kCudnn,
-                                            ConvAlgo::kDepthwise, ConvAlgo::kCutlass, ConvAlgo::kStem};
+                                            ConvAlgo::kDepthwise, ConvAlgo::kCutlass, ConvAlgo::kStem,
+                                            ConvAlgo::kGemm};
 
-// "auto", "implicit", "im2col", "cudnn", "depthwise", "cutlass", "stem".
+// "auto", "implicit", "im2col", "cudnn", "depthwise", "cutlass", "stem", "gemm".
 const char* conv_algo_name(ConvAlgo a);
 // The algorithm a name means, or nothing (the caller words the error with kConvAlgoExpected).
 std::optional<ConvAlgo> parse_conv_algo(const std::string& s);
 // What a name must be, for error messages.
-constexpr const char* kConvAlgoExpected = "auto, im2col, implicit, cudnn, depthwise, cutlass or stem";
+constexpr const char* kConvAlgoExpected = "auto, im2col, implicit, cudnn, depthwise, cutlass, stem or gemm";
 
 }  // namespace cnnrun

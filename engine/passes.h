@@ -13,8 +13,9 @@
 //   merge_concat_convs convs of one input, each the only branch into a concat, merged into
 //                      one conv whose filters are the concat's channels (changes weights and
 //                      the graph; at load)
-//   find_fusions       which layers could run in their producer's kernel (the GPU planner
-//                      then keeps those its kernels accept)
+//   find_fusions       which layers could run in their producer's kernel, or (a per-channel
+//                      mul) in their reader's filters (the GPU planner then keeps those its
+//                      kernels accept)
 //   layer_lifetimes,   when each layer's output is in use, and which outputs may share memory
 //   share_groups       (the CPU reference's run; the GPU planner has its own lifetimes)
 #pragma once
@@ -112,6 +113,12 @@ struct Fusions {
   // is then the last layer fused (the activation, else the add).
   std::vector<int> residual;
   std::vector<int> residual_act;
+  // scale[i] >= 0: layer i is a 1x1 conv of stride 1, unpadded, undilated, groups 1, whose input
+  // is this mul of two inputs, one per channel (C x 1 x 1, broadcast) and one of the conv's input
+  // shape; the conv is the mul's only reader and the mul is not the output. A
+  // squeeze-and-excitation block's scale before its projection: the mul can be folded into the
+  // conv's filters per image (conv(x * s) = (W diag(s)) x), so that x * s never exists.
+  std::vector<int> scale;
   // The conv that is the only reader of the network input (it can read the raw pixels), or -1.
   int input_conv = -1;
 };

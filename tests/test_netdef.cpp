@@ -226,7 +226,7 @@ TEST_CASE("netdef errors name file, line, column, layer and key") {
     CHECK(layers_error("  - {name: r, type: relu, algo: cudnn}\n").find("only conv layers take 'algo'") !=
           std::string::npos);
     CHECK(layers_error("  - {name: c, type: conv, filters: 4, kernel: 8, algo: fft}\n")
-              .find("expected auto, im2col, implicit, cudnn, depthwise, cutlass or stem") !=
+              .find("expected auto, im2col, implicit, cudnn, depthwise, cutlass, stem or gemm") !=
           std::string::npos);
   }
   SUBCASE("missing sections") {

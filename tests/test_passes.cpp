@@ -575,6 +575,49 @@ TEST_CASE("passes: find_fusions takes a residual add (and its activation) into t
   CHECK(at(f.residual, "c0") == -1);
 }
 
+TEST_CASE("passes: find_fusions finds a per-channel mul that a 1x1 conv can fold into its filters") {
+  // Squeeze-and-excitation before a projection conv (EfficientNet's MBConv), in either input
+  // order, and the muls that cannot fold: read twice, before a 3x3 conv, before a strided 1x1, two
+  // full-size inputs, and one at 1x1 (nothing broadcast).
+  Network net = parse(R"(  - {name: c0, type: conv, filters: 8, kernel: 3, pad: 1}
+  - {name: gap, type: avgpool, output: 1}
+  - {name: f1, type: conv, filters: 8, kernel: 1}
+  - {name: sig, type: sigmoid}
+  - {name: m1, type: mul, inputs: [sig, c0]}
+  - {name: p1, type: conv, filters: 4, kernel: 1, bias: false}
+  - {name: m2, type: mul, inputs: [c0, sig]}
+  - {name: p2, type: conv, filters: 8, kernel: 1}
+  - {name: m3, type: mul, inputs: [c0, sig]}
+  - {name: p3, type: conv, filters: 8, kernel: 3, pad: 1}
+  - {name: m4, type: mul, inputs: [c0, sig]}
+  - {name: p4, type: conv, filters: 8, kernel: 1, stride: 2}
+  - {name: m5, type: mul, inputs: [c0, p2]}
+  - {name: p5, type: conv, filters: 8, kernel: 1}
+  - {name: m6, type: mul, inputs: [c0, sig]}
+  - {name: p6, type: conv, filters: 8, kernel: 1}
+  - {name: p7, type: conv, filters: 8, kernel: 1, inputs: m6}
+  - {name: m8, type: mul, inputs: [gap, sig]}
+  - {name: p8, type: conv, filters: 8, kernel: 1}
+  - {name: cat, type: concat, inputs: [p1, p2, p3, p5, p6, p7]}
+  - {name: gp, type: avgpool, global: true}
+  - {name: g4, type: avgpool, global: true, inputs: p4}
+  - {name: cat2, type: concat, inputs: [gp, g4, p8]}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  const Fusions f = find_fusions(net);
+  auto at = [&](const char* layer) { return f.scale[static_cast<size_t>(idx(net, layer))]; };
+  CHECK(at("p1") == idx(net, "m1"));
+  CHECK(at("p2") == idx(net, "m2"));
+  CHECK(at("p3") == -1);  // a 3x3 window
+  CHECK(at("p4") == -1);  // stride 2
+  CHECK(at("p5") == -1);  // no input is per channel
+  CHECK(at("p6") == -1);  // m6 has two readers
+  CHECK(at("p7") == -1);
+  CHECK(at("p8") == -1);  // 1x1: nothing is broadcast
+  CHECK(at("c0") == -1);
+  CHECK(at("m1") == -1);
+}
+
 TEST_CASE("passes: layer_lifetimes follow reads through identity layers to the output") {
   Network net = parse(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
   - {name: r1, type: relu}

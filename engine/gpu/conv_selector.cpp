@@ -3,6 +3,7 @@
 #include "engine/core/error.h"
 #include "engine/gpu/conv2d_cutlass.h"
 #include "engine/gpu/conv2d_depthwise.h"
+#include "engine/gpu/conv2d_gemm.h"
 #include "engine/gpu/conv2d_im2col.h"
 #include "engine/gpu/conv2d_implicit.h"
 #include "engine/gpu/conv2d_stem.h"
@@ -14,8 +15,8 @@ std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Preci
                             bool channels_last) {
   std::string why;
   if (channels_last && (algo == ConvAlgo::kImplicit || algo == ConvAlgo::kIm2col))
-    return "channels last (--layout nhwc) runs convolutions through cuDNN, the depthwise kernel, cutlass or "
-           "the stem kernel";
+    return "channels last (--layout nhwc) runs convolutions through cuDNN, the depthwise kernel, cutlass, "
+           "the stem kernel or gemm";
   switch (algo) {
     case ConvAlgo::kImplicit: {
       const ImplicitConfig cfg = implicit_config(p, n);
@@ -34,6 +35,8 @@ std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Preci
       return cutlass_cannot_run(p, prec, channels_last, n);
     case ConvAlgo::kStem:
       return stem_cannot_run(p, prec, channels_last);
+    case ConvAlgo::kGemm:
+      return gemm_cannot_run(p, channels_last);
     case ConvAlgo::kAuto:
       break;
   }

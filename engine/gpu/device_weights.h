@@ -8,6 +8,7 @@
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
 #include "engine/gpu/conv2d_depthwise.h"
+#include "engine/gpu/conv2d_gemm.h"
 #include "engine/gpu/conv2d_im2col.h"
 #include "engine/gpu/plan.h"
 
@@ -38,6 +39,7 @@ struct ConvWeights {
   // (nhwc.h), made on a run's first use of --layout nhwc at that precision.
   DevBuf w_nhwc[4];
   DevBuf bias_nhwc[4];  // ... and the bias in that format (for cuDNN's fused bias+activation)
+  GemmConv gemm;        // the gemm convolution's matmul plans (made on first use)
 };
 
 // One step's weights: conv's above, fc's matrix and bias, an unfolded batchnorm's affine.

@@ -6,11 +6,11 @@ namespace cnnrun::gpu {
 
 namespace {
 
-cublasLtMatrixLayout_t make_layout(int64_t rows, int64_t cols, int64_t ld, bool row_major, int batch,
-                                   int64_t stride) {
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int64_t rows, int64_t cols, int64_t ld,
+                                   bool row_major, int batch, int64_t stride) {
   cublasLtMatrixLayout_t l = nullptr;
-  CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, static_cast<uint64_t>(rows),
-                                          static_cast<uint64_t>(cols), ld));
+  CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&l, type, static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
   if (row_major) {
     cublasLtOrder_t order = CUBLASLT_ORDER_ROW;
     CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_ORDER, &order, sizeof(order)));
@@ -61,8 +61,9 @@ bool LtGemm::init(cublasLtHandle_t lt, const GemmSpec& s, size_t workspace_bytes
   destroy();
   spec_ = s;
   // The exactness rule: FP32 compute, so no TF32 whatever the math-mode defaults are, unless
-  // the run's precision allows a faster one.
-  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, compute_type(s.precision), CUDA_R_32F));
+  // the run's precision allows a faster one (16-bit operands are already rounded: FP32 sums).
+  const cublasComputeType_t ct = s.type == CUDA_R_32F ? compute_type(s.precision) : CUBLAS_COMPUTE_32F;
+  CUBLAS_CHECK(cublasLtMatmulDescCreate(&op_, ct, CUDA_R_32F));
   cublasOperation_t ta = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, tb = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
   CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
@@ -76,11 +77,12 @@ bool LtGemm::init(cublasLtHandle_t lt, const GemmSpec& s, size_t workspace_bytes
         cublasLtMatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE, &zero, sizeof(zero)));
   }
   // Stored shapes: A is m x k (k x m when transposed), B is k x n (n x k), D is m x n.
-  la_ = s.trans_a ? make_layout(s.k, s.m, s.lda, s.row_major, s.batch, s.stride_a)
-                  : make_layout(s.m, s.k, s.lda, s.row_major, s.batch, s.stride_a);
-  lb_ = s.trans_b ? make_layout(s.n, s.k, s.ldb, s.row_major, s.batch, s.stride_b)
-                  : make_layout(s.k, s.n, s.ldb, s.row_major, s.batch, s.stride_b);
-  ld_ = make_layout(s.m, s.n, s.ldd, s.row_major, s.batch, s.stride_d);
+  const cudaDataType_t t = s.type;
+  la_ = s.trans_a ? make_layout(t, s.k, s.m, s.lda, s.row_major, s.batch, s.stride_a)
+                  : make_layout(t, s.m, s.k, s.lda, s.row_major, s.batch, s.stride_a);
+  lb_ = s.trans_b ? make_layout(t, s.n, s.k, s.ldb, s.row_major, s.batch, s.stride_b)
+                  : make_layout(t, s.k, s.n, s.ldb, s.row_major, s.batch, s.stride_b);
+  ld_ = make_layout(t, s.m, s.n, s.ldd, s.row_major, s.batch, s.stride_d);
 
   cublasLtMatmulPreference_t pref = nullptr;
   CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -102,13 +104,14 @@ bool LtGemm::init(cublasLtHandle_t lt, const GemmSpec& s, size_t workspace_bytes
   return true;
 }
 
-void LtGemm::run(cublasLtHandle_t lt, const float* a, const float* b, float* d, void* workspace,
+void LtGemm::run(cublasLtHandle_t lt, const void* a, const void* b, const void* c, void* d, void* workspace,
                  size_t workspace_bytes, cudaStream_t stream) const {
   if (!ok_) throw Error("engine/gpu/gemm.cpp: LtGemm::run on a plan cuBLASLt rejected");
   if (algo_ws_ > workspace_bytes) throw Error("engine/gpu/gemm.cpp: cuBLASLt workspace too small");
+  if (spec_.add_c && !c) throw Error("engine/gpu/gemm.cpp: LtGemm::run without the C its plan adds");
   const float one = 1.f, zero = 0.f;
-  CUBLAS_CHECK(cublasLtMatmul(lt, op_, &one, a, la_, b, lb_, &zero, d, ld_, d, ld_, &algo_, workspace,
-                              workspace_bytes, stream));
+  CUBLAS_CHECK(cublasLtMatmul(lt, op_, &one, a, la_, b, lb_, spec_.add_c ? &one : &zero, spec_.add_c ? c : d,
+                              ld_, d, ld_, &algo_, workspace, workspace_bytes, stream));
 }
 
 }  // namespace cnnrun::gpu

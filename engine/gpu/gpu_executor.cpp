@@ -24,6 +24,7 @@
 #include "engine/gpu/conv2d_cudnn.h"
 #include "engine/gpu/conv2d_cudnn_graph.h"
 #include "engine/gpu/conv2d_cutlass.h"
+#include "engine/gpu/conv2d_gemm.h"
 #include "engine/gpu/conv2d_im2col.h"
 #include "engine/gpu/conv2d_implicit.h"
 #include "engine/gpu/conv2d_stem.h"
@@ -99,6 +100,9 @@ class GpuExecutor : public Executor {
       const std::string via = fused_into(s.fused_consumer, opt);  // that activation's own (a pool)
       return via.empty() ? net_.layers[static_cast<size_t>(s.fused_consumer)]->name : via;
     }
+    if (s.op == Op::kMul && s.scale_conv >= 0 &&  // folded into its conv's per-image filters
+        selector_.would_choose(net_, step(s.scale_conv), opt.conv_algo) == ConvAlgo::kGemm)
+      return net_.layers[static_cast<size_t>(s.scale_conv)]->name;
     const Step* conv = s.op == Op::kConv ? &s : nullptr;
     if (s.op == Op::kFused && step(s.fused_producer).op == Op::kConv) conv = &step(s.fused_producer);
     if (conv && fuses_pool(*conv, selector_.would_choose(net_, *conv, opt.conv_algo), opt.tuning))
@@ -137,14 +141,15 @@ class GpuExecutor : public Executor {
     const bool cudnn_only = opt.conv_algo == ConvAlgo::kAuto || opt.conv_algo == ConvAlgo::kCudnn;
     const bool nchw_algo = opt.conv_algo == ConvAlgo::kImplicit || opt.conv_algo == ConvAlgo::kIm2col;
     if (opt.layout == Layout::kNchw) return false;
-    const bool nhwc_algo = opt.conv_algo == ConvAlgo::kCutlass || opt.conv_algo == ConvAlgo::kStem;
+    const bool nhwc_algo = opt.conv_algo == ConvAlgo::kCutlass || opt.conv_algo == ConvAlgo::kStem ||
+                           opt.conv_algo == ConvAlgo::kGemm;
     if (opt.layout == Layout::kNhwc || (nhwc_algo && nhwc_layout_.ok)) {
       if (!nhwc_layout_.ok)
         *why = "--layout nhwc: " + nhwc_layout_.why;
       else if (nchw_algo)
         *why = std::string(
-                   "--layout nhwc runs convolutions through cuDNN, the depthwise kernel, cutlass or the stem "
-                   "kernel; "
+                   "--layout nhwc runs convolutions through cuDNN, the depthwise kernel, cutlass, the stem "
+                   "kernel or gemm; "
                    "--conv-algo ") +
                conv_algo_name(opt.conv_algo) + " needs --layout nchw";
       return why->empty();
@@ -275,8 +280,12 @@ class GpuExecutor : public Executor {
       if (st.op == Op::kConv && fuses_u8(st, selector_.chosen(st.layer), tuning_)) return true;
     return false;
   }
+  bool scale_folded(const Step& st) const {  // kMul: folded into its conv's filters this run
+    return st.scale_conv >= 0 && selector_.chosen(st.scale_conv) == ConvAlgo::kGemm;
+  }
   bool launches(const Step& st) const {
-    return st.op != Op::kFused && st.op != Op::kIdentity && !(st.op == Op::kPool && pool_fused(st));
+    return st.op != Op::kFused && st.op != Op::kIdentity && !(st.op == Op::kPool && pool_fused(st)) &&
+           !(st.op == Op::kMul && scale_folded(st));
   }
 
   // Each conv's algorithm for blocks of `block`, then slots for them.
@@ -321,6 +330,9 @@ SlotNeeds GpuExecutor::slot_needs(bool share) const {
       if (is_nhwc(static_cast<int>(b))) needs.buf_floats[b] = (needs.buf_floats[b] * bytes + 3) / 4;
     for (int64_t f : nhwc_layout_.copy_floats) needs.buf_floats.push_back(f);
   }
+  for (const Step& st : plan_.steps)  // per-image filters only where the gemm convolution may run
+    if (st.scale_w_buf >= 0 && !selector_.may_use_at(plan_, st.layer, ConvAlgo::kGemm))
+      needs.buf_floats[static_cast<size_t>(st.scale_w_buf)] = 0;
   if (share)
     needs.share_group = share_groups(buffer_lifetimes(net_, plan_, nhwc_ ? &nhwc_layout_ : nullptr),
                                      needs.buf_floats, &needs.group_floats);
@@ -432,6 +444,27 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       if (epi != act) launch_act(y, y, n * st.out_shape.size(), act, s.stream);
       return;
     }
+    case ConvAlgo::kGemm: {
+      // The bias, the residual and a ReLU in cuBLASLt's epilogue; any other activation after.
+      const ActFn act = act_fn(st.act);
+      const bool relu = act.kind == Act::kRelu;
+      GemmIo io;
+      io.x = s.bufs[static_cast<size_t>(st.ins[0])].get();
+      io.w = c.w_nhwc[static_cast<int>(prec_)].get();
+      io.bias = c.bias_nhwc[static_cast<int>(prec_)].get();
+      io.z = z;
+      io.y = s.bufs[static_cast<size_t>(st.out)].get();
+      if (st.scale_layer >= 0) {  // the mul folded into per-image filters: x is the mul's input
+        io.x = s.bufs[static_cast<size_t>(st.scaled_buf)].get();
+        io.w_f32 = c.w.as<float>();
+        io.scale = s.bufs[static_cast<size_t>(st.scale_buf)].get();
+        io.w_image = s.bufs[static_cast<size_t>(st.scale_w_buf)].get();
+      }
+      c.gemm.run(lt_, st.conv, n, prec_, io, relu, s.lt_ws.get(), s.lt_ws.bytes(), s.stream);
+      if (!relu && act.kind != Act::kIdentity)
+        launch_act_storage(io.y, io.y, storage(), n * st.out_shape.size(), act, s.stream);
+      return;
+    }
     case ConvAlgo::kStem: {
       // With its pool: the pool's output only (the conv's and its activation's never exist).
       const bool pool = fuses_pool(st, algo, tuning_);
@@ -473,6 +506,13 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
 // (the preprocess, the max-pool), so that the algorithms are compared on the same work.
 void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
   if ((st.u8_input || st.u8_input_pool) && tuning_.fuse_u8 && !fuses_u8(st, algo, tuning_)) preprocess(s, n);
+  if (st.scale_layer >= 0 && algo != ConvAlgo::kGemm) {  // the mul the gemm convolution folds
+    const Step& mul = step(st.scale_layer);
+    if (nhwc_)
+      run_step_nhwc(mul, s, n);
+    else
+      run_step(mul, s, n);
+  }
   run_conv(st, s, n, algo);
   if (st.pool_layer >= 0 && tuning_.fuse_pool && !fuses_pool(st, algo, tuning_)) {
     // The pool in the conv output's own layout and storage (an FP32 NCHW pool over 16-bit
@@ -535,6 +575,7 @@ void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
       return launch_add_storage(in, buf(st.out), t, n * st.out_shape.size(), ActFn{}, s.stream);
     }
     case Op::kMul: {
+      if (scale_folded(st)) return;  // its conv reads its inputs
       if (!in_nhwc) break;
       const MulParams& p = layer_as<MulLayer>(l).p;
       std::vector<MulInputNhwc> in;
@@ -815,6 +856,19 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                "tensor cores, bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                (fuses_pool(st, a, tuning_) ? "+maxpool" : "") + " epilogue, " + storage_name(storage()) +
                " NHWC)" + res;
+      if (a == ConvAlgo::kGemm) {
+        const ActFn full = act_fn(st.act);
+        return std::string("gemm(cuBLASLt, ") +
+               (st.scale_layer >= 0
+                    ? "per-image filters with " + net_.layers[static_cast<size_t>(st.scale_layer)]->name +
+                          "'s scale folded in, "
+                    : std::string()) +
+               "bias" + (residual ? "+add" : "") + (full.kind == Act::kRelu ? "+relu" : "") + " epilogue, " +
+               storage_name(storage()) + " NHWC" +
+               (full.kind != Act::kRelu && full.kind != Act::kIdentity ? ", " + act_fn_name(full) + " pass)"
+                                                                       : ")") +
+               precision_tag(prec_);
+      }
       if (a == ConvAlgo::kCutlass) {
         const ActFn full = act_fn(st.act);
         const bool fused = cutlass_fuses(full);
@@ -843,6 +897,10 @@ std::string GpuExecutor::step_algo(const Step& st) const {
       return "fused into " + net_.layers[static_cast<size_t>(st.fused_producer)]->name;
     case Op::kPool:
       return pool_fused(st) ? "fused into " + net_.layers[static_cast<size_t>(st.pool_conv)]->name : "";
+    case Op::kMul:
+      return scale_folded(st) ? "folded into " + net_.layers[static_cast<size_t>(st.scale_conv)]->name +
+                                    "'s per-image filters"
+                              : "";
     case Op::kIdentity:
       return "identity";
     default:

@@ -2,6 +2,7 @@
 
 #include "engine/gpu/conv2d_implicit.h"
 #include "engine/gpu/conv2d_stem.h"
+#include "engine/layers/merge.h"
 #include "engine/layers/pool.h"
 #include "engine/passes.h"
 
@@ -102,6 +103,17 @@ Plan make_plan(const Network& net) {
         steps[static_cast<size_t>(k)].fused_producer = static_cast<int>(i);
       }
     }
+    // A per-channel mul before a 1x1 conv, folded into per-image filters by the gemm convolution
+    // where they are no larger than the conv's input (else its pass moves fewer bytes).
+    if (const int m = fusions.scale[i]; m >= 0 && st.conv.filters <= st.conv.in_h * st.conv.in_w) {
+      const Layer& mul = *net.layers[static_cast<size_t>(m)];
+      const int full = layer_as<MulLayer>(mul).p.broadcast[0] ? 1 : 0;
+      st.scale_layer = m;
+      st.scale_buf = buf_of(mul.inputs[static_cast<size_t>(1 - full)]);
+      st.scaled_buf = buf_of(mul.inputs[static_cast<size_t>(full)]);
+      st.scale_w_buf = new_buf(Shape{st.conv.filters * st.conv.in_c, 1, 1});
+      steps[static_cast<size_t>(m)].scale_conv = static_cast<int>(i);
+    }
     // The first conv can read the uint8 pixels and normalise them while staging, when nothing
     // else reads the network input (so the float input never has to exist).
     if (static_cast<int>(i) == fusions.input_conv) {
@@ -127,6 +139,8 @@ std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, con
     const Step& st = plan.steps[static_cast<size_t>(i)];
     for (int b : st.ins) use(b, i);
     if (st.residual_buf >= 0) use(st.residual_buf, i);
+    for (int b : {st.scale_buf, st.scaled_buf, st.scale_w_buf})
+      if (b >= 0) use(b, i);
     use(st.out, i);
     if (st.pool_layer >= 0) use(plan.steps[static_cast<size_t>(st.pool_layer)].out, i);
     if (layout && layout->f32_in[static_cast<size_t>(i)] >= 0) use(layout->f32_in[static_cast<size_t>(i)], i);
@@ -207,6 +221,10 @@ NhwcLayout make_nhwc_layout(const Network& net, const Plan& plan) {
         if (!all_nhwc)
           return no("reads a tensor stored FP32 NCHW (after a fully-connected layer or a softmax)");
         out_nhwc = true;
+        if (st.scale_w_buf >= 0) {  // per-image filters in the storage format
+          lay.nhwc[static_cast<size_t>(st.scale_w_buf)] = 1;
+          lay.shape[static_cast<size_t>(st.scale_w_buf)] = Shape{st.conv.filters * st.conv.in_c, 1, 1};
+        }
         break;
       case Op::kAct:
       case Op::kAffine:

@@ -61,6 +61,14 @@ struct Step {
   // bias + bufs[residual_buf]); the add, and its activation when fused too, are kFused.
   int residual_layer = -1;
   int residual_buf = -1;
+  // kConv: the per-channel mul before it (Fusions::scale) that the gemm convolution folds into
+  // its filters, one copy per image, where that is no larger than its input (filters <= H*W):
+  // its two inputs' buffers (the per-channel scale, the tensor scaled) and the per-image
+  // filters' own (filters x channels values an image). kMul: that conv. The mul runs (and its
+  // output exists) only when the conv runs another algorithm.
+  int scale_layer = -1;
+  int scale_buf = -1, scaled_buf = -1, scale_w_buf = -1;
+  int scale_conv = -1;
   ConvParams conv;  // kConv
 };
 
@@ -99,7 +107,8 @@ NhwcLayout make_nhwc_layout(const Network& net, const Plan& plan);
 // the network output (and its FP32 copy, made right after the output's step) is read at
 // steps.size() (the argmax and the copy to the host). Over every algorithm a step may run: a
 // conv whose implicit kernel may compute the 2x2 pool writes the pool's buffer at its own step,
-// a residual input is read at its conv's step, and a layer computed in its producer's epilogue
+// a residual input (and a folded mul's inputs and per-image filters) is read at its conv's step,
+// and a layer computed in its producer's epilogue
 // (kFused) or aliasing its input (kIdentity) counts its reads at its own, later, step. With
 // `layout` (may be null), its FP32 NCHW copies (buffers plan.buf_floats.size() and on) are
 // written and read at the step that reads them.
