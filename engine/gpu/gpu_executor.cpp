@@ -506,13 +506,8 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
 // (the preprocess, the max-pool), so that the algorithms are compared on the same work.
 void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
   if ((st.u8_input || st.u8_input_pool) && tuning_.fuse_u8 && !fuses_u8(st, algo, tuning_)) preprocess(s, n);
-  if (st.scale_layer >= 0 && algo != ConvAlgo::kGemm) {  // the mul the gemm convolution folds
-    const Step& mul = step(st.scale_layer);
-    if (nhwc_)
-      run_step_nhwc(mul, s, n);
-    else
-      run_step(mul, s, n);
-  }
+  // The mul the gemm convolution folds (it runs channels last only: NCHW, no candidate saves it).
+  if (st.scale_layer >= 0 && nhwc_ && algo != ConvAlgo::kGemm) run_step_nhwc(step(st.scale_layer), s, n);
   run_conv(st, s, n, algo);
   if (st.pool_layer >= 0 && tuning_.fuse_pool && !fuses_pool(st, algo, tuning_)) {
     // The pool in the conv output's own layout and storage (an FP32 NCHW pool over 16-bit
