@@ -18,6 +18,8 @@ const char* conv_algo_name(ConvAlgo a) {
       return "stem";
     case ConvAlgo::kGemm:
       return "gemm";
+    case ConvAlgo::kCudnn3xTf32:
+      return "cudnn-3xtf32";
     case ConvAlgo::kAuto:
       break;
   }
@@ -25,8 +27,9 @@ const char* conv_algo_name(ConvAlgo a) {
 }
 
 std::optional<ConvAlgo> parse_conv_algo(const std::string& s) {
-  for (ConvAlgo a : {ConvAlgo::kAuto, ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn,
-                     ConvAlgo::kDepthwise, ConvAlgo::kCutlass, ConvAlgo::kStem, ConvAlgo::kGemm})
+  for (ConvAlgo a :
+       {ConvAlgo::kAuto, ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn, ConvAlgo::kDepthwise,
+        ConvAlgo::kCutlass, ConvAlgo::kStem, ConvAlgo::kGemm, ConvAlgo::kCudnn3xTf32})
     if (s == conv_algo_name(a)) return a;
   return std::nullopt;
 }

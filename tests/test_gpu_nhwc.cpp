@@ -892,7 +892,11 @@ layers:
         REQUIRE(own.gpu);
         REQUIRE(shared.gpu);
         CHECK(own.gpu->buffers.allocations == own.gpu->buffers.count);
-        CHECK(shared.gpu->buffers.count == own.gpu->buffers.count);
+        // The first run sized its slots before auto's search, with a split input for every conv
+        // cudnn-3xtf32 might take (fp32 channels last); the second holds only the picks' own.
+        CHECK(shared.gpu->buffers.count <= own.gpu->buffers.count);
+        if (layout == Layout::kNchw || p != Precision::kFp32)
+          CHECK(shared.gpu->buffers.count == own.gpu->buffers.count);
         CHECK(shared.gpu->buffers.allocations < own.gpu->buffers.count);
         CHECK(shared.gpu->buffers.bytes_per_image < own.gpu->buffers.bytes_per_image);
         // Same algorithms (auto's picks are kept for the block size); a buffer overwritten while

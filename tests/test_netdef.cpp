@@ -225,9 +225,10 @@ TEST_CASE("netdef errors name file, line, column, layer and key") {
   SUBCASE("algo only on conv, and only known ones") {
     CHECK(layers_error("  - {name: r, type: relu, algo: cudnn}\n").find("only conv layers take 'algo'") !=
           std::string::npos);
-    CHECK(layers_error("  - {name: c, type: conv, filters: 4, kernel: 8, algo: fft}\n")
-              .find("expected auto, im2col, implicit, cudnn, depthwise, cutlass, stem or gemm") !=
-          std::string::npos);
+    CHECK(
+        layers_error("  - {name: c, type: conv, filters: 4, kernel: 8, algo: fft}\n")
+            .find("expected auto, im2col, implicit, cudnn, cudnn-3xtf32, depthwise, cutlass, stem or gemm") !=
+        std::string::npos);
   }
   SUBCASE("missing sections") {
     CHECK(error_of("classes: [a]\nlayers:\n  - {type: relu}\n").find("key 'netdef.input': missing") !=

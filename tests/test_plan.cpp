@@ -51,8 +51,20 @@ TEST_CASE("plan: buffer lifetimes run from the first write to the last read, fus
   check(out("c3"), 4, 7);   // c3 + add + r3: read by the pool
   check(out("p"), 7, 9);    // the pool: the flatten aliases it, the fc reads it
   check(out("fc"), 9, 10);  // the output: read after the last step
-  const std::vector<int> group = share_groups(life, plan.buf_floats);
-  const int64_t shared = test::check_share_groups(life, plan.buf_floats, group);
+  // Each conv's split input for cudnn-3xtf32: written and read at its own step, 3x its input.
+  for (const char* c : {"c1", "c2", "c3"}) {
+    const Step& st = plan.steps[static_cast<size_t>(net.find(c))];
+    CAPTURE(c);
+    REQUIRE(st.split_buf > out("fc"));  // after the layers' own buffers
+    check(st.split_buf, st.layer, st.layer);
+    CHECK(plan.buf_floats[static_cast<size_t>(st.split_buf)] == 3 * st.in_shape.size());
+  }
+  // The layers' own buffers, as a run sizes them where cudnn-3xtf32 cannot run (NCHW, or not fp32).
+  std::vector<int64_t> floats = plan.buf_floats;
+  for (const Step& st : plan.steps)
+    if (st.split_buf >= 0) floats[static_cast<size_t>(st.split_buf)] = 0;
+  const std::vector<int> group = share_groups(life, floats);
+  const int64_t shared = test::check_share_groups(life, floats, group);
   // input+c2+p share one allocation, c1+fc another, c3 the third.
   CHECK(group[0] == group[static_cast<size_t>(out("c2"))]);
   CHECK(group[0] == group[static_cast<size_t>(out("p"))]);

@@ -80,6 +80,7 @@ struct CudnnConv::Impl {
   ConvParams p;
   ActFn act;  // after the bias (and the residual add)
   bool residual = false;
+  bool split = false;  // split_operands
   GraphUse graph_use = GraphUse::kTimed;
   std::unique_ptr<CudnnGraphConv> graph;  // find chose cuDNN's graph API (channels last)
   std::unique_ptr<CudnnGraphConv> cand;   // prepared for the next find
@@ -186,9 +187,11 @@ struct CudnnConv::Impl {
   }
 };
 
-CudnnConv::CudnnConv(const ConvParams& p, ActFn act, bool residual) : impl_(std::make_unique<Impl>()) {
+CudnnConv::CudnnConv(const ConvParams& p, ActFn act, bool residual, bool split_operands)
+    : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.p = p;
+  m.split = split_operands;
   m.act = act;
   m.residual = residual;
   CUDNN_CHECK(cudnnCreateTensorDescriptor(&m.x));
@@ -220,8 +223,11 @@ CudnnConv::~CudnnConv() {
 // Winograd trades accuracy for arithmetic: its transforms amplify rounding, and on the H100
 // under compute-sanitizer (which changes the timings the search ranks by) cuDNN picked
 // WINOGRAD_NONFUSED for a 16 -> 20 filter 5x5 conv and was 2e-3 off the reference, TF32-like.
-// Only algorithms with FP32-level results may be picked.
-static bool fp32_accurate(cudnnConvolutionFwdAlgo_t a) {
+// Only algorithms with FP32-level results may be picked. Split operands (3xTF32) also rule out
+// the FFTs: their transforms mix the TF32 parts before the tensor cores round them.
+static bool fp32_accurate(cudnnConvolutionFwdAlgo_t a, bool split) {
+  if (split && (a == CUDNN_CONVOLUTION_FWD_ALGO_FFT || a == CUDNN_CONVOLUTION_FWD_ALGO_FFT_TILING))
+    return false;
   return a != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD && a != CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
 }
 
@@ -242,7 +248,7 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
   int pick = -1;
   for (int i = 0; i < returned && pick < 0; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= ws_bytes && m.math_ok(perf[i].mathType) &&
-        fp32_accurate(perf[i].algo))
+        fp32_accurate(perf[i].algo, m.split))
       pick = i;
   if (pick < 0)
     throw Error(std::string("cudnn convolution: cudnnFindConvolutionForwardAlgorithmEx found no ") +
@@ -281,7 +287,8 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
   }
   if (!m.nhwc || m.graph_use == GraphUse::kOff) return;
   // cuDNN's graph API on the same buffers: its fastest engine against the legacy way just chosen.
-  auto g = m.cand ? std::move(m.cand) : std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec);
+  auto g =
+      m.cand ? std::move(m.cand) : std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec, m.split);
   const float graph_ms = g->tune(h.get(), s, n, GraphConvIo{x, w, bias, z, y}, ws, ws_bytes, kGraphPlans);
   if (graph_ms < 0) {
     m.graph_note = g->why();
@@ -321,7 +328,7 @@ void CudnnConv::prepare(const CudnnHandle& h, int64_t n, size_t ws_bytes) {
     if (m.graph) m.graph->prepare(h.get(), n, ws_bytes, kGraphPlans);
     return;
   }
-  if (!m.cand) m.cand = std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec);
+  if (!m.cand) m.cand = std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec, m.split);
   m.cand->prepare(h.get(), n, ws_bytes, kGraphPlans);
 }
 
@@ -350,7 +357,7 @@ void CudnnConv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const v
     for (int i = 0; i < returned; ++i) {
       size_t mem = 0;
       if (perf[i].status != CUDNN_STATUS_SUCCESS || !m.math_ok(perf[i].mathType) ||
-          !fp32_accurate(perf[i].algo) ||
+          !fp32_accurate(perf[i].algo, m.split) ||
           cudnnGetConvolutionForwardWorkspaceSize(H(h), m.x, m.w, m.conv, m.y, perf[i].algo, &mem) !=
               CUDNN_STATUS_SUCCESS ||
           mem > ws_bytes)

@@ -37,7 +37,9 @@ class CudnnConv {
   // residual: y = act(conv(x) + bias + z) with z (y's shape and format) given to find and
   // forward: in the graph API's fused kernel where one is chosen, else the legacy call (bias, no
   // activation) and one pass y = act(y + z).
-  CudnnConv(const ConvParams& p, ActFn act, bool residual = false);
+  // split_operands: x and w hold TF32 parts of split FP32 values (conv2d_cudnn_3xtf32.h), so no
+  // algorithm that transforms its operands (FFT, FFT_TILING; Winograd never runs) may be chosen.
+  CudnnConv(const ConvParams& p, ActFn act, bool residual = false, bool split_operands = false);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;

@@ -73,6 +73,7 @@ struct CudnnGraphConv::Impl {
   ActFn act;
   bool residual = false;
   Precision prec = Precision::kFp16;
+  bool split = false;  // split_operands
   std::string why;
   // The tuned engine, replayed for other batch sizes.
   bool tuned = false;
@@ -202,7 +203,8 @@ struct CudnnGraphConv::Impl {
 
   // The precision's arithmetic, as for the legacy API (conv2d_cudnn.cpp): FP32 keeps FP32
   // products (no tensor cores, no down-conversion), TF32 no conversion to 16 bits, and no
-  // precision takes Winograd's transforms.
+  // precision takes Winograd's transforms; split operands (3xTF32) no FFT either, and no
+  // reduction below FP32.
   void filter(fe::graph::Graph& g) const {
     std::vector<fe::NumericalNote_t> no = {
         fe::NumericalNote_t::WINOGRAD, fe::NumericalNote_t::WINOGRAD_TILE_4x4,
@@ -210,6 +212,10 @@ struct CudnnGraphConv::Impl {
     if (prec == Precision::kFp32 || prec == Precision::kTf32)
       no.push_back(fe::NumericalNote_t::DOWN_CONVERT_INPUTS);
     if (prec == Precision::kFp32) no.push_back(fe::NumericalNote_t::TENSOR_CORE);
+    if (split) {
+      no.push_back(fe::NumericalNote_t::FFT);
+      no.push_back(fe::NumericalNote_t::REDUCED_PRECISION_REDUCTION);
+    }
     g.deselect_numeric_notes(no);
   }
 
@@ -225,9 +231,11 @@ struct CudnnGraphConv::Impl {
 
 bool CudnnGraphConv::built() { return true; }
 
-CudnnGraphConv::CudnnGraphConv(const ConvParams& p, ActFn act, bool residual, Precision prec)
+CudnnGraphConv::CudnnGraphConv(const ConvParams& p, ActFn act, bool residual, Precision prec,
+                               bool split_operands)
     : impl_(std::make_unique<Impl>()) {
   impl_->p = p;
+  impl_->split = split_operands;
   impl_->act = act;
   impl_->residual = residual;
   impl_->prec = prec;
@@ -341,7 +349,7 @@ std::string CudnnGraphConv::name() const {
 
 struct CudnnGraphConv::Impl {};
 bool CudnnGraphConv::built() { return false; }
-CudnnGraphConv::CudnnGraphConv(const ConvParams&, ActFn, bool, Precision) {}
+CudnnGraphConv::CudnnGraphConv(const ConvParams&, ActFn, bool, Precision, bool) {}
 CudnnGraphConv::~CudnnGraphConv() = default;
 bool CudnnGraphConv::tuned() const { return false; }
 int64_t CudnnGraphConv::workspace(int64_t) const { return -1; }

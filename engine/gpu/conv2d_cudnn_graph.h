@@ -39,8 +39,10 @@ class CudnnGraphConv {
 
   // residual: the graph adds z before the activation. The activations cuDNN's pointwise
   // operations express: identity, relu, relu6, leaky_relu, sigmoid, tanh, silu, gelu (erf and
-  // tanh forms); any other makes tune() report no engine.
-  CudnnGraphConv(const ConvParams& p, ActFn act, bool residual, Precision prec);
+  // tanh forms); any other makes tune() report no engine. split_operands: x and w hold TF32
+  // parts of split FP32 values (conv2d_cudnn_3xtf32.h): no engine may transform them (FFT) or
+  // reduce in less than FP32.
+  CudnnGraphConv(const ConvParams& p, ActFn act, bool residual, Precision prec, bool split_operands = false);
   ~CudnnGraphConv();
   CudnnGraphConv(const CudnnGraphConv&) = delete;
   CudnnGraphConv& operator=(const CudnnGraphConv&) = delete;

@@ -79,6 +79,8 @@ void DeviceWeights::upload(const Network& net, const Plan& plan, Precision preci
       }
       c.cudnn = std::make_unique<CudnnConv>(p, act_fn(st.act), st.residual_buf >= 0);
       c.cudnn->set_format(precision, false);
+      if (p.groups == 1)
+        c.tf32x3 = std::make_unique<Cudnn3xTf32Conv>(p, act_fn(st.act), st.residual_buf >= 0);
       c.dw = depthwise_plan(p);
       if (c.dw.nhwc_ok) {  // the channels-last kernel's [kh * kw][filters]
         const int64_t taps = p.kernel_h * p.kernel_w;

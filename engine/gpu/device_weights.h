@@ -7,6 +7,7 @@
 
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
+#include "engine/gpu/conv2d_cudnn_3xtf32.h"
 #include "engine/gpu/conv2d_depthwise.h"
 #include "engine/gpu/conv2d_gemm.h"
 #include "engine/gpu/conv2d_im2col.h"
@@ -27,7 +28,8 @@ struct ConvWeights {
   float x16_scale = 1.f;                 // ... and its accumulators' scale
   std::unique_ptr<Im2colConv> im2col;    // null when im2col cannot run the conv (grouped)
   std::unique_ptr<CudnnConv> cudnn;
-  DepthwisePlan dw;       // dw.cfg.ok when the depthwise kernel can run it
+  std::unique_ptr<Cudnn3xTf32Conv> tf32x3;  // groups 1: cudnn-3xtf32 (its split filters on first use)
+  DepthwisePlan dw;                         // dw.cfg.ok when the depthwise kernel can run it
   DevBuf w_taps;          // dw.nhwc_ok: the channels-last depthwise kernel's FP32 [kh * kw][filters]
   int cutlass_tile = -1;  // the cutlass convolution's tile, timed on its first run (-1: not yet)
   // cutlass_centre_split's filters (0: none) run as a 1x1 conv with these FP32 [centre][in_c]

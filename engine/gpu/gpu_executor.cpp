@@ -22,6 +22,7 @@
 #include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
+#include "engine/gpu/conv2d_cudnn_3xtf32.h"
 #include "engine/gpu/conv2d_cudnn_graph.h"
 #include "engine/gpu/conv2d_cutlass.h"
 #include "engine/gpu/conv2d_gemm.h"
@@ -142,14 +143,14 @@ class GpuExecutor : public Executor {
     const bool nchw_algo = opt.conv_algo == ConvAlgo::kImplicit || opt.conv_algo == ConvAlgo::kIm2col;
     if (opt.layout == Layout::kNchw) return false;
     const bool nhwc_algo = opt.conv_algo == ConvAlgo::kCutlass || opt.conv_algo == ConvAlgo::kStem ||
-                           opt.conv_algo == ConvAlgo::kGemm;
+                           opt.conv_algo == ConvAlgo::kGemm || opt.conv_algo == ConvAlgo::kCudnn3xTf32;
     if (opt.layout == Layout::kNhwc || (nhwc_algo && nhwc_layout_.ok)) {
       if (!nhwc_layout_.ok)
         *why = "--layout nhwc: " + nhwc_layout_.why;
       else if (nchw_algo)
         *why = std::string(
-                   "--layout nhwc runs convolutions through cuDNN, the depthwise kernel, cutlass, the stem "
-                   "kernel or gemm; "
+                   "--layout nhwc runs convolutions through cuDNN, cudnn-3xtf32, the depthwise kernel, "
+                   "cutlass, the stem kernel or gemm; "
                    "--conv-algo ") +
                conv_algo_name(opt.conv_algo) + " needs --layout nchw";
       return why->empty();
@@ -181,8 +182,11 @@ class GpuExecutor : public Executor {
   int64_t cudnn_block_limit(std::string* layer) const {
     int64_t most = std::numeric_limits<int64_t>::max();
     for (const Step& st : plan_.steps) {
-      if (st.op != Op::kConv || !selector_.may_use_at(plan_, st.layer, ConvAlgo::kCudnn)) continue;
-      const int64_t big = std::max(st.in_shape.size(), st.out_shape.size());
+      if (st.op != Op::kConv) continue;
+      // cudnn-3xtf32 runs cuDNN on its split input, three times the input's values.
+      const bool split = selector_.may_use_at(plan_, st.layer, ConvAlgo::kCudnn3xTf32);
+      if (!split && !selector_.may_use_at(plan_, st.layer, ConvAlgo::kCudnn)) continue;
+      const int64_t big = std::max(st.in_shape.size() * (split ? 3 : 1), st.out_shape.size());
       const int64_t fit = std::max<int64_t>(1, std::numeric_limits<int32_t>::max() / big);
       if (fit < most) most = fit, *layer = net_.layers[static_cast<size_t>(st.layer)]->name;
     }
@@ -227,6 +231,8 @@ class GpuExecutor : public Executor {
                               conv_cannot_run(st.conv, ConvAlgo::kCutlass, 1, prec_, true).empty();
       changed = conv_weights(st.layer).cudnn->set_graph_use(to_cutlass ? CudnnConv::GraphUse::kOff : use) ||
                 changed;
+      if (conv_weights(st.layer).tf32x3)
+        changed = conv_weights(st.layer).tf32x3->set_graph_use(use) || changed;
     }
     if (changed) {  // cuDNN's search again, before any capture
       pipeline_->drop_graphs();
@@ -330,9 +336,13 @@ SlotNeeds GpuExecutor::slot_needs(bool share) const {
       if (is_nhwc(static_cast<int>(b))) needs.buf_floats[b] = (needs.buf_floats[b] * bytes + 3) / 4;
     for (int64_t f : nhwc_layout_.copy_floats) needs.buf_floats.push_back(f);
   }
-  for (const Step& st : plan_.steps)  // per-image filters only where the gemm convolution may run
+  for (const Step& st : plan_.steps) {  // per-image filters only where the gemm convolution may run
     if (st.scale_w_buf >= 0 && !selector_.may_use_at(plan_, st.layer, ConvAlgo::kGemm))
       needs.buf_floats[static_cast<size_t>(st.scale_w_buf)] = 0;
+    // ... and a split input only where cudnn-3xtf32 may
+    if (st.split_buf >= 0 && !selector_.may_use_at(plan_, st.layer, ConvAlgo::kCudnn3xTf32))
+      needs.buf_floats[static_cast<size_t>(st.split_buf)] = 0;
+  }
   if (share)
     needs.share_group = share_groups(buffer_lifetimes(net_, plan_, nhwc_ ? &nhwc_layout_ : nullptr),
                                      needs.buf_floats, &needs.group_floats);
@@ -340,7 +350,8 @@ SlotNeeds GpuExecutor::slot_needs(bool share) const {
     if (st.op == Op::kConv && conv_weights(st.layer).im2col)
       needs.max_col = std::max(needs.max_col, conv_weights(st.layer).im2col->col_bytes_per_image());
   needs.im2col = selector_.may_use(plan_, ConvAlgo::kIm2col);
-  needs.cudnn = selector_.may_use(plan_, ConvAlgo::kCudnn);
+  needs.cudnn =
+      selector_.may_use(plan_, ConvAlgo::kCudnn) || selector_.may_use(plan_, ConvAlgo::kCudnn3xTf32);
   return needs;
 }
 
@@ -482,6 +493,16 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
                         s.lt_ws.bytes(), s.stream);
       add_residual();  // im2col was made with no activation when there is a residual
       return;
+    case ConvAlgo::kCudnn3xTf32: {
+      if (!s.cudnn) s.cudnn = std::make_unique<CudnnHandle>();
+      if (!c.tf32x3)
+        throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name +
+                    "': cudnn-3xtf32 cannot run it");
+      c.tf32x3->forward(*s.cudnn, s.stream, n, x, s.bufs[static_cast<size_t>(st.split_buf)].as<float>(),
+                        c.w_nhwc[static_cast<int>(Precision::kFp32)].as<float>(), c.bias.as<float>(),
+                        static_cast<const float*>(z), y, s.cudnn_ws.get(), s.cudnn_ws.bytes());
+      return;
+    }
     case ConvAlgo::kCudnn: {
       if (!s.cudnn) s.cudnn = std::make_unique<CudnnHandle>();
       const void* xs = s.bufs[static_cast<size_t>(st.ins[0])].get();
@@ -744,7 +765,11 @@ void GpuExecutor::prepare_graphs(int64_t n, size_t ws_bytes) {
   if (!nhwc_ || graph_use_ == CudnnConv::GraphUse::kOff || !CudnnGraphConv::built()) return;
   std::vector<CudnnConv*> convs;
   for (const Step& st : plan_.steps)
-    if (st.op == Op::kConv) convs.push_back(conv_weights(st.layer).cudnn.get());
+    if (st.op == Op::kConv) {
+      convs.push_back(conv_weights(st.layer).cudnn.get());
+      if (conv_weights(st.layer).tf32x3 && selector_.may_use_at(plan_, st.layer, ConvAlgo::kCudnn3xTf32))
+        convs.push_back(&conv_weights(st.layer).tf32x3->stacked_conv());
+    }
   if (convs.empty()) return;
   int dev = 0;
   CUDA_CHECK(cudaGetDevice(&dev));
@@ -772,10 +797,14 @@ void GpuExecutor::prepare_graphs(int64_t n, size_t ws_bytes) {
 size_t GpuExecutor::cudnn_ws_need(const CudnnHandle& h, int64_t n, int64_t last) const {
   int64_t need = 0;
   for (const Step& st : plan_.steps) {
-    if (st.op != Op::kConv || selector_.chosen(st.layer) != ConvAlgo::kCudnn) continue;
-    CudnnConv* c = conv_weights(st.layer).cudnn.get();
+    if (st.op != Op::kConv) continue;
+    const ConvAlgo a = selector_.chosen(st.layer);
+    if (a != ConvAlgo::kCudnn && a != ConvAlgo::kCudnn3xTf32) continue;
+    ConvWeights& cw = conv_weights(st.layer);
     for (const int64_t m : {n, last}) {
-      const int64_t w = c ? c->workspace(h, m) : -1;
+      const int64_t w = a == ConvAlgo::kCudnn3xTf32 ? (cw.tf32x3 ? cw.tf32x3->workspace(h, m) : -1)
+                        : cw.cudnn                  ? cw.cudnn->workspace(h, m)
+                                                    : -1;
       if (w < 0) return pipeline_->cudnn_ws_max();
       need = std::max(need, w);
     }
@@ -864,6 +893,7 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                                                                        : ")") +
                precision_tag(prec_);
       }
+      if (a == ConvAlgo::kCudnn3xTf32 && c.tf32x3) return c.tf32x3->algo_name();
       if (a == ConvAlgo::kCutlass) {
         const ActFn full = act_fn(st.act);
         const bool fused = cutlass_fuses(full);
@@ -982,8 +1012,11 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   std::vector<std::unique_ptr<Slot>>& slots = pipeline_->slots();
   block = pipeline_->block();
   const int S = pipeline_->streams();
-  facts.buffers = {pipeline_->buffer_bytes_per_image(), static_cast<int>(slots[0]->bufs.size()),
-                   pipeline_->buffer_allocations()};
+  // The buffers this run holds: not those sized 0 for an algorithm no conv may run (a split input
+  // without cudnn-3xtf32, per-image filters without gemm).
+  const int held = static_cast<int>(std::count_if(slots[0]->bufs.begin(), slots[0]->bufs.end(),
+                                                  [](const DevBuf& b) { return b.bytes() > 0; }));
+  facts.buffers = {pipeline_->buffer_bytes_per_image(), held, pipeline_->buffer_allocations()};
   // Equal blocks but the last; every full block runs the slot's captured graph. (Not a short
   // first block so that compute starts after a shorter copy: one more block, and two that run
   // outside the graphs, cost more than it saves; docs/performance.md.)
@@ -1043,7 +1076,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   const bool warming =
       opt.warm_up || selector_.any_auto() || warmed_gen_ != pipeline_->generation() || warmed_block_ != block;
   const int64_t last = batch - (nblocks - 1) * block;
-  const bool cudnn = selector_.may_use(plan_, ConvAlgo::kCudnn);
+  const bool cudnn =
+      selector_.may_use(plan_, ConvAlgo::kCudnn) || selector_.may_use(plan_, ConvAlgo::kCudnn3xTf32);
   const bool size_ws =
       cudnn && (warming || ws_sized_ != std::make_tuple(pipeline_->generation(), block, last));
   if (size_ws) pipeline_->cudnn_ws_for_search();

@@ -126,6 +126,11 @@ Plan make_plan(const Network& net) {
     st.out = new_buf(l.out_shape);
     out_buf[i] = st.out;
   }
+  // The cudnn-3xtf32 convolution's input split into TF32 parts (conv2d_cudnn_3xtf32.h), after
+  // the layers' own buffers.
+  for (Step& st : steps)
+    if (st.op == Op::kConv && st.conv.groups == 1)
+      st.split_buf = new_buf(Shape{3 * st.conv.in_c, st.conv.in_h, st.conv.in_w});
   return plan;
 }
 
@@ -139,7 +144,7 @@ std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, con
     const Step& st = plan.steps[static_cast<size_t>(i)];
     for (int b : st.ins) use(b, i);
     if (st.residual_buf >= 0) use(st.residual_buf, i);
-    for (int b : {st.scale_buf, st.scaled_buf, st.scale_w_buf})
+    for (int b : {st.scale_buf, st.scaled_buf, st.scale_w_buf, st.split_buf})
       if (b >= 0) use(b, i);
     use(st.out, i);
     if (st.pool_layer >= 0) use(plan.steps[static_cast<size_t>(st.pool_layer)].out, i);
@@ -224,6 +229,10 @@ NhwcLayout make_nhwc_layout(const Network& net, const Plan& plan) {
         if (st.scale_w_buf >= 0) {  // per-image filters in the storage format
           lay.nhwc[static_cast<size_t>(st.scale_w_buf)] = 1;
           lay.shape[static_cast<size_t>(st.scale_w_buf)] = Shape{st.conv.filters * st.conv.in_c, 1, 1};
+        }
+        if (st.split_buf >= 0) {  // the split input, FP32 channels last (used at fp32 only)
+          lay.nhwc[static_cast<size_t>(st.split_buf)] = 1;
+          lay.shape[static_cast<size_t>(st.split_buf)] = Shape{3 * st.conv.in_c, st.conv.in_h, st.conv.in_w};
         }
         break;
       case Op::kAct:

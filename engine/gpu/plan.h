@@ -69,6 +69,9 @@ struct Step {
   int scale_layer = -1;
   int scale_buf = -1, scaled_buf = -1, scale_w_buf = -1;
   int scale_conv = -1;
+  // kConv, groups 1: the cudnn-3xtf32 convolution's split input (3x in_c channels, FP32 channels
+  // last), written and read at this step only; sized 0 where that algorithm cannot run.
+  int split_buf = -1;
   ConvParams conv;  // kConv
 };
 
@@ -108,6 +111,7 @@ NhwcLayout make_nhwc_layout(const Network& net, const Plan& plan);
 // steps.size() (the argmax and the copy to the host). Over every algorithm a step may run: a
 // conv whose implicit kernel may compute the 2x2 pool writes the pool's buffer at its own step,
 // a residual input (and a folded mul's inputs and per-image filters) is read at its conv's step,
+// a conv's split input (Step::split_buf) is written and read at its step,
 // and a layer computed in its producer's epilogue
 // (kFused) or aliasing its input (kIdentity) counts its reads at its own, later, step. With
 // `layout` (may be null), its FP32 NCHW copies (buffers plan.buf_floats.size() and on) are
