@@ -723,9 +723,13 @@ def table(a, rows, header):
            "| network | input | images | precision | cnnrun ms | PyTorch ms (fastest way) | ratio | cnnrun img/s "
            f"| cnnrun setup s | validation max rel (tolerance) | {mem_col} | x-check | cnnrun conv/fc algorithms |",
            "| --- | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | --- | --- | --- | --- |"]
+    if a.baseline:  # one more column: the earlier binary's median, and this one's speedup over it
+        out[2] = out[2].replace("| ratio |", "| ratio | baseline ms (speedup) |")
+        out[3] = out[3].replace("| ---: | ---: | ---: |", "| ---: | ---: | ---: | ---: |", 1)
     for r in rows:
         if "unavailable" in r:
-            out.append(f"| {r['title']} | {r['input']} | - | - | {r['unavailable']} | | | | | | | | |")
+            out.append(f"| {r['title']} | {r['input']} | - | - | {r['unavailable']} | | | | | | | | |" +
+                       (" |" if a.baseline else ""))
             continue
         c, t = r["cnnrun"], r.get("torch") or {}
         best = t.get("best")
@@ -758,6 +762,11 @@ def table(a, rows, header):
         if r.get("xcheck") is not None and not r["xcheck"] <= 1e-4:  # NaN: output shapes differ
             xc += " MISMATCH"
         setup = "-" if c.get("setup_s") is None else f"{c['setup_s']:.1f}"
+        if a.baseline:
+            b = c.get("baseline") or {}
+            ratio += " | " + (f"{fmt_ms(b['median_ms'])} ({b['median_ms'] / c['median_ms']:.2f}x)"
+                              if "median_ms" in b and "median_ms" in c else
+                              f"failed (exit {b.get('rc')}): {str(b.get('error'))[:120]}" if "error" in b else "-")
         out.append(f"| {r['title']} | {r['input']} | {r['images']} | {r['precision']} | {cn} | {tv} | {ratio} | "
                    f"{rate} | {setup} | {val} | {mem} | {xc} | {c.get('algos', '-') or '-'} |")
     out += ["", a.notes_text, ""]
@@ -784,6 +793,8 @@ def main():
     ap.add_argument("--compile", action="store_true", help="also torch.compile (may take minutes)")
     ap.add_argument("--dry", action="store_true", help="on the CPU, tiny image counts")
     ap.add_argument("--commit", default="")
+    ap.add_argument("--baseline", default="",
+                    help="a second cnnrun binary (an earlier commit's) timed on every row too, for before/after")
     ap.add_argument("--cnnrun-args", default="", help="more cnnrun options for the timed rows, e.g. '--streams 2'")
     a = ap.parse_args()
     start = time.time()
@@ -901,6 +912,10 @@ def main():
                     cn[p] = {"skipped": "skipped: over the time budget"}
                     continue
                 cn[p] = cnnrun_row(a, nd, extra, weights, data, n, min(d, validate[cls]), p, tag, mem)
+                if a.baseline:  # the same row on the earlier binary, right after
+                    base = argparse.Namespace(**{**vars(a), "cnnrun": a.baseline})
+                    cn[p]["baseline"] = cnnrun_row(base, nd, extra, weights, data, n, min(d, validate[cls]), p,
+                                                   tag + "_baseline", mem)
                 r = cn[p]
                 say(f"{key} {label} {p}: cnnrun " + (f"{r['median_ms']:.2f} ms" if "median_ms" in r else
                                                      f"failed: {r.get('error')}") + f" ({r['wall_s']} s)")

@@ -19,6 +19,8 @@
 #               native = the thesis, Fashion-MNIST and LeNet-5 networks at their own input)
 #   REPEATS     timed runs per row, the median reported (default 5, at least 5)
 #   BUDGET      seconds; rows that would start later are listed as skipped (default 480)
+#   BASELINE    a second cnnrun binary (an earlier commit's) timed on every row right after CNNRUN:
+#               one more column, its median and CNNRUN's speedup over it (before/after in one run)
 #   CNNRUN_ARGS more cnnrun options for the timed rows (e.g. "--conv-algo cudnn"), named in the notes
 #   COMPILE=1   also time torch.compile of PyTorch's fastest way (may take minutes per network)
 #   DRY=1       the CPU dry run: cnnrun --engine cpu, PyTorch on the CPU, tiny image counts
@@ -99,6 +101,7 @@ args=(--cnnrun "$BIN" --work "$W" --commit "${commit:-}" --shared "${S:-}" --rep
   --nets "${NETS:-}" --images "${IMAGES:-}" --netdefs "${NETDEFS:-netdefs}"
   "--cnnrun-args=${CNNRUN_ARGS:-}")
 [ -n "${DRY:-}" ] && args+=(--dry)
+[ -n "${BASELINE:-}" ] && args+=(--baseline "$BASELINE")
 [ -n "${COMPILE:-}" ] && args+=(--compile)
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && args+=(--out "$OUT")
 PYTHONUNBUFFERED=1 "$PY" bench/zoo_bench.py "${args[@]}"
