@@ -102,8 +102,6 @@ void Cudnn3xTf32Conv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, c
   conv_.forward(h, s, n, x3, w3_.get(), bias, bias, z, y, ws, ws_bytes);
 }
 
-int64_t Cudnn3xTf32Conv::workspace(const CudnnHandle& h, int64_t n) { return conv_.workspace(h, n); }
-
 std::string Cudnn3xTf32Conv::algo_name() const {
   return "cudnn-3xtf32(" + conv_.algo_name() + ", TF32 parts [x_hi, x_lo, x_hi] x [w_lo, w_hi, w_hi])";
 }

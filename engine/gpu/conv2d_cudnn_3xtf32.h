@@ -48,9 +48,8 @@ class Cudnn3xTf32Conv {
   // search on these buffers.
   void forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, float* x3, const float* w,
                const float* bias, const float* z, float* y, void* ws, size_t ws_bytes);
-  // cuDNN's workspace for n images with the algorithm found (-1 before the first forward).
-  int64_t workspace(const CudnnHandle& h, int64_t n);
-  // The stacked convolution cuDNN runs (for CudnnConv::prepare's host work ahead of the search).
+  // The stacked convolution cuDNN runs (its workspace, and CudnnConv::prepare's host work ahead
+  // of the search).
   CudnnConv& stacked_conv() { return conv_; }
   // "cudnn-3xtf32(cudnn:IMPLICIT_PRECOMP_GEMM(fused bias+relu) [fp32 NHWC, tf32 tensor cores
   // allowed], TF32 parts [x_hi, x_lo, x_hi] x [w_lo, w_hi, w_hi])" for the report.

@@ -17,8 +17,7 @@ std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Preci
   std::string why;
   if (channels_last && (algo == ConvAlgo::kImplicit || algo == ConvAlgo::kIm2col))
     return "channels last (--layout nhwc) runs convolutions through cuDNN, cudnn-3xtf32, the depthwise "
-           "kernel, "
-           "cutlass, the stem kernel or gemm";
+           "kernel, cutlass, the stem kernel or gemm";
   switch (algo) {
     case ConvAlgo::kImplicit: {
       const ImplicitConfig cfg = implicit_config(p, n);

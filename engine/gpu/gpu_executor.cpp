@@ -197,6 +197,18 @@ class GpuExecutor : public Executor {
     return nhwc_ && nhwc_layout_.out_f32 >= 0 ? nhwc_layout_.out_f32 : step(net_.output).out;
   }
   ConvWeights& conv_weights(int i) const { return *weights_->step(i).conv; }
+  // The cuDNN convolution conv step `st` runs with `algo`: cudnn's own, cudnn-3xtf32's stacked
+  // one; null for the other algorithms.
+  CudnnConv* cudnn_conv(const Step& st, ConvAlgo algo) const {
+    ConvWeights& c = conv_weights(st.layer);
+    if (algo == ConvAlgo::kCudnn) return c.cudnn.get();
+    if (algo == ConvAlgo::kCudnn3xTf32 && c.tf32x3) return &c.tf32x3->stacked_conv();
+    return nullptr;
+  }
+  // Whether some conv may run through cuDNN (the slots then hold its workspace).
+  bool may_use_cudnn() const {
+    return selector_.may_use(plan_, ConvAlgo::kCudnn) || selector_.may_use(plan_, ConvAlgo::kCudnn3xTf32);
+  }
 
   // The options of a call: weights up (the 3xTF32 fragments packed as it asks), the library
   // plans for its precision.
@@ -350,8 +362,7 @@ SlotNeeds GpuExecutor::slot_needs(bool share) const {
     if (st.op == Op::kConv && conv_weights(st.layer).im2col)
       needs.max_col = std::max(needs.max_col, conv_weights(st.layer).im2col->col_bytes_per_image());
   needs.im2col = selector_.may_use(plan_, ConvAlgo::kIm2col);
-  needs.cudnn =
-      selector_.may_use(plan_, ConvAlgo::kCudnn) || selector_.may_use(plan_, ConvAlgo::kCudnn3xTf32);
+  needs.cudnn = may_use_cudnn();
   return needs;
 }
 
@@ -767,8 +778,8 @@ void GpuExecutor::prepare_graphs(int64_t n, size_t ws_bytes) {
   for (const Step& st : plan_.steps)
     if (st.op == Op::kConv) {
       convs.push_back(conv_weights(st.layer).cudnn.get());
-      if (conv_weights(st.layer).tf32x3 && selector_.may_use_at(plan_, st.layer, ConvAlgo::kCudnn3xTf32))
-        convs.push_back(&conv_weights(st.layer).tf32x3->stacked_conv());
+      if (selector_.may_use_at(plan_, st.layer, ConvAlgo::kCudnn3xTf32))
+        if (CudnnConv* c = cudnn_conv(st, ConvAlgo::kCudnn3xTf32)) convs.push_back(c);
     }
   if (convs.empty()) return;
   int dev = 0;
@@ -797,14 +808,11 @@ void GpuExecutor::prepare_graphs(int64_t n, size_t ws_bytes) {
 size_t GpuExecutor::cudnn_ws_need(const CudnnHandle& h, int64_t n, int64_t last) const {
   int64_t need = 0;
   for (const Step& st : plan_.steps) {
-    if (st.op != Op::kConv) continue;
-    const ConvAlgo a = selector_.chosen(st.layer);
+    const ConvAlgo a = st.op == Op::kConv ? selector_.chosen(st.layer) : ConvAlgo::kAuto;
     if (a != ConvAlgo::kCudnn && a != ConvAlgo::kCudnn3xTf32) continue;
-    ConvWeights& cw = conv_weights(st.layer);
+    CudnnConv* c = cudnn_conv(st, a);
     for (const int64_t m : {n, last}) {
-      const int64_t w = a == ConvAlgo::kCudnn3xTf32 ? (cw.tf32x3 ? cw.tf32x3->workspace(h, m) : -1)
-                        : cw.cudnn                  ? cw.cudnn->workspace(h, m)
-                                                    : -1;
+      const int64_t w = c ? c->workspace(h, m) : -1;
       if (w < 0) return pipeline_->cudnn_ws_max();
       need = std::max(need, w);
     }
@@ -1076,8 +1084,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   const bool warming =
       opt.warm_up || selector_.any_auto() || warmed_gen_ != pipeline_->generation() || warmed_block_ != block;
   const int64_t last = batch - (nblocks - 1) * block;
-  const bool cudnn =
-      selector_.may_use(plan_, ConvAlgo::kCudnn) || selector_.may_use(plan_, ConvAlgo::kCudnn3xTf32);
+  const bool cudnn = may_use_cudnn();
   const bool size_ws =
       cudnn && (warming || ws_sized_ != std::make_tuple(pipeline_->generation(), block, last));
   if (size_ws) pipeline_->cudnn_ws_for_search();
