@@ -11,8 +11,11 @@
 // each; the ratio is cuDNN's time over the first. FORMAT fp16, bf16 or fp32-nhwc: channels last in
 // that storage format instead (--layout nhwc): the channels-last kernel against cuDNN's grouped
 // convolution on the same tensors (bench/depthwise_torch.py --dtype fp16 --channels-last for
-// PyTorch's), TILES then its row_pixels (1, 2 or 4 pixels a thread) or, as s4, s7 or s8, the
-// strip kernel's strip_pixels where it runs (depthwise_nhwc_strip; one column each).
+// PyTorch's), TILES then the kernels' knobs (DepthwiseNhwcKnobs): auto (the defaults), 1, 2 or 4
+// (the vector kernel's row_pixels), s4, s7 or s8 (the strip kernel's strip_pixels where it runs),
+// tKpP (the tile kernel wherever it runs, at most K KiB of shared memory, P pixels a lane); one
+// column each. Channels last, each variant's output is compared with the vector kernel's (1 pixel
+// a thread) and a difference printed after the line.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -99,29 +102,54 @@ int main(int argc, char** argv) {
   const std::string format = argc > 5 ? argv[5] : "nchw";
   const bool nhwc = format != "nchw";
   const std::string net = argc > 6 ? argv[6] : "mobilenet_v2";
-  // tiles: NCHW tile outputs; channels last, row_pixels or the strip kernel's strip_pixels
-  // (s4, s7, s8: -4, -7, -8 here).
-  std::vector<int> tiles;
+  // Variants, one column each: NCHW, the tile outputs; channels last, "1", "2" or "4" (the vector
+  // kernel's row_pixels, no strip or tile kernel), "sN" (the strip kernel at up to N pixels where it
+  // runs, else the vector kernel), "tKpP" (the tile kernel wherever it runs, at most K KiB of
+  // shared memory and P pixels a lane) or "auto" (the default knobs: each kernel where its rule says).
+  struct Variant {
+    std::string label;
+    int nchw_tile = 0;
+    DepthwiseNhwcKnobs kn;
+  };
+  std::vector<Variant> tiles;
+  bool tiles_ok = true;
   {
-    std::istringstream in(argc > 4 ? argv[4]
-                                   : std::to_string(nhwc ? kDepthwiseNhwcRowPixels : kDepthwiseTileOutputs));
-    for (std::string t; std::getline(in, t, ',');)
-      tiles.push_back(nhwc && !t.empty() && t[0] == 's' ? -std::atoi(t.c_str() + 1) : std::atoi(t.c_str()));
+    std::istringstream in(argc > 4 ? argv[4] : nhwc ? "auto" : std::to_string(kDepthwiseTileOutputs));
+    for (std::string t; std::getline(in, t, ',');) {
+      Variant v;
+      v.label = t;
+      if (!nhwc) {
+        v.nchw_tile = std::atoi(t.c_str());
+        tiles_ok &= v.nchw_tile >= 32;
+      } else if (t != "auto") {
+        v.kn.strip_pixels = 0, v.kn.tile_smem = 0;
+        int k = 0, px = 0;
+        if (t == "1" || t == "2" || t == "4") {
+          v.kn.row_pixels = std::atoi(t.c_str());
+        } else if (t.size() > 1 && t[0] == 's') {
+          v.kn.strip_pixels = std::atoi(t.c_str() + 1);
+          tiles_ok &= v.kn.strip_pixels == 4 || v.kn.strip_pixels == 7 || v.kn.strip_pixels == 8;
+        } else if (std::sscanf(t.c_str(), "t%dp%d", &k, &px) == 2 && k >= 1 && k <= 227) {
+          v.kn.tile_smem = size_t(k) << 10, v.kn.tile_pixels = px, v.kn.tile_everywhere = true;
+          tiles_ok &= px == 4 || px == 8;
+        } else {
+          tiles_ok = false;
+        }
+      }
+      tiles.push_back(v);
+    }
   }
-  const bool tiles_ok = !tiles.empty() && std::all_of(tiles.begin(), tiles.end(), [&](int t) {
-    return nhwc ? t == 1 || t == 2 || t == 4 || t == -4 || t == -7 || t == -8 : t >= 32;
-  });
   const Precision prec = format == "fp16"   ? Precision::kFp16
                          : format == "bf16" ? Precision::kBf16
                                             : Precision::kFp32;
   const bool format_ok = format == "nchw" || format == "fp16" || format == "bf16" || format == "fp32-nhwc";
   const bool net_ok = net == "mobilenet_v2" || net == "efficientnet_b0";
-  if (images < 1 || input < 8 || repeats < 1 || !tiles_ok || !format_ok || !net_ok) {
-    std::fprintf(
-        stderr,
-        "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...] | nhwc: 1|2|4|s4|s7|s8[,...]] "
-        "[FORMAT=nchw|fp16|bf16|fp32-nhwc] [NET=mobilenet_v2|efficientnet_b0]\n",
-        argv[0]);
+  if (images < 1 || input < 8 || repeats < 1 || tiles.empty() || !tiles_ok || !format_ok || !net_ok) {
+    std::fprintf(stderr,
+                 "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...] | nhwc: "
+                 "auto|1|2|4|s4|s7|s8|tKpP[,...]] "
+                 "[FORMAT=nchw|fp16|bf16|fp32-nhwc] [NET=mobilenet_v2|efficientnet_b0]\n",
+                 argv[0]);
     return 2;
   }
   const Storage st = storage_of(prec);
@@ -135,10 +163,7 @@ int main(int argc, char** argv) {
                 net == "mobilenet_v2" ? "MobileNetV2" : "EfficientNet-B0", images, input, input,
                 nhwc ? (std::string(storage_name(st)) + " NHWC").c_str() : "fp32 NCHW", repeats);
     std::printf("%-4s %5s %4s %2s %2s |", "#", "ch", "in", "s", "k");
-    for (int t : tiles)
-      std::printf(
-          " %9s",
-          (t < 0 ? "strip " + std::to_string(-t) : (nhwc ? "nhwc px" : "dw@") + std::to_string(t)).c_str());
+    for (const Variant& v : tiles) std::printf(" %9s", ((nhwc ? "" : "dw@") + v.label).c_str());
     std::printf(" %9s %7s | %s\n", "cudnn", "ratio", "cudnn algorithm");
     std::vector<double> tot_dw(tiles.size(), 0.0);
     double tot_cudnn = 0;
@@ -182,18 +207,43 @@ int main(int argc, char** argv) {
       a.out_h = a.out_w = static_cast<int>(p.out_h);
       a.kernel_h = a.kernel_w = l.k, a.stride_h = a.stride_w = l.stride, a.pad_h = a.pad_w = l.k / 2;
       const ActFn relu6{Act::kRelu6};
+      const size_t outs = size_t(images) * l.c * p.out_h * p.out_w;
+      // Channels last, the vector kernel's output (1 pixel a thread) as FP32, for the comparisons.
+      auto nhwc_out = [&] {
+        launch_nhwc_to_nchw(ys.get(), st, y.as<float>(), images, l.c, p.out_h * p.out_w, s);
+        std::vector<float> o(outs);
+        CUDA_CHECK(cudaMemcpyAsync(o.data(), y.get(), outs * sizeof(float), cudaMemcpyDeviceToHost, s));
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        return o;
+      };
+      std::vector<float> vector_out;
+      if (nhwc) {
+        DepthwiseNhwcKnobs vector_only;
+        vector_only.strip_pixels = 0, vector_only.tile_smem = 0;
+        launch_conv_depthwise_nhwc(a, xs.get(), st, w_taps.as<float>(), b.as<float>(), ys.get(), images,
+                                   relu6, s, vector_only);
+        vector_out = nhwc_out();
+      }
       std::vector<float> t_dw;
+      std::string differs;
       for (size_t k = 0; k < tiles.size(); ++k) {
-        const DepthwiseConfig cfg = depthwise_config(a, nhwc ? kDepthwiseTileOutputs : tiles[k]);
+        const DepthwiseConfig cfg = depthwise_config(a, nhwc ? kDepthwiseTileOutputs : tiles[k].nchw_tile);
         t_dw.push_back(time_ms(s, repeats, [&] {
           if (nhwc)
             launch_conv_depthwise_nhwc(a, xs.get(), st, w_taps.as<float>(), b.as<float>(), ys.get(), images,
-                                       relu6, s, tiles[k] > 0 ? tiles[k] : 1, tiles[k] > 0 ? 0 : -tiles[k]);
+                                       relu6, s, tiles[k].kn);
           else
             launch_conv_depthwise(cfg, a, x.as<float>(), w.as<float>(), b.as<float>(), y.as<float>(), images,
                                   relu6, s);
         }));
         tot_dw[k] += t_dw[k];
+        if (nhwc) {
+          const std::vector<float> o = nhwc_out();
+          size_t bad = 0;
+          for (size_t e = 0; e < outs; ++e) bad += o[e] != vector_out[e];
+          if (bad > 0)
+            differs += " variant " + std::to_string(k) + ": " + std::to_string(bad) + " outputs differ";
+        }
       }
       CudnnConv conv(p, relu6);
       conv.set_format(prec, nhwc);
@@ -208,7 +258,8 @@ int main(int argc, char** argv) {
       tot_cudnn += t_cudnn;
       std::printf("%-4d %5d %4d %2d %2d |", i++, l.c, l.h, l.stride, l.k);
       for (float t : t_dw) std::printf(" %9.4f", t);
-      std::printf(" %9.4f %6.2fx | %s\n", t_cudnn, t_cudnn / t_dw[0], conv.algo_name().c_str());
+      std::printf(" %9.4f %6.2fx | %s%s\n", t_cudnn, t_cudnn / t_dw[0], conv.algo_name().c_str(),
+                  differs.c_str());
     }
     std::printf("total                   |");
     for (double t : tot_dw) std::printf(" %9.4f", t);

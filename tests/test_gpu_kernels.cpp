@@ -510,27 +510,53 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
       const std::vector<double> want = depthwise_ref(download(xr, x.size(), st.s), w, b, c.n, a, act);
       DevBuf dw = upload(w_taps.data(), w_taps.size()), db = upload(b.data(), b.size());
       DevBuf ys(want.size() * bytes), y(want.size() * sizeof(float));
-      // (row_pixels, strip_pixels): the vector kernel at 1, 2 and 4 pixels a thread (the
-      // unit-stride 3x3 and 5x5 ones take 2 and 4), then the strip kernel where it runs, at up to
-      // 4, 7 and 8 pixels a thread.
-      const int variants[][2] = {{1, 0}, {2, 0}, {4, 0}, {1, 4}, {1, 7}, {1, 8}};
-      for (const auto& [px, sp] : variants) {
-        const DepthwiseStrip ds = depthwise_nhwc_strip(a, t, sp);
-        if (sp > 0 && ds.pixels == 0) continue;
+      // The vector kernel at 1, 2 and 4 pixels a thread (the unit-stride 3x3 and 5x5 ones take 2
+      // and 4), the strip kernel where it runs, at up to 4, 7 and 8 pixels a thread, then the tile
+      // kernel wherever it runs, at 4 and 8 pixels a lane, in patches of at most 4 KiB (tiles of a
+      // few rows, several row tiles), 12 KiB, 46 KiB and 100 KiB (shared memory opted in).
+      struct Variant {
+        int row_pixels, strip_pixels, tile_kib, tile_pixels;
+      };
+      const Variant variants[] = {{1, 0, 0, 4},  {2, 0, 0, 4},  {4, 0, 0, 4},  {1, 4, 0, 4},
+                                  {1, 7, 0, 4},  {1, 8, 0, 4},  {1, 0, 4, 4},  {1, 0, 12, 4},
+                                  {1, 0, 12, 8}, {1, 0, 46, 4}, {1, 0, 100, 8}};
+      std::vector<float> vector_out;  // the vector kernel's, 1 pixel a thread
+      for (const Variant& v : variants) {
+        DepthwiseNhwcKnobs kn;
+        kn.row_pixels = v.row_pixels, kn.strip_pixels = v.strip_pixels;
+        kn.tile_smem = size_t(v.tile_kib) << 10, kn.tile_pixels = v.tile_pixels, kn.tile_everywhere = true;
+        const DepthwiseStrip ds = depthwise_nhwc_strip(a, t, kn.strip_pixels);
+        const DepthwiseTile tile = depthwise_nhwc_tile(a, t, kn);
+        if ((v.strip_pixels > 0 && ds.pixels == 0) || (v.tile_kib > 0 && tile.smem == 0)) continue;
         CUDA_CHECK(
             cudaMemsetAsync(ys.get(), 0xff, want.size() * bytes, st.s));  // NaNs where nothing is written
         launch_conv_depthwise_nhwc(a, xs.get(), t, dw.as<float>(), with_bias ? db.as<float>() : nullptr,
-                                   ys.get(), c.n, act, st.s, px, sp);
+                                   ys.get(), c.n, act, st.s, kn);
         launch_nhwc_to_nchw(ys.get(), t, y.as<float>(), c.n, a.filters, out_plane, st.s);
+        const std::vector<float> got = download(y, want.size(), st.s);
+        if (vector_out.empty()) vector_out = got;
         std::ostringstream what;
         what << storage_name(t) << " C" << c.c << " x" << c.mult << " " << c.h << "x" << c.w << " k" << c.kh
              << "x" << c.kw << " s" << c.sh << "x" << c.sw << " p" << c.ph << "x" << c.pw << " d" << c.dh
              << "x" << c.dw << " n" << c.n << " " << act_fn_name(act) << (with_bias ? " bias" : "") << ": "
-             << (ds.pixels > 0 ? ds.filters : depthwise_nhwc_vector(a, t)) << " filters x "
-             << (ds.pixels > 0 ? ds.pixels : depthwise_nhwc_pixels(a, px)) << " pixels a thread";
+             << (tile.smem > 0   ? 2
+                 : ds.pixels > 0 ? ds.filters
+                                 : depthwise_nhwc_vector(a, t))
+             << " filters x "
+             << (tile.smem > 0 ? std::to_string(tile.pixels) + " pixels of " + std::to_string(tile.tile_h) +
+                                     "x" + std::to_string(tile.tile_w) + " tiles"
+                 : ds.pixels > 0 ? std::to_string(ds.pixels) + " pixels"
+                                 : std::to_string(depthwise_nhwc_pixels(a, v.row_pixels)) + " pixels")
+             << " a thread";
         // One rounding to the storage format after an FP32 sum (FP16: 2^-11 relative, BF16: 2^-8).
         const double tol = t == Storage::kF32 ? 1e-5 : t == Storage::kF16 ? 1e-3 : 8e-3;
-        check_close(download(y, want.size(), st.s), want, tol, tol, what.str());
+        check_close(got, want, tol, tol, what.str());
+        if (tile.smem > 0) {  // the same sum in the same tap order as the vector kernel: the same values
+          size_t differ = 0;
+          for (size_t e = 0; e < got.size(); ++e) differ += got[e] != vector_out[e];
+          INFO(what.str());
+          CHECK(differ == 0);
+        }
       }
     }
   // Vector widths: 16 bytes where the filters allow it, one value a thread with a multiplier.
@@ -549,7 +575,39 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
   CHECK(depthwise_nhwc_pixels(a, 4) == 4);
   CHECK(depthwise_nhwc_pixels(a, 2) == 2);
   CHECK(depthwise_nhwc_pixels(a, 3) == 1);
-  CHECK(depthwise_nhwc_pixels(a) == kDepthwiseNhwcRowPixels);
+  CHECK(depthwise_nhwc_pixels(a) == DepthwiseNhwcKnobs{}.row_pixels);
+  // The tile kernel: 16-bit storage, channels a multiple of 8, 3x3 or 5x5 windows of equal
+  // stride 1 or 2 and no dilation; by default only where it won (unit stride, rows of 14 to 28,
+  // 128 channels or more).
+  a.channels = a.filters = 192, a.out_h = a.out_w = 28;
+  a.kernel_h = a.kernel_w = 5, a.stride_h = a.stride_w = 1, a.dilation_h = a.dilation_w = 1;
+  const DepthwiseTile t28 = depthwise_nhwc_tile(a, Storage::kBf16);
+  CHECK(t28.smem > 0);
+  CHECK(t28.smem <= DepthwiseNhwcKnobs{}.tile_smem);
+  CHECK(t28.tile_w == 28);  // one column tile: (28 - 1) + 5 staged columns of 128 bytes
+  CHECK(t28.row_tiles * t28.tile_h >= 28);
+  CHECK(depthwise_nhwc_tile(a, Storage::kF32).smem == 0);
+  DepthwiseNhwcKnobs never;
+  never.tile_smem = 0;
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16, never).smem == 0);
+  a.channels = a.filters = 96;  // fewer than 128 channels: measured slower, unless everywhere
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
+  a.channels = a.filters = 192;
+  a.out_h = a.out_w = 56;  // measured slower there, unless everywhere
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
+  DepthwiseNhwcKnobs everywhere;
+  everywhere.tile_everywhere = true;
+  const DepthwiseTile t56 = depthwise_nhwc_tile(a, Storage::kF16, everywhere);
+  CHECK(t56.col_tiles == 2);  // 56 as 2 x 28
+  CHECK(t56.tile_w == 28);
+  a.stride_h = a.stride_w = 2;
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).tile_w == 14);  // 56 outputs as 4 x 14
+  a.stride_w = 1;                                                         // unequal strides
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).smem == 0);
+  a.stride_w = 2, a.dilation_h = 2;
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).smem == 0);
+  a.dilation_h = 1, a.channels = a.filters = 100;  // not a multiple of 8
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).smem == 0);
   a.stride_w = 2;
   CHECK(depthwise_nhwc_pixels(a, 4) == 1);
   a.stride_w = 1, a.dilation_w = 2;

@@ -403,8 +403,10 @@ std::string CudnnConv::algo_name() const {
   const std::string act = la.kind == Act::kIdentity ? "" : "+" + act_fn_name(la);
   const std::string add =
       m.residual ? "+add" + (m.act.kind == Act::kIdentity ? "" : "+" + act_fn_name(m.act)) + " kernel" : "";
+  // Where the graph API was tried and could not run it, the report says why.
+  const std::string graph = m.graph_note.empty() ? "" : " (graph API: " + m.graph_note + ")";
   return std::string("cudnn:") + algo_str(m.algo) + (m.p.groups > 1 ? "[groups]" : "") +
-         (m.fused ? "(fused bias" + act + ")" : "+bias" + act + " kernel") + add + math;
+         (m.fused ? "(fused bias" + act + ")" : "+bias" + act + " kernel") + add + math + graph;
 }
 
 }  // namespace cnnrun::gpu

@@ -66,6 +66,21 @@ std::shared_ptr<fe::graph::Tensor_attributes> apply_act(
 
 std::string msg(fe::error_t e) { return e.get_message(); }
 
+// The frontend's message when no plan is left lists each candidate on a line of its own ("Plan at
+// index i: Deselecting execution plan"); a report line keeps the first line and the count.
+std::string one_line(const std::string& m) {
+  size_t deselected = 0;
+  for (size_t at = m.find("Deselecting execution plan"); at != std::string::npos;
+       at = m.find("Deselecting execution plan", at + 1))
+    ++deselected;
+  std::string line = m.substr(0, m.find('\n'));
+  if (deselected > 0)
+    line += " (all " + std::to_string(deselected) +
+            " candidates deselected by the precision's numerical notes: tensor cores or down-conversion "
+            "at FP32, Winograd, FFT or reduced-precision reduction where excluded)";
+  return line;
+}
+
 }  // namespace
 
 struct CudnnGraphConv::Impl {
@@ -195,7 +210,7 @@ struct CudnnGraphConv::Impl {
     filter(g);
     e = g.check_support(h);
     if (e.is_bad()) {
-      why = "no engine of cuDNN's supports it: " + msg(e);
+      why = "no engine of cuDNN's supports it: " + one_line(msg(e));
       return nullptr;
     }
     return b;

@@ -410,6 +410,98 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Channels last at 16-bit storage, a staged tile: a block stages the input patch that
+// tile_h x tile_w output pixels of kTileChannels channels of one image need (K x K windows of
+// stride S both ways, undilated, one filter per channel), padding as zeros, into shared memory with
+// 16-byte asynchronous copies, each input value read from global memory once per tile. Each lane
+// then computes one channel pair of P consecutive output pixels of a row from shared memory (a
+// warp's 32 lanes read one pixel's 128 bytes: no bank conflicts), its K * K weight pairs in
+// registers and each window row's (P - 1) * S + K columns loaded once. Without the staging, the
+// taps' loads of a row's neighbouring pixels all miss L1 at once and each goes to L2 (the vector
+// kernel moved about K * K times its input there; docs/performance.md). The same FP32 sum in the
+// same tap order as the other kernels (a padding tap adds 0), rounded once when it stores.
+constexpr int kTileChannels = 64;
+constexpr size_t kMaxTileSmem = size_t(227) << 10;  // sm_90's most for a block, opted in above 48 KiB
+
+template <typename T, int K, int S, int P>
+__global__ void __launch_bounds__(kThreads)
+    depthwise_tile_kernel(const T* __restrict__ x, const float* __restrict__ w,
+                          const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int tile_h,
+                          int tile_w, int row_tiles, int col_tiles, ActFn act) {
+  extern __shared__ __align__(16) unsigned char dw_tile_smem[];
+  T* patch = reinterpret_cast<T*>(dw_tile_smem);
+  const int patch_w = (tile_w - 1) * S + K;  // the staged rows' pitch in pixels
+  const int img = static_cast<int>(blockIdx.x) / row_tiles;
+  const int oy0 = (static_cast<int>(blockIdx.x) - img * row_tiles) * tile_h;
+  const int chunk = static_cast<int>(blockIdx.y) / col_tiles;
+  const int ox0 = (static_cast<int>(blockIdx.y) - chunk * col_tiles) * tile_w;
+  const int c0 = chunk * kTileChannels, cc = min(kTileChannels, a.channels - c0);
+  const int th = min(tile_h, a.out_h - oy0), tw = min(tile_w, a.out_w - ox0);
+  const int iy0 = oy0 * S - a.pad_h, ix0 = ox0 * S - a.pad_w;
+  const int vecs = cc / 8;  // 16-byte pieces of a staged pixel
+  const int ph = (th - 1) * S + K, pw = (tw - 1) * S + K;
+  const T* xi = x + int64_t(img) * a.in_h * a.in_w * a.channels + c0;
+  for (int i = static_cast<int>(threadIdx.x); i < ph * pw * vecs; i += kThreads) {
+    const int pix = i / vecs, v = i - pix * vecs;
+    const int r = pix / pw, q = pix - r * pw;
+    const int iy = iy0 + r, ix = ix0 + q;
+    const bool in = iy >= 0 && iy < a.in_h && ix >= 0 && ix < a.in_w;
+    cp_async16(patch + (r * patch_w + q) * kTileChannels + v * 8,
+               in ? xi + (int64_t(iy) * a.in_w + ix) * a.channels + v * 8 : x, in);
+  }
+  cp_async_commit();
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const bool active = 2 * lane < cc;
+  const int c = c0 + 2 * lane;
+  float wr[K * K][2];
+  float b[2] = {0.f, 0.f};
+  if (active) {
+#pragma unroll
+    for (int t = 0; t < K * K; ++t) load_floats<2>(w + t * a.filters + c, wr[t]);
+    if (bias) load_floats<2>(bias + c, b);
+  }
+  cp_async_wait_all();
+  __syncthreads();
+  if (!active) return;                    // no barrier follows
+  constexpr int kCols = (P - 1) * S + K;  // the input columns a strip's windows span
+  const int strips = (tw + P - 1) / P;
+  for (int it = warp; it < th * strips; it += kThreads / 32) {
+    const int r = it / strips, sx = (it - r * strips) * P;
+    float acc[P][2];
+#pragma unroll
+    for (int p = 0; p < P; ++p) acc[p][0] = acc[p][1] = 0.f;
+#pragma unroll
+    for (int ky = 0; ky < K; ++ky) {
+      const T* prow = patch + ((r * S + ky) * patch_w + sx * S) * kTileChannels + 2 * lane;
+      float v[kCols][2];
+#pragma unroll
+      for (int q = 0; q < kCols; ++q) {
+        if (sx * S + q < pw) {  // a row's last strip may run past the staged columns
+          const Vec<T, 2> e = *reinterpret_cast<const Vec<T, 2>*>(prow + q * kTileChannels);
+          v[q][0] = ld(e.v[0]), v[q][1] = ld(e.v[1]);
+        } else {
+          v[q][0] = v[q][1] = 0.f;
+        }
+      }
+#pragma unroll
+      for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+        for (int p = 0; p < P; ++p)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) acc[p][e] = fmaf(v[p * S + kx][e], wr[ky * K + kx][e], acc[p][e]);
+    }
+    T* yrow = y + ((int64_t(img) * a.out_h + oy0 + r) * a.out_w + ox0 + sx) * a.filters + c;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (sx + p >= tw) break;
+      Vec<T, 2> out;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) out.v[e] = to<T>(act_eval(act, __fadd_rn(acc[p][e], b[e])));
+      *reinterpret_cast<Vec<T, 2>*>(yrow + int64_t(p) * a.filters) = out;
+    }
+  }
+}
+
 }  // namespace
 
 DepthwiseConfig depthwise_config(const DepthwiseArgs& a, int tile_outputs) {
@@ -541,14 +633,82 @@ DepthwiseStrip depthwise_nhwc_strip(const DepthwiseArgs& a, Storage t, int strip
   return d;
 }
 
+DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& kn) {
+  DepthwiseTile d;
+  const bool k35 = a.kernel_h == a.kernel_w && (a.kernel_h == 3 || a.kernel_h == 5);
+  const bool pixels_ok = kn.tile_pixels == 4 || kn.tile_pixels == 8;
+  if (t == Storage::kF32 || a.filters != a.channels || a.channels % 8 != 0 || !k35 ||
+      a.stride_h != a.stride_w || (a.stride_w != 1 && a.stride_w != 2) || a.dilation_h != 1 ||
+      a.dilation_w != 1 || kn.tile_smem == 0 || !pixels_ok)
+    return d;
+  // Where it won against the vector and strip kernels (docs/performance.md, Session 20): unit
+  // stride on rows of 14 to 28 outputs of 128 channels or more. On wider maps, with stride 2, on
+  // 7x7 and smaller maps and with fewer channels (half a warp's lanes idle) the others were faster.
+  if (!kn.tile_everywhere && (a.stride_w != 1 || a.out_w < 14 || a.out_w > 28 || a.channels < 128)) return d;
+  const int k = a.kernel_w, s = a.stride_w;
+  const size_t pixel = size_t(kTileChannels) * storage_bytes(t);
+  // Columns: rows of up to 32 / S outputs, split evenly (112 as 4 x 28).
+  const int max_w = 32 / s;
+  d.col_tiles = (a.out_w + max_w - 1) / max_w;
+  d.tile_w = (a.out_w + d.col_tiles - 1) / d.col_tiles;
+  const size_t row_bytes = size_t((d.tile_w - 1) * s + k) * pixel;
+  const int patch_rows = static_cast<int>(std::min(kn.tile_smem, kMaxTileSmem) / row_bytes);
+  if (patch_rows < k) return DepthwiseTile{};
+  const int max_h = std::min((patch_rows - k) / s + 1, a.out_h);
+  d.row_tiles = (a.out_h + max_h - 1) / max_h;
+  d.tile_h = (a.out_h + d.row_tiles - 1) / d.row_tiles;
+  d.smem = size_t((d.tile_h - 1) * s + k) * row_bytes;
+  d.pixels = kn.tile_pixels;
+  return d;
+}
+
 void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t, const float* w_taps,
                                 const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s,
-                                int row_pixels, int strip_pixels) {
+                                const DepthwiseNhwcKnobs& kn) {
   if (a.channels < 1 || a.filters % a.channels != 0 || a.out_h < 1 || a.out_w < 1)
     throw Error("channels-last depthwise convolution: filters (" + std::to_string(a.filters) +
                 ") are not a multiple of the channels (" + std::to_string(a.channels) + ")");
   if (n <= 0) return;
-  const DepthwiseStrip d = depthwise_nhwc_strip(a, t, strip_pixels);
+  const DepthwiseTile tile = depthwise_nhwc_tile(a, t, kn);
+  const int64_t tile_blocks = n * tile.row_tiles;
+  if (tile.smem > 0 && tile_blocks <= INT32_MAX) {
+    const int64_t chunks = (a.channels + kTileChannels - 1) / kTileChannels;
+    const dim3 grid(static_cast<unsigned>(tile_blocks), static_cast<unsigned>(chunks * tile.col_tiles));
+    with_storage(t, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      if constexpr (!std::is_same_v<T, float>) {
+        const T* xt = static_cast<const T*>(x);
+        T* yt = static_cast<T*>(y);
+        auto run = [&](auto kernel) {
+          if (tile.smem > kMaxSmem)
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(tile.smem)));
+          kernel<<<grid, kThreads, tile.smem, s>>>(xt, w_taps, bias, yt, a, tile.tile_h, tile.tile_w,
+                                                   tile.row_tiles, tile.col_tiles, act);
+        };
+        auto go = [&](auto k, auto stride) {
+          constexpr int K = decltype(k)::value, S = decltype(stride)::value;
+          if (tile.pixels == 8)
+            run(depthwise_tile_kernel<T, K, S, 8>);
+          else
+            run(depthwise_tile_kernel<T, K, S, 4>);
+        };
+        auto by_stride = [&](auto k) {
+          if (a.stride_w == 1)
+            go(k, std::integral_constant<int, 1>{});
+          else
+            go(k, std::integral_constant<int, 2>{});
+        };
+        if (a.kernel_w == 5)
+          by_stride(std::integral_constant<int, 5>{});
+        else
+          by_stride(std::integral_constant<int, 3>{});
+      }
+    });
+    CUDA_CHECK_LAUNCH("depthwise_tile_kernel");
+    return;
+  }
+  const DepthwiseStrip d = depthwise_nhwc_strip(a, t, kn.strip_pixels);
   const int64_t strip_items =
       d.pixels > 0 ? n * a.out_h * ((a.out_w + d.pixels - 1) / d.pixels * (a.channels / d.filters)) : 0;
   if (d.pixels > 0 && strip_items <= INT32_MAX - kThreads) {  // else the vector kernel, 64-bit rows
@@ -591,7 +751,7 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
     CUDA_CHECK_LAUNCH("depthwise_strip_kernel");
     return;
   }
-  const int v = depthwise_nhwc_vector(a, t), px = depthwise_nhwc_pixels(a, row_pixels);
+  const int v = depthwise_nhwc_vector(a, t), px = depthwise_nhwc_pixels(a, kn.row_pixels);
   const int64_t row_vecs = int64_t((a.out_w + px - 1) / px) * (a.filters / v);
   const int64_t chunks = (row_vecs + kThreads - 1) / kThreads, rows = n * a.out_h;
   if (chunks > 65535 || rows > INT32_MAX)

@@ -58,18 +58,30 @@ void launch_conv_depthwise(const DepthwiseConfig& cfg, const DepthwiseArgs& a, c
 // depthwise_nhwc_pixels(a, row_pixels) consecutive output pixels of a row, from 16-byte loads of
 // the input pixels' channels (L1 and L2 serve the rows' reuse), in FP32, and rounds once when it
 // stores, as the other channels-last kernels do.
-// row_pixels: pixels a thread where the conv allows several (a tuning knob, measured in
-// docs/performance.md).
 // Where depthwise_nhwc_strip(a, t, strip_pixels) says so, a thread instead computes a strip:
-// several filters of several consecutive output pixels of a row, with their weights in registers
-// (strip_pixels: the most pixels a thread, 0 for never; a tuning knob, measured in
-// docs/performance.md).
-constexpr int kDepthwiseNhwcRowPixels = 1;
-constexpr int kDepthwiseNhwcStripPixels = 8;
+// several filters of several consecutive output pixels of a row, with their weights in registers.
+// Where depthwise_nhwc_tile(a, t, knobs) says so (before either), a block stages a tile's input
+// patch in shared memory and each lane computes 2 filters of several pixels of a row from it.
+// The kernels' tuning knobs, measured in docs/performance.md:
+struct DepthwiseNhwcKnobs {
+  int row_pixels = 1;                   // the vector kernel's pixels a thread where the conv allows several
+  int strip_pixels = 8;                 // the strip kernel's most pixels a thread, 0 for never
+  size_t tile_smem = size_t(46) << 10;  // the tile kernel's most shared memory a block, 0 for never
+  int tile_pixels = 4;                  // the tile kernel's pixels a lane: 4 or 8
+  bool tile_everywhere = false;         // the tile kernel wherever it can run, not only where it won
+};
 void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t, const float* w_taps,
                                 const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s,
-                                int row_pixels = kDepthwiseNhwcRowPixels,
-                                int strip_pixels = kDepthwiseNhwcStripPixels);
+                                const DepthwiseNhwcKnobs& k = {});
+// The staged tile the tile kernel computes (smem 0 where it does not run): 16-bit storage, one
+// filter per channel, channels a multiple of 8, 3x3 or 5x5 windows of equal stride 1 or 2 both
+// ways, no dilation, and (unless tile_everywhere) where it was measured to win; tile_h x tile_w
+// outputs of 64 channels a block, its input patch at most tile_smem bytes of shared memory.
+struct DepthwiseTile {
+  int tile_h = 0, tile_w = 0, row_tiles = 0, col_tiles = 0, pixels = 0;
+  size_t smem = 0;
+};
+DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& k = {});
 // The strip a thread of the strip kernel computes, or pixels 0 where it does not run, as measured
 // against the vector kernel (docs/performance.md). It needs one filter per channel, an even
 // channel count, no dilation along the row, rows of 4 outputs or more and strip_pixels >= 4, and:
@@ -82,10 +94,10 @@ struct DepthwiseStrip {
   int filters = 0, pixels = 0;
 };
 DepthwiseStrip depthwise_nhwc_strip(const DepthwiseArgs& a, Storage t,
-                                    int strip_pixels = kDepthwiseNhwcStripPixels);
+                                    int strip_pixels = DepthwiseNhwcKnobs{}.strip_pixels);
 int depthwise_nhwc_vector(const DepthwiseArgs& a, Storage t);
 // The pixels a thread computes: row_pixels (2 or 4) for 3x3 and 5x5 kernels with unit stride and
 // dilation along the row (each window row's weights and input columns loaded once for them), else 1.
-int depthwise_nhwc_pixels(const DepthwiseArgs& a, int row_pixels = kDepthwiseNhwcRowPixels);
+int depthwise_nhwc_pixels(const DepthwiseArgs& a, int row_pixels = DepthwiseNhwcKnobs{}.row_pixels);
 
 }  // namespace cnnrun::gpu

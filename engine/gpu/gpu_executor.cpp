@@ -867,13 +867,18 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                (other ? ", " + act_fn_name(act) + " pass)" : ")") + res;
       }
       if (a == ConvAlgo::kDepthwise && nhwc_) {
+        const DepthwiseTile tile = depthwise_nhwc_tile(c.dw.args, storage());
         const DepthwiseStrip strip = depthwise_nhwc_strip(c.dw.args, storage());
         return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                " epilogue, " + storage_name(storage()) + " NHWC, " +
-               (strip.pixels > 0
-                    ? std::to_string(strip.filters) + " filters x " + std::to_string(strip.pixels) + " pixels"
-                    : std::to_string(depthwise_nhwc_vector(c.dw.args, storage())) + " filters") +
-               " a thread)" + res;
+               (tile.smem > 0 ? "2 filters x " + std::to_string(tile.pixels) + " pixels a thread of " +
+                                    std::to_string(tile.tile_h) + "x" + std::to_string(tile.tile_w) +
+                                    " tiles staged in shared memory"
+                : strip.pixels > 0
+                    ? std::to_string(strip.filters) + " filters x " + std::to_string(strip.pixels) +
+                          " pixels a thread"
+                    : std::to_string(depthwise_nhwc_vector(c.dw.args, storage())) + " filters a thread") +
+               ")" + res;
       }
       if (a == ConvAlgo::kDepthwise)
         return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
