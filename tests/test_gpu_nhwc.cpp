@@ -997,7 +997,7 @@ TEST_CASE("gpu: --layout nhwc on ResNet's strided block, 128 channels, vs refere
               way.first && p == Precision::kFp32 && t.algo.find("cudnn:") == 0 &&
               t.algo.find("(graph API: no engine of cuDNN's supports it") != std::string::npos &&
               t.algo.find('\n') == std::string::npos;
-          if (graph_refused) MESSAGE("down " << hw << " " << precision_name(p) << ": " << t.algo);
+          if (graph_refused) MESSAGE("down " << hw << " " << std::string(precision_name(p)) << ": " << t.algo);
           if (t.name == "ds") CHECK((t.algo.find(way.ds_algo) != std::string::npos || graph_refused));
           if (t.name == "add" || t.name == "relu") CHECK(t.algo == "fused into ds");
           if (t.name == "ds" && way.first) CHECK(t.algo.find("+add+relu") != std::string::npos);
