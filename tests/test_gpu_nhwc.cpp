@@ -961,7 +961,7 @@ TEST_CASE("gpu: --layout nhwc on ResNet's strided block, 128 channels, vs refere
         {"nhwc", Layout::kNhwc, ConvAlgo::kAuto, true, false, "add+relu"},
         // cuDNN's two APIs (at fp32, auto may take cutlass instead).
         {"nhwc, graph API first", Layout::kNhwc, ConvAlgo::kCudnn, true, true, "cudnn graph:"},
-        {"nhwc, legacy API", Layout::kNhwc, ConvAlgo::kCudnn, false, false, "+add+relu kernel"},
+        {"nhwc, legacy API", Layout::kNhwc, ConvAlgo::kCudnn, false, false, "+add+relu"},
         {"nchw im2col", Layout::kNchw, ConvAlgo::kIm2col, true, false, " + add+relu pass"},
         {"nchw cudnn", Layout::kNchw, ConvAlgo::kCudnn, true, false, "+add+relu kernel"},
         {"nhwc cutlass", Layout::kNhwc, ConvAlgo::kCutlass, true, false, "3xTF32 tensor cores"}};
@@ -997,7 +997,8 @@ TEST_CASE("gpu: --layout nhwc on ResNet's strided block, 128 channels, vs refere
               way.first && p == Precision::kFp32 && t.algo.find("cudnn:") == 0 &&
               t.algo.find("(graph API: no engine of cuDNN's supports it") != std::string::npos &&
               t.algo.find('\n') == std::string::npos;
-          if (graph_refused) MESSAGE("down " << hw << " " << std::string(precision_name(p)) << ": " << t.algo);
+          if (graph_refused)
+            MESSAGE("down " << hw << " " << std::string(precision_name(p)) << ": " << t.algo);
           if (t.name == "ds") CHECK((t.algo.find(way.ds_algo) != std::string::npos || graph_refused));
           if (t.name == "add" || t.name == "relu") CHECK(t.algo == "fused into ds");
           if (t.name == "ds" && way.first) CHECK(t.algo.find("+add+relu") != std::string::npos);

@@ -106,8 +106,26 @@ struct CudnnConv::Impl {
   }
   cudnnTensorFormat_t format() const { return nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
   bool half_data() const { return dtype() != CUDNN_DATA_FLOAT; }
-  // The legacy call's activation: with a residual add, none (the add and act are a pass after).
-  ActFn legacy_act() const { return residual ? ActFn{} : act; }
+  // Channels last, cudnnConvolutionBiasActivationForward adds the residual too, y = act(conv + z +
+  // bias), for a ReLU or none after (its activations); whether it runs is found by trying.
+  bool z_in_call = false;
+  // The legacy call's activation: with a residual add the call does not take, none (the add and
+  // act are a pass after).
+  ActFn call_act() const { return residual && !z_in_call ? ActFn{} : act; }
+  void set_actd() {
+    CUDNN_CHECK(cudnnSetActivationDescriptor(
+        actd, call_act().kind == Act::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
+        CUDNN_NOT_PROPAGATE_NAN, 0.0));
+  }
+  // The fused call (descriptors set for n): alpha2 = 1 with the residual when it takes it; else
+  // z = y with alpha2 = 0 (the call requires a z tensor, and may alias it with y).
+  cudnnStatus_t fused_call(cudnnHandle_t h, const void* xp, const void* wp, const void* bias_t, const void* z,
+                           void* yp, void* ws, size_t ws_bytes) const {
+    const float one = 1.f, zero = 0.f;
+    return cudnnConvolutionBiasActivationForward(h, &one, x, xp, w, wp, conv, algo, ws, ws_bytes,
+                                                 z_in_call ? &one : &zero, y, z_in_call ? z : yp,
+                                                 nhwc ? bt : b, bias_t, actd, y, yp);
+  }
 
   // The math type the descriptor allows for the precision.
   cudnnMathType_t allowed() const {
@@ -130,7 +148,7 @@ struct CudnnConv::Impl {
   // IMPLICIT_PRECOMP_GEMM (cuDNN's rule), where the call ran once on the search's tensors.
   bool fusable() const {
     const bool precomp = algo == CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
-    const Act a = legacy_act().kind;
+    const Act a = call_act().kind;
     if (!nhwc) return precomp && (a == Act::kRelu || a == Act::kIdentity);
     return (a == Act::kRelu || (a == Act::kIdentity && precomp));
   }
@@ -162,16 +180,14 @@ struct CudnnConv::Impl {
   }
 
   // The legacy API's call for the chosen algorithm (descriptors set for n): one fused call, or
-  // the convolution and our bias+activation pass; with a residual, then y = act(y + z).
+  // the convolution and our bias+activation pass; with a residual the call did not take, then
+  // y = act(y + z).
   void legacy(cudnnHandle_t h, cudaStream_t s, int64_t n, const void* xp, const void* wp, const float* bias,
               const void* bias_t, const void* z, void* yp, void* ws, size_t ws_bytes) const {
     const float one = 1.f, zero = 0.f;
-    const ActFn a = legacy_act();
+    const ActFn a = residual ? ActFn{} : act;  // the bias pass's: a residual is added after it
     if (fused) {
-      // z = y with alpha2 = 0: the fused call requires a z tensor, and may alias it with y.
-      CUDNN_CHECK(cudnnConvolutionBiasActivationForward(
-          h, &one, x, xp, w, wp, conv, algo, ws, ws_bytes, &zero, y, yp, nhwc ? bt : b,
-          nhwc ? bias_t : static_cast<const void*>(bias), actd, y, yp));
+      CUDNN_CHECK(fused_call(h, xp, wp, nhwc ? bias_t : static_cast<const void*>(bias), z, yp, ws, ws_bytes));
     } else {
       CUDNN_CHECK(cudnnConvolutionForward(h, &one, x, xp, w, wp, conv, algo, ws, ws_bytes, &zero, y, yp));
       if (nhwc)
@@ -181,7 +197,7 @@ struct CudnnConv::Impl {
         launch_bias_act(static_cast<float*>(yp), bias, n, static_cast<int>(p.filters), p.out_h * p.out_w, a,
                         s);
     }
-    if (residual)
+    if (residual && !(fused && z_in_call))
       launch_add_storage({yp, z}, yp, nhwc ? storage_of(prec) : Storage::kF32,
                          n * p.out_h * p.out_w * p.filters, act, s);
   }
@@ -204,9 +220,7 @@ CudnnConv::CudnnConv(const ConvParams& p, ActFn act, bool residual, bool split_o
   CUDNN_CHECK(cudnnSetTensor4dDescriptor(m.b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1,
                                          static_cast<int>(p.filters), 1, 1));
   m.describe();
-  CUDNN_CHECK(cudnnSetActivationDescriptor(
-      m.actd, m.legacy_act().kind == Act::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
-      CUDNN_NOT_PROPAGATE_NAN, 0.0));
+  m.set_actd();
 }
 
 CudnnConv::~CudnnConv() {
@@ -264,6 +278,8 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
   m.math = perf[pick].mathType;
   CUDNN_CHECK(cudnnSetConvolutionMathType(m.conv, m.math));
   m.found = true;
+  m.z_in_call = m.residual && m.nhwc && (m.act.kind == Act::kRelu || m.act.kind == Act::kIdentity);
+  m.set_actd();
   m.fused = m.fusable();
   // Best of 3 after the calls above, by CUDA events on the stream (least_ms).
   if (m.fused && m.nhwc) {
@@ -271,10 +287,12 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
     // fused kernels do not cover every format and algorithm), and whether the fused call is
     // faster than the convolution and our bias+activation pass by timing both: for some small
     // planes cuDNN's fused kernel was slower.
-    const float one = 1.f, zero = 0.f;
-    m.fused =
-        cudnnConvolutionBiasActivationForward(H(h), &one, m.x, x, m.w, w, m.conv, m.algo, ws, ws_bytes, &zero,
-                                              m.y, y, m.bt, bias_t, m.actd, m.y, y) == CUDNN_STATUS_SUCCESS;
+    m.fused = m.fused_call(H(h), x, w, bias_t, z, y, ws, ws_bytes) == CUDNN_STATUS_SUCCESS;
+    if (!m.fused && m.z_in_call) {  // the bias alone in the call, the add a pass after
+      m.z_in_call = false;
+      m.set_actd();
+      m.fused = m.fusable() && m.fused_call(H(h), x, w, bias_t, z, y, ws, ws_bytes) == CUDNN_STATUS_SUCCESS;
+    }
     CUDA_CHECK(cudaStreamSynchronize(s));
     if (m.fused) {
       const float fused_ms =
@@ -284,6 +302,10 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
           least_ms(s, 3, [&] { m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes); });
       m.fused = fused_ms <= apart_ms;
     }
+  }
+  if (!m.fused && m.z_in_call) {
+    m.z_in_call = false;
+    m.set_actd();
   }
   if (!m.nhwc || m.graph_use == GraphUse::kOff) return;
   // cuDNN's graph API on the same buffers: its fastest engine against the legacy way just chosen.
@@ -399,10 +421,14 @@ std::string CudnnConv::algo_name() const {
                            : m.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? " [fp16 tensor cores]"
                                                                              : " [tf32 tensor cores allowed]";
   if (m.graph) return m.graph->name() + " [" + storage_name(storage_of(m.prec)) + " NHWC]";
-  const ActFn la = m.legacy_act();
-  const std::string act = la.kind == Act::kIdentity ? "" : "+" + act_fn_name(la);
+  const bool z_in_call = m.fused && m.z_in_call;
+  const ActFn la = m.fused ? m.call_act() : m.residual ? ActFn{} : m.act;
+  const std::string act =
+      (z_in_call ? "+add" : "") + (la.kind == Act::kIdentity ? "" : "+" + act_fn_name(la));
   const std::string add =
-      m.residual ? "+add" + (m.act.kind == Act::kIdentity ? "" : "+" + act_fn_name(m.act)) + " kernel" : "";
+      m.residual && !z_in_call
+          ? "+add" + (m.act.kind == Act::kIdentity ? "" : "+" + act_fn_name(m.act)) + " kernel"
+          : "";
   // Where the graph API was tried and could not run it, the report says why.
   const std::string graph = m.graph_note.empty() ? "" : " (graph API: " + m.graph_note + ")";
   return std::string("cudnn:") + algo_str(m.algo) + (m.p.groups > 1 ? "[groups]" : "") +
