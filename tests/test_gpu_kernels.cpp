@@ -559,6 +559,9 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
         }
       }
     }
+}
+
+TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, strip, tile; no GPU needed)") {
   // Vector widths: 16 bytes where the filters allow it, one value a thread with a multiplier.
   DepthwiseArgs a;
   a.channels = a.filters = 96;
@@ -576,38 +579,6 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
   CHECK(depthwise_nhwc_pixels(a, 2) == 2);
   CHECK(depthwise_nhwc_pixels(a, 3) == 1);
   CHECK(depthwise_nhwc_pixels(a) == DepthwiseNhwcKnobs{}.row_pixels);
-  // The tile kernel: 16-bit storage, channels a multiple of 8, 3x3 or 5x5 windows of equal
-  // stride 1 or 2 and no dilation; by default only where it won (unit stride, rows of 14 to 28,
-  // 128 channels or more).
-  a.channels = a.filters = 192, a.out_h = a.out_w = 28;
-  a.kernel_h = a.kernel_w = 5, a.stride_h = a.stride_w = 1, a.dilation_h = a.dilation_w = 1;
-  const DepthwiseTile t28 = depthwise_nhwc_tile(a, Storage::kBf16);
-  CHECK(t28.smem > 0);
-  CHECK(t28.smem <= DepthwiseNhwcKnobs{}.tile_smem);
-  CHECK(t28.tile_w == 28);  // one column tile: (28 - 1) + 5 staged columns of 128 bytes
-  CHECK(t28.row_tiles * t28.tile_h >= 28);
-  CHECK(depthwise_nhwc_tile(a, Storage::kF32).smem == 0);
-  DepthwiseNhwcKnobs never;
-  never.tile_smem = 0;
-  CHECK(depthwise_nhwc_tile(a, Storage::kF16, never).smem == 0);
-  a.channels = a.filters = 96;  // fewer than 128 channels: measured slower, unless everywhere
-  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
-  a.channels = a.filters = 192;
-  a.out_h = a.out_w = 56;  // measured slower there, unless everywhere
-  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
-  DepthwiseNhwcKnobs everywhere;
-  everywhere.tile_everywhere = true;
-  const DepthwiseTile t56 = depthwise_nhwc_tile(a, Storage::kF16, everywhere);
-  CHECK(t56.col_tiles == 2);  // 56 as 2 x 28
-  CHECK(t56.tile_w == 28);
-  a.stride_h = a.stride_w = 2;
-  CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).tile_w == 14);  // 56 outputs as 4 x 14
-  a.stride_w = 1;                                                         // unequal strides
-  CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).smem == 0);
-  a.stride_w = 2, a.dilation_h = 2;
-  CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).smem == 0);
-  a.dilation_h = 1, a.channels = a.filters = 100;  // not a multiple of 8
-  CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).smem == 0);
   a.stride_w = 2;
   CHECK(depthwise_nhwc_pixels(a, 4) == 1);
   a.stride_w = 1, a.dilation_w = 2;
@@ -654,6 +625,52 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
   CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 0);
   a.stride_w = 2, a.dilation_w = 2;
   CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 0);
+  // The tile kernel: 16-bit storage, channels a multiple of 8, 3x3 or 5x5 windows of equal
+  // stride 1 or 2 and no dilation; by default only where it won (unit stride, rows of 14 to 28,
+  // 128 channels or more).
+  a = DepthwiseArgs{};
+  a.channels = a.filters = 192, a.out_h = a.out_w = 28;
+  a.kernel_h = a.kernel_w = 5, a.stride_h = a.stride_w = 1, a.dilation_h = a.dilation_w = 1;
+  const DepthwiseTile t28 = depthwise_nhwc_tile(a, Storage::kBf16);
+  CHECK(t28.smem > 0);
+  CHECK(t28.smem <= DepthwiseNhwcKnobs{}.tile_smem);
+  CHECK(t28.tile_w == 28);  // one column tile: (28 - 1) + 5 staged columns of 128 bytes
+  // 46 KiB hold 11 staged rows of 32 x 128 bytes: 7 output rows a tile, 28 rows as 4 x 7.
+  CHECK(t28.tile_h == 7);
+  CHECK(t28.row_tiles == 4);
+  CHECK(t28.smem == size_t(11) * 32 * 128);
+  CHECK(t28.pixels == 4);
+  DepthwiseNhwcKnobs large;  // 100 KiB (opted in above 48): 25 rows, 21 outputs, 28 as 2 x 14
+  large.tile_smem = size_t(100) << 10, large.tile_pixels = 8;
+  const DepthwiseTile t28l = depthwise_nhwc_tile(a, Storage::kBf16, large);
+  CHECK(t28l.tile_h == 14);
+  CHECK(t28l.row_tiles == 2);
+  CHECK(t28l.smem == size_t(18) * 32 * 128);
+  CHECK(t28l.pixels == 8);
+  large.tile_pixels = 2;  // not a width the kernel is built for
+  CHECK(depthwise_nhwc_tile(a, Storage::kBf16, large).smem == 0);
+  CHECK(depthwise_nhwc_tile(a, Storage::kF32).smem == 0);
+  DepthwiseNhwcKnobs never;
+  never.tile_smem = 0;
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16, never).smem == 0);
+  a.channels = a.filters = 96;  // fewer than 128 channels: measured slower, unless everywhere
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
+  a.channels = a.filters = 192;
+  a.out_h = a.out_w = 56;  // measured slower there, unless everywhere
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
+  DepthwiseNhwcKnobs everywhere;
+  everywhere.tile_everywhere = true;
+  const DepthwiseTile t56 = depthwise_nhwc_tile(a, Storage::kF16, everywhere);
+  CHECK(t56.col_tiles == 2);  // 56 as 2 x 28
+  CHECK(t56.tile_w == 28);
+  a.stride_h = a.stride_w = 2;
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).tile_w == 14);  // 56 outputs as 4 x 14
+  a.stride_w = 1;                                                         // unequal strides
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).smem == 0);
+  a.stride_w = 2, a.dilation_h = 2;
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).smem == 0);
+  a.dilation_h = 1, a.channels = a.filters = 100;  // not a multiple of 8
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).smem == 0);
 }
 
 // The cutlass convolution runs a merged fire module's conv as two: the leading filters that read
