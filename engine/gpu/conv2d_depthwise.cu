@@ -671,9 +671,10 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
   if (n <= 0) return;
   const DepthwiseTile tile = depthwise_nhwc_tile(a, t, kn);
   const int64_t tile_blocks = n * tile.row_tiles;
-  if (tile.smem > 0 && tile_blocks <= INT32_MAX) {
-    const int64_t chunks = (a.channels + kTileChannels - 1) / kTileChannels;
-    const dim3 grid(static_cast<unsigned>(tile_blocks), static_cast<unsigned>(chunks * tile.col_tiles));
+  const int64_t tile_chunks = (a.channels + kTileChannels - 1) / kTileChannels;
+  if (tile.smem > 0 && tile_blocks <= INT32_MAX &&
+      tile_chunks * tile.col_tiles <= 65535) {  // else the others
+    const dim3 grid(static_cast<unsigned>(tile_blocks), static_cast<unsigned>(tile_chunks * tile.col_tiles));
     with_storage(t, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       if constexpr (!std::is_same_v<T, float>) {

@@ -76,7 +76,9 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
 // The staged tile the tile kernel computes (smem 0 where it does not run): 16-bit storage, one
 // filter per channel, channels a multiple of 8, 3x3 or 5x5 windows of equal stride 1 or 2 both
 // ways, no dilation, and (unless tile_everywhere) where it was measured to win; tile_h x tile_w
-// outputs of 64 channels a block, its input patch at most tile_smem bytes of shared memory.
+// outputs of 64 channels a block, its input patch at most tile_smem bytes of shared memory. A
+// grid beyond CUDA's limits (2^31 - 1 blocks of images x row tiles, 65535 of channel chunks x
+// column tiles) runs the other kernels instead.
 struct DepthwiseTile {
   int tile_h = 0, tile_w = 0, row_tiles = 0, col_tiles = 0, pixels = 0;
   size_t smem = 0;
