@@ -421,12 +421,12 @@ std::string CudnnConv::algo_name() const {
                            : m.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? " [fp16 tensor cores]"
                                                                              : " [tf32 tensor cores allowed]";
   if (m.graph) return m.graph->name() + " [" + storage_name(storage_of(m.prec)) + " NHWC]";
-  const bool z_in_call = m.fused && m.z_in_call;
-  const ActFn la = m.fused ? m.call_act() : m.residual ? ActFn{} : m.act;
+  // After find, z_in_call holds only with the fused call (it is cleared otherwise).
+  const ActFn la = m.call_act();
   const std::string act =
-      (z_in_call ? "+add" : "") + (la.kind == Act::kIdentity ? "" : "+" + act_fn_name(la));
+      (m.z_in_call ? "+add" : "") + (la.kind == Act::kIdentity ? "" : "+" + act_fn_name(la));
   const std::string add =
-      m.residual && !z_in_call
+      m.residual && !m.z_in_call
           ? "+add" + (m.act.kind == Act::kIdentity ? "" : "+" + act_fn_name(m.act)) + " kernel"
           : "";
   // Where the graph API was tried and could not run it, the report says why.

@@ -596,6 +596,31 @@ void launch_conv_depthwise(const DepthwiseConfig& cfg, const DepthwiseArgs& a, c
   }
 }
 
+namespace {
+
+// 3x3 or 5x5 windows: the compile-time kernels the channels-last rules and launches share.
+bool square_3_or_5(const DepthwiseArgs& a) {
+  return a.kernel_h == a.kernel_w && (a.kernel_h == 3 || a.kernel_h == 5);
+}
+
+// fn(K, S) with K (3 or 5) and S (1 or 2) as compile-time constants from the window and the stride
+// along the row, for a conv square_3_or_5 and of stride 1 or 2 along the row.
+template <typename Fn>
+void with_window(const DepthwiseArgs& a, Fn fn) {
+  auto by_stride = [&](auto k) {
+    if (a.stride_w == 1)
+      fn(k, std::integral_constant<int, 1>{});
+    else
+      fn(k, std::integral_constant<int, 2>{});
+  };
+  if (a.kernel_w == 5)
+    by_stride(std::integral_constant<int, 5>{});
+  else
+    by_stride(std::integral_constant<int, 3>{});
+}
+
+}  // namespace
+
 int depthwise_nhwc_vector(const DepthwiseArgs& a, Storage t) {
   if (a.filters != a.channels) return 1;  // a channel multiplier: filters of a vector read one channel
   const int widest = t == Storage::kF32 ? 4 : 8;  // 16 bytes
@@ -605,16 +630,14 @@ int depthwise_nhwc_vector(const DepthwiseArgs& a, Storage t) {
 }
 
 int depthwise_nhwc_pixels(const DepthwiseArgs& a, int row_pixels) {
-  const bool shares = a.stride_w == 1 && a.dilation_w == 1 &&
-                      ((a.kernel_h == 3 && a.kernel_w == 3) || (a.kernel_h == 5 && a.kernel_w == 5));
+  const bool shares = a.stride_w == 1 && a.dilation_w == 1 && square_3_or_5(a);
   return shares && (row_pixels == 2 || row_pixels == 4) ? row_pixels : 1;
 }
 
 DepthwiseStrip depthwise_nhwc_strip(const DepthwiseArgs& a, Storage t, int strip_pixels) {
   DepthwiseStrip d;
-  const bool k35 = a.kernel_h == a.kernel_w && (a.kernel_h == 3 || a.kernel_h == 5);
-  if (a.filters != a.channels || a.channels % 2 != 0 || !k35 || (a.stride_w != 1 && a.stride_w != 2) ||
-      a.dilation_w != 1 || a.out_w < 4 || strip_pixels < 4)
+  if (a.filters != a.channels || a.channels % 2 != 0 || !square_3_or_5(a) ||
+      (a.stride_w != 1 && a.stride_w != 2) || a.dilation_w != 1 || a.out_w < 4 || strip_pixels < 4)
     return d;
   if (t != Storage::kF32) {  // 16-bit storage: 4 filters of 4 pixels, 3x3 windows of stride 1 only
     if (a.kernel_h != 3 || a.stride_w != 1 || a.channels % 4 != 0) return d;
@@ -635,9 +658,8 @@ DepthwiseStrip depthwise_nhwc_strip(const DepthwiseArgs& a, Storage t, int strip
 
 DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& kn) {
   DepthwiseTile d;
-  const bool k35 = a.kernel_h == a.kernel_w && (a.kernel_h == 3 || a.kernel_h == 5);
   const bool pixels_ok = kn.tile_pixels == 4 || kn.tile_pixels == 8;
-  if (t == Storage::kF32 || a.filters != a.channels || a.channels % 8 != 0 || !k35 ||
+  if (t == Storage::kF32 || a.filters != a.channels || a.channels % 8 != 0 || !square_3_or_5(a) ||
       a.stride_h != a.stride_w || (a.stride_w != 1 && a.stride_w != 2) || a.dilation_h != 1 ||
       a.dilation_w != 1 || kn.tile_smem == 0 || !pixels_ok)
     return d;
@@ -687,23 +709,13 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
           kernel<<<grid, kThreads, tile.smem, s>>>(xt, w_taps, bias, yt, a, tile.tile_h, tile.tile_w,
                                                    tile.row_tiles, tile.col_tiles, act);
         };
-        auto go = [&](auto k, auto stride) {
+        with_window(a, [&](auto k, auto stride) {
           constexpr int K = decltype(k)::value, S = decltype(stride)::value;
           if (tile.pixels == 8)
             run(depthwise_tile_kernel<T, K, S, 8>);
           else
             run(depthwise_tile_kernel<T, K, S, 4>);
-        };
-        auto by_stride = [&](auto k) {
-          if (a.stride_w == 1)
-            go(k, std::integral_constant<int, 1>{});
-          else
-            go(k, std::integral_constant<int, 2>{});
-        };
-        if (a.kernel_w == 5)
-          by_stride(std::integral_constant<int, 5>{});
-        else
-          by_stride(std::integral_constant<int, 3>{});
+        });
       }
     });
     CUDA_CHECK_LAUNCH("depthwise_tile_kernel");
@@ -725,28 +737,18 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
         depthwise_strip_kernel<T, 4, 3, 1, 4>
             <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, row_items, items, act);
       } else {
-        auto go = [&](auto k, auto stride, auto pixels) {
-          depthwise_strip_kernel<T, 2, decltype(k)::value, decltype(stride)::value, decltype(pixels)::value>
-              <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, row_items, items, act);
-        };
-        auto by_pixels = [&](auto k, auto stride) {
+        with_window(a, [&](auto k, auto stride) {
+          constexpr int K = decltype(k)::value, S = decltype(stride)::value;
+          auto go = [&](auto kernel) {
+            kernel<<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, row_items, items, act);
+          };
           if (pp == 8)
-            go(k, stride, std::integral_constant<int, 8>{});
+            go(depthwise_strip_kernel<T, 2, K, S, 8>);
           else if (pp == 7)
-            go(k, stride, std::integral_constant<int, 7>{});
+            go(depthwise_strip_kernel<T, 2, K, S, 7>);
           else
-            go(k, stride, std::integral_constant<int, 4>{});
-        };
-        auto by_stride = [&](auto k) {
-          if (a.stride_w == 1)
-            by_pixels(k, std::integral_constant<int, 1>{});
-          else
-            by_pixels(k, std::integral_constant<int, 2>{});
-        };
-        if (a.kernel_w == 5)
-          by_stride(std::integral_constant<int, 5>{});
-        else
-          by_stride(std::integral_constant<int, 3>{});
+            go(depthwise_strip_kernel<T, 2, K, S, 4>);
+        });
       }
     });
     CUDA_CHECK_LAUNCH("depthwise_strip_kernel");
