@@ -110,6 +110,50 @@ TEST_CASE("gemm: the planner folds a per-channel mul into a 1x1 conv where the p
   const NhwcLayout lay = make_nhwc_layout(net, plan);
   REQUIRE(lay.ok);
   CHECK(lay.nhwc[static_cast<size_t>(p.scale_w_buf)] == 1);
+
+  // The SE pools that read a depthwise conv's output: the conv's kernel may compute them, writing
+  // the pool's buffer and its FP32 partial sums (sized by the executor) at the conv's own step.
+  const Step& d = st("dw");
+  REQUIRE(d.mean_layer == net.find("gap"));
+  CHECK(st("gap").mean_conv == net.find("dw"));
+  CHECK(st("dw2").mean_layer == net.find("gp2"));
+  CHECK(st("gp2").mean_conv == net.find("dw2"));
+  CHECK(st("proj2").mean_layer == -1);  // gap3 reads a dense conv
+  CHECK(st("gap3").mean_conv == -1);
+  CHECK(st("stem").mean_layer == -1);
+  REQUIRE(d.mean_buf > 0);
+  CHECK(plan.buf_floats[static_cast<size_t>(d.mean_buf)] == 0);
+  CHECK(lay.nhwc[static_cast<size_t>(d.mean_buf)] == 0);  // FP32
+  const int dw_at = net.find("dw");
+  CHECK(life[static_cast<size_t>(d.mean_buf)].first == dw_at);
+  CHECK(life[static_cast<size_t>(d.mean_buf)].last == dw_at);
+  CHECK(life[static_cast<size_t>(st("gap").out)].first == dw_at);  // not the pool's own step
+}
+
+TEST_CASE("plan: which pools are a whole-plane mean") {
+  Network net = test::parse_layers(R"(  - {name: c0, type: conv, filters: 4, kernel: 1}
+  - {name: c, type: conv, filters: 8, kernel: 3, pad: 1, groups: 2}
+  - {name: g, type: avgpool, global: true, inputs: c}
+  - {name: a, type: avgpool, output: 1, inputs: c}
+  - {name: w, type: avgpool, size: 8, inputs: c}
+  - {name: p, type: avgpool, size: 8, pad: 1, inputs: c}
+  - {name: m, type: maxpool, global: true, inputs: c}
+  - {name: a2, type: avgpool, output: 2, inputs: c}
+  - {name: g2, type: avgpool, global: true, inputs: a2}
+  - {name: cat, type: concat, inputs: [g, a, w, p, m, g2]}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  auto is = [&](const char* n) { return is_whole_plane_mean(*net.layers[static_cast<size_t>(net.find(n))]); };
+  CHECK(is("g"));
+  CHECK(is("a"));
+  CHECK(is("w"));        // a window over the whole 8x8 plane, no padding
+  CHECK_FALSE(is("p"));  // padded: its divisor counts the padding
+  CHECK_FALSE(is("m"));
+  CHECK_FALSE(is("a2"));
+  // A grouped conv that is not depthwise: its pools run as passes.
+  const Plan plan = make_plan(net);
+  CHECK(plan.steps[1].mean_layer == -1);
 }
 
 TEST_CASE("gemm: runs 1x1 convs of stride 1, unpadded, groups 1, channels last only") {

@@ -9,7 +9,9 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -489,6 +491,7 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
       {144, 1, 15, 15, 5, 5, 2, 2, 2, 2, 1, 1, 2}, {2, 1, 9, 30, 3, 3, 1, 1, 1, 1, 1, 1, 3}};
   uint32_t seed = 700;
   int k = 0;
+  int mean_runs[3] = {0, 0, 0};  // by kernel: tile, strip, vector
   for (Storage t : {Storage::kF32, Storage::kF16, Storage::kBf16})
     for (const DwCase& c : cases) {
       const DepthwiseArgs a = c.args();
@@ -557,8 +560,45 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
           INFO(what.str());
           CHECK(differ == 0);
         }
+        // With the whole-plane mean where this kernel computes it: the same outputs, and each
+        // image's and filter's mean of the stored outputs (one FP32 sum, rounded once), every
+        // partial sum written (they start as NaNs).
+        const int slots = depthwise_nhwc_mean_slots(a, t, kn);
+        const size_t means = size_t(c.n) * a.filters;
+        DevBuf part(std::max<size_t>(size_t(slots) * means, 1) * sizeof(float)), ms(means * bytes),
+            mf(means * sizeof(float));
+        DepthwiseMean mean;
+        mean.partial = part.as<float>(), mean.out = ms.get();
+        if (slots == 0) {
+          CHECK_THROWS_WITH_AS(launch_conv_depthwise_nhwc(a, xs.get(), t, dw.as<float>(), nullptr, ys.get(),
+                                                          c.n, act, st.s, kn, mean),
+                               doctest::Contains("cannot compute their mean"), Error);
+          continue;
+        }
+        CUDA_CHECK(cudaMemsetAsync(part.get(), 0xff, size_t(slots) * means * sizeof(float), st.s));
+        CUDA_CHECK(cudaMemsetAsync(ys.get(), 0xff, want.size() * bytes, st.s));
+        launch_conv_depthwise_nhwc(a, xs.get(), t, dw.as<float>(), with_bias ? db.as<float>() : nullptr,
+                                   ys.get(), c.n, act, st.s, kn, mean);
+        launch_nhwc_to_nchw(ys.get(), t, y.as<float>(), c.n, a.filters, out_plane, st.s);
+        launch_nhwc_to_nchw(ms.get(), t, mf.as<float>(), c.n, a.filters, 1, st.s);
+        const std::vector<float> again = download(y, want.size(), st.s), got_mean = download(mf, means, st.s);
+        std::vector<double> want_mean(means, 0.0);
+        for (size_t q = 0; q < means; ++q) {
+          for (int e = 0; e < out_plane; ++e) want_mean[q] += got[q * size_t(out_plane) + size_t(e)];
+          want_mean[q] /= out_plane;
+        }
+        INFO(what.str() << ", with the mean in " << slots << " slots an image");
+        size_t differ = 0;
+        for (size_t e = 0; e < got.size(); ++e) differ += std::memcmp(&got[e], &again[e], sizeof(float)) != 0;
+        CHECK(differ == 0);
+        check_close(got_mean, want_mean, tol, tol, what.str() + ", the mean");
+        ++mean_runs[tile.smem > 0 ? 0 : ds.pixels > 0 ? 1 : 2];
       }
     }
+  // Each kernel computed the mean somewhere (the tile, strip and vector kernels).
+  CHECK(mean_runs[0] > 0);
+  CHECK(mean_runs[1] > 0);
+  CHECK(mean_runs[2] > 0);
 }
 
 TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, strip, tile; no GPU needed)") {
@@ -671,6 +711,55 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).smem == 0);
   a.dilation_h = 1, a.channels = a.filters = 100;  // not a multiple of 8
   CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).smem == 0);
+}
+
+TEST_CASE(
+    "depthwise: where the channels-last kernels compute the whole-plane mean, in how many slots (no GPU)") {
+  // EfficientNet-B0's depthwise convs at 224x224.
+  auto dw = [](int c, int in, int k, int s) {
+    DepthwiseArgs a;
+    a.channels = a.filters = c;
+    a.in_h = a.in_w = in;
+    a.kernel_h = a.kernel_w = k, a.stride_h = a.stride_w = s, a.pad_h = a.pad_w = k / 2;
+    a.out_h = a.out_w = (in + 2 * (k / 2) - k) / s + 1;
+    return a;
+  };
+  // 112x112x32, 3x3: the strip kernel, 4 filters x 4 pixels (16-bit) or 2 x 8 (FP32): 224 items a
+  // row, 112 rows, 98 blocks of 256 an image.
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16) == 98);
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kF32) == 98);
+  // 56x56x144, 3x3: the strip kernel, 14 strips x 36 vectors a row: 28224 items, 111 blocks (the
+  // last part full).
+  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF16) == 111);
+  // 112 -> 56, 96 channels, stride 2: the vector kernel, 56 x 12 vectors a row in 3 chunks of 256.
+  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16) == 56 * 3);
+  // 28x28x240, 5x5: the tile kernel, 4 row tiles of 7 rows x 1 column tile.
+  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16) == 4);
+  // 14x14x480, 3x3: one 14x14 tile.
+  CHECK(depthwise_nhwc_mean_slots(dw(480, 14, 3, 1), Storage::kF16) == 1);
+  // 7x7x1152: the vector kernel's 7 rows x 4 chunks of partial sums would outweigh a quarter of
+  // the 16-bit output (28 x 1152 floats against 49 x 1152 values): the pool pass reads less.
+  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 5, 1), Storage::kBf16) == 0);
+  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 3, 1), Storage::kF32) == 0);
+  // 14 -> 7, 672 channels: 7 rows x 3 chunks: 21 x 672 floats, more than a quarter of 49 x 672
+  // 16-bit values.
+  CHECK(depthwise_nhwc_mean_slots(dw(672, 14, 5, 2), Storage::kBf16) == 0);
+  // Not where the kernels have no mean: a channel multiplier, a 7x7 window, channels not a
+  // multiple of 16 bytes, a tile of 8 pixels a lane, the vector kernel at several pixels a thread.
+  DepthwiseArgs m = dw(32, 112, 3, 1);
+  m.filters = 64;
+  CHECK(depthwise_nhwc_mean_slots(m, Storage::kBf16) == 0);
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 56, 7, 1), Storage::kBf16) == 0);
+  CHECK(depthwise_nhwc_mean_slots(dw(36, 56, 3, 1), Storage::kBf16) == 0);
+  CHECK(depthwise_nhwc_mean_slots(dw(36, 56, 3, 1), Storage::kF32) > 0);
+  DepthwiseNhwcKnobs eight;
+  eight.tile_pixels = 8;
+  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16, eight) == 0);
+  DepthwiseNhwcKnobs wide;
+  wide.row_pixels = 4, wide.strip_pixels = 0;  // the vector kernel, 4 pixels a thread
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, wide) == 0);
+  wide.row_pixels = 1;  // 1 pixel a thread: 112 rows x 2 chunks of 448 vectors
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, wide) == 224);
 }
 
 // The cutlass convolution runs a merged fire module's conv as two: the leading filters that read

@@ -7,7 +7,9 @@
 // copies) and on one whose output is itself channels last; the layout auto picks; the errors for
 // what it cannot run. GPU cases skip without a GPU.
 #include <algorithm>
+#include <cmath>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <utility>
 
@@ -751,6 +753,88 @@ layers:
   o.conv_algo = ConvAlgo::kImplicit;
   CHECK_THROWS_WITH_AS(gpu->run(data, o), doctest::Contains("--conv-algo implicit needs --layout nchw"),
                        Error);
+}
+
+TEST_CASE("gpu: the depthwise kernel computes a squeeze-and-excitation pool's whole-plane mean as it stores" *
+          doctest::skip(!gpu_present())) {
+  // EfficientNet's MBConv: a 3x3 depthwise conv (48 channels, 20x20: the strip kernel) with its
+  // SiLU, the SE pool, its two 1x1 convs and the mul; a 5x5 one of 128 channels on 20-wide rows
+  // (the tile kernel at 16-bit storage, the strip kernel at FP32) whose pool is a plain avgpool
+  // window over the plane; then a 3x3 stride-3 one (24 channels on a 7x7 map: the vector kernel,
+  // whose partial sums would outweigh a quarter of its 16-bit output, so its pool runs as a pass
+  // there, but not of its FP32 output).
+  const char* const text = R"(
+name: se
+input: {channels: 3, height: 20, width: 20}
+classes: 10
+layers:
+  - {name: stem, type: conv, filters: 48, kernel: 3, pad: 1}
+  - {name: s0, type: silu}
+  - {name: dw, type: conv, filters: 48, kernel: 3, pad: 1, groups: 48, algo: depthwise}
+  - {name: d1, type: silu}
+  - {name: gap, type: avgpool, output: 1}
+  - {name: fc1, type: conv, filters: 8, kernel: 1}
+  - {name: a1, type: silu}
+  - {name: fc2, type: conv, filters: 48, kernel: 1}
+  - {name: sig, type: sigmoid}
+  - {name: scale, type: mul, inputs: [sig, d1]}
+  - {name: up, type: conv, filters: 128, kernel: 1}
+  - {name: dw4, type: conv, filters: 128, kernel: 5, pad: 2, groups: 128, algo: depthwise}
+  - {name: gp4, type: avgpool, size: 20}
+  - {name: f41, type: conv, filters: 128, kernel: 1}
+  - {name: sg4, type: sigmoid}
+  - {name: sc4, type: mul, inputs: [dw4, sg4]}
+  - {name: c2, type: conv, filters: 24, kernel: 1}
+  - {name: dw2, type: conv, filters: 24, kernel: 3, stride: 3, pad: 1, groups: 24, algo: depthwise}
+  - {name: gp2, type: avgpool, global: true}
+  - {name: f21, type: conv, filters: 24, kernel: 1}
+  - {name: sg2, type: sigmoid}
+  - {name: sc2, type: mul, inputs: [dw2, sg2]}
+  - {name: fc, type: fc, outputs: 10}
+)";
+  Network net = parse_netdef_string(text, "se.yaml");
+  random_weights(net, 23);
+  auto gpu = make_gpu_executor(net);
+  auto cpu = make_cpu_executor(net);
+  Dataset data = gpu_random_data(net.input, 37, 10, 3);
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+    const bool half = p == Precision::kFp16 || p == Precision::kBf16;
+    INFO(std::string(precision_name(p)));
+    RunOptions o;
+    o.batch = 37;
+    o.block = 16;
+    o.layout = Layout::kNhwc;
+    o.precision = p;
+    o.want_probs = true;
+    const RunResult fused = gpu->run(data, o);
+    std::map<std::string, std::string> algo;
+    for (const LayerTime& t : fused.layers) algo[t.name] = t.algo;
+    INFO("dw: " << algo["dw"] << "; dw4: " << algo["dw4"] << "; dw2: " << algo["dw2"]);
+    CHECK(algo["dw"].find("depthwise(bias+silu+mean epilogue") == 0);
+    CHECK(algo["gap"] == "fused into dw");
+    CHECK(algo["dw4"].find("depthwise(bias+mean epilogue") == 0);
+    CHECK((algo["dw4"].find("tiles staged in shared memory") != std::string::npos) == half);
+    CHECK(algo["gp4"] == "fused into dw4");
+    CHECK((algo["dw2"].find("+mean") != std::string::npos) == !half);
+    CHECK(algo["gp2"] == (half ? "" : "fused into dw2"));
+    const Validation v = validate(*gpu, *cpu, net, data, 37, o);  // the pools' outputs among the layers
+    CHECK(v.pass);
+    // --gpu-off mean: the pools as passes, the same network within the precision's tolerance.
+    RunOptions apart = o;
+    apart.tuning.fuse_mean = false;
+    const RunResult passes = gpu->run(data, apart);
+    for (const LayerTime& t : passes.layers) {
+      INFO(t.name << ": " << t.algo);
+      CHECK(t.algo.find("mean") == std::string::npos);
+      if (t.type == "avgpool") CHECK(t.algo == "");
+    }
+    REQUIRE(passes.probs.size() == fused.probs.size());
+    double worst = 0;
+    for (size_t k = 0; k < fused.probs.size(); ++k)
+      worst = std::max(worst, std::abs(double(fused.probs[k]) - passes.probs[k]));
+    CHECK(worst < (half ? 2e-2 : 1e-4));
+    CHECK(validate(*gpu, *cpu, net, data, 37, apart).pass);
+  }
 }
 
 namespace {

@@ -21,6 +21,7 @@
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_depthwise.h"
 #include "engine/gpu/cp_async.cuh"
+#include "engine/gpu/grid_stride.h"
 #include "engine/gpu/storage.cuh"
 
 namespace cnnrun::gpu {
@@ -252,6 +253,26 @@ __device__ __forceinline__ void load_floats(const float* __restrict__ p, float (
   }
 }
 
+// The whole-plane mean's partial sums (DepthwiseMean): thread t of a block holds v, its sums of
+// the outputs it stored of filter vector (base + t) % vecs (zeros for a thread that stored none);
+// part[j * V + k] becomes the sum of the block's threads' v[k] of vector j, added in thread order
+// (0 where no thread had j), for every j < vecs. Every thread of the block calls it.
+template <int V>
+__device__ __forceinline__ void block_filter_sums(const float (&v)[V], int base, int vecs,
+                                                  float* __restrict__ part) {
+  __shared__ float sums[kThreads * V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) sums[threadIdx.x * V + k] = v[k];
+  __syncthreads();
+  const int first = base % vecs;  // thread 0's vector
+  for (int i = static_cast<int>(threadIdx.x); i < vecs * V; i += kThreads) {
+    const int j = i / V, k = i - j * V;
+    float sum = 0.f;
+    for (int t = (j - first + vecs) % vecs; t < kThreads; t += vecs) sum = __fadd_rn(sum, sums[t * V + k]);
+    part[i] = sum;
+  }
+}
+
 // Channels last: block (row, chunk) covers output row `row` (image row / out_h, oy row % out_h),
 // its threads V consecutive filters of P consecutive output pixels each; the row's pixel groups
 // x filter vectors are row_vecs, blockDim.x a chunk. V > 1 only with one filter per channel
@@ -259,14 +280,18 @@ __device__ __forceinline__ void load_floats(const float* __restrict__ p, float (
 // a compile-time kernel width, unit stride and dilation along the row: a window row's weights
 // are loaded once for the P pixels and its P + KW - 1 input columns once each (P = 1: KW loads
 // of both per pixel). Each output sums its taps in the same order either way.
-template <typename T, int V, int KH, int KW, int P>
+// MEAN: the block's partial sums for the whole-plane mean go to slot oy * gridDim.y + chunk of
+// its image in part (slots a image).
+template <typename T, int V, int KH, int KW, int P, bool MEAN>
 __global__ void __launch_bounds__(kThreads)
     depthwise_nhwc_kernel(const T* __restrict__ x, const float* __restrict__ w,
                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int row_vecs,
-                          ActFn act) {
+                          ActFn act, float* __restrict__ part, int slots) {
   static_assert(P == 1 || KW > 0, "several pixels a thread need a compile-time kernel width");
-  const int j = blockIdx.y * blockDim.x + threadIdx.x;
-  if (j >= row_vecs) return;
+  const int j_all = blockIdx.y * blockDim.x + threadIdx.x;
+  const bool live = j_all < row_vecs;  // with the mean, every thread reaches the block's barrier
+  if (!MEAN && !live) return;
+  const int j = live ? j_all : row_vecs - 1;
   const int kh_n = KH > 0 ? KH : a.kernel_h, kw_n = KW > 0 ? KW : a.kernel_w;
   const int fv = a.filters / V;
   const int group = j / fv, f0 = (j - group * fv) * V;
@@ -324,14 +349,23 @@ __global__ void __launch_bounds__(kThreads)
   else
 #pragma unroll
     for (int k = 0; k < V; ++k) b[k] = 0.f;
+  float msum[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) msum[k] = 0.f;
 #pragma unroll
   for (int p = 0; p < P; ++p) {
-    if (ox0 + p >= a.out_w) break;
+    if (ox0 + p >= a.out_w || !live) break;
     Vec<T, V> out;
 #pragma unroll
     for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
     *reinterpret_cast<Vec<T, V>*>(y + (row * a.out_w + ox0 + p) * a.filters + f0) = out;
+    if constexpr (MEAN)
+#pragma unroll
+      for (int k = 0; k < V; ++k) msum[k] = __fadd_rn(msum[k], ld(out.v[k]));
   }
+  if constexpr (MEAN)
+    block_filter_sums<V>(msum, static_cast<int>(blockIdx.y) * kThreads, fv,
+                         part + ((img * slots) + int64_t(oy) * gridDim.y + blockIdx.y) * a.filters);
 }
 
 // Channels last, a strip: V filters a thread (V = 2: one 32-bit word of 16-bit storage, two
@@ -342,21 +376,26 @@ __global__ void __launch_bounds__(kThreads)
 // sums; a warp's lanes take consecutive vectors of one pixel. Against depthwise_nhwc_kernel (V
 // filters of one pixel, 16-byte loads) it makes a fraction of the loads an output (measured in
 // docs/performance.md), and the same FP32 sum in the same tap order, rounded once when it stores.
-template <typename T, int V, int K, int S, int P>
+// MEAN: blocks_per_image blocks an image (items counts an image's), the block's partial sums for
+// the whole-plane mean to its image's slot blockIdx.x % blocks_per_image in part.
+template <typename T, int V, int K, int S, int P, bool MEAN>
 __global__ void __launch_bounds__(kThreads)
     depthwise_strip_kernel(const T* __restrict__ x, const float* __restrict__ w,
                            const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int row_items,
-                           int items, ActFn act) {
+                           int items, ActFn act, float* __restrict__ part, int blocks_per_image) {
   // 32-bit indices and divisions (the launch keeps items under 2^31; 2-4 % faster than 64-bit,
   // docs/performance.md).
-  const int g = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
-  if (g >= items) return;
-  const int row = g / row_items;  // image row / out_h, output row row % out_h
+  const int blk = MEAN ? static_cast<int>(blockIdx.x) % blocks_per_image : static_cast<int>(blockIdx.x);
+  const int g_all = blk * kThreads + static_cast<int>(threadIdx.x);
+  const bool live = g_all < items;  // with the mean, every thread reaches the block's barrier
+  if (!MEAN && !live) return;
+  const int g = live ? g_all : items - 1;
+  const int row = g / row_items;  // image row / out_h, output row row % out_h (MEAN: output row)
   const int item = g - row * row_items;
   const int vecs = a.channels / V;
   const int strip = item / vecs, c0 = (item - strip * vecs) * V;
-  const int img = row / a.out_h;
-  const int oy = row - img * a.out_h;
+  const int img = MEAN ? static_cast<int>(blockIdx.x) / blocks_per_image : row / a.out_h;
+  const int oy = MEAN ? row : row - img * a.out_h;
   const int ox0 = strip * P;
   float wr[K * K][V];
 #pragma unroll
@@ -399,15 +438,24 @@ __global__ void __launch_bounds__(kThreads)
   else
 #pragma unroll
     for (int k = 0; k < V; ++k) b[k] = 0.f;
-  T* yrow = y + (int64_t(row) * a.out_w + ox0) * a.filters + c0;
+  T* yrow = y + ((int64_t(img) * a.out_h + oy) * a.out_w + ox0) * a.filters + c0;
+  float msum[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) msum[k] = 0.f;
 #pragma unroll
   for (int p = 0; p < P; ++p) {
-    if (ox0 + p >= a.out_w) break;
+    if (ox0 + p >= a.out_w || !live) break;
     Vec<T, V> out;
 #pragma unroll
     for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
     *reinterpret_cast<Vec<T, V>*>(yrow + int64_t(p) * a.filters) = out;
+    if constexpr (MEAN)
+#pragma unroll
+      for (int k = 0; k < V; ++k) msum[k] = __fadd_rn(msum[k], ld(out.v[k]));
   }
+  if constexpr (MEAN)
+    block_filter_sums<V>(msum, blk * kThreads, vecs,
+                         part + (int64_t(img) * blocks_per_image + blk) * a.filters);
 }
 
 // Channels last at 16-bit storage, a staged tile: a block stages the input patch that
@@ -423,11 +471,14 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kTileChannels = 64;
 constexpr size_t kMaxTileSmem = size_t(227) << 10;  // sm_90's most for a block, opted in above 48 KiB
 
-template <typename T, int K, int S, int P>
+// MEAN: the block's partial sums for the whole-plane mean go to its image's slot
+// row tile * col_tiles + column tile in part, through 8 x kTileChannels floats of shared memory
+// after the patch.
+template <typename T, int K, int S, int P, bool MEAN>
 __global__ void __launch_bounds__(kThreads)
     depthwise_tile_kernel(const T* __restrict__ x, const float* __restrict__ w,
                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int tile_h,
-                          int tile_w, int row_tiles, int col_tiles, ActFn act) {
+                          int tile_w, int row_tiles, int col_tiles, ActFn act, float* __restrict__ part) {
   extern __shared__ __align__(16) unsigned char dw_tile_smem[];
   T* patch = reinterpret_cast<T*>(dw_tile_smem);
   const int patch_w = (tile_w - 1) * S + K;  // the staged rows' pitch in pixels
@@ -462,10 +513,11 @@ __global__ void __launch_bounds__(kThreads)
   }
   cp_async_wait_all();
   __syncthreads();
-  if (!active) return;                    // no barrier follows
+  if (!MEAN && !active) return;           // no barrier follows
   constexpr int kCols = (P - 1) * S + K;  // the input columns a strip's windows span
   const int strips = (tw + P - 1) / P;
-  for (int it = warp; it < th * strips; it += kThreads / 32) {
+  float msum[2] = {0.f, 0.f};
+  for (int it = warp; active && it < th * strips; it += kThreads / 32) {
     const int r = it / strips, sx = (it - r * strips) * P;
     float acc[P][2];
 #pragma unroll
@@ -498,7 +550,40 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < 2; ++e) out.v[e] = to<T>(act_eval(act, __fadd_rn(acc[p][e], b[e])));
       *reinterpret_cast<Vec<T, 2>*>(yrow + int64_t(p) * a.filters) = out;
+      if constexpr (MEAN)
+        msum[0] = __fadd_rn(msum[0], ld(out.v[0])), msum[1] = __fadd_rn(msum[1], ld(out.v[1]));
     }
+  }
+  if constexpr (MEAN) {  // the warps' sums, added in warp order
+    float* red = reinterpret_cast<float*>(dw_tile_smem + size_t(((tile_h - 1) * S + K) * patch_w) *
+                                                             kTileChannels * sizeof(T));
+    red[warp * kTileChannels + 2 * lane] = msum[0];
+    red[warp * kTileChannels + 2 * lane + 1] = msum[1];
+    __syncthreads();
+    const int i = static_cast<int>(threadIdx.x);
+    if (i < cc) {
+      float sum = 0.f;
+#pragma unroll
+      for (int k = 0; k < kThreads / 32; ++k) sum = __fadd_rn(sum, red[k * kTileChannels + i]);
+      const int slot = (static_cast<int>(blockIdx.x) - img * row_tiles) * col_tiles +
+                       (static_cast<int>(blockIdx.y) - chunk * col_tiles);
+      part[(int64_t(img) * row_tiles * col_tiles + slot) * a.filters + c0 + i] = sum;
+    }
+  }
+}
+
+// The whole-plane mean from the kernels' partial sums: out[i] = (sum of its image's slots of
+// filter i % filters, in slot order) / plane, for i < count = images x filters.
+template <typename T>
+__global__ void mean_slots_kernel(const float* __restrict__ part, T* __restrict__ out, int64_t count,
+                                  int filters, int slots, float plane) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < count;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t img = i / filters;
+    const float* p = part + img * slots * filters + (i - img * filters);
+    float sum = 0.f;
+    for (int k = 0; k < slots; ++k) sum = __fadd_rn(sum, p[int64_t(k) * filters]);
+    out[i] = to<T>(__fdiv_rn(sum, plane));
   }
 }
 
@@ -684,118 +769,228 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
   return d;
 }
 
+namespace {
+
+// Which channels-last kernel a launch runs, and how: the tile kernel where depthwise_nhwc_tile
+// says so, else the strip kernel where depthwise_nhwc_strip does, else the vector kernel; each
+// only where its grid fits CUDA's limits and its indices 32 bits. With the mean (blocks_images
+// false), the choice does not depend on the images: the launch checks their grid.
+enum class NhwcKernel { kTile, kStrip, kVector };
+struct NhwcChoice {
+  NhwcKernel kind = NhwcKernel::kVector;
+  DepthwiseTile tile;
+  DepthwiseStrip strip;
+  int row_items = 0;  // the strip kernel's strips x filter vectors a row
+  int v = 1, px = 1;  // the vector kernel's filters and pixels a thread
+  int64_t row_vecs = 0, chunks = 0;
+  int slots = 0;  // thread blocks an image (the vector kernel: rows x chunks)
+};
+
+NhwcChoice choose_nhwc(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& kn, int64_t n,
+                       bool blocks_images) {
+  NhwcChoice c;
+  c.tile = depthwise_nhwc_tile(a, t, kn);
+  const int64_t tile_chunks = (a.channels + kTileChannels - 1) / kTileChannels;
+  if (c.tile.smem > 0 && (!blocks_images || n * c.tile.row_tiles <= INT32_MAX) &&
+      tile_chunks * c.tile.col_tiles <= 65535) {
+    c.kind = NhwcKernel::kTile;
+    c.slots = c.tile.row_tiles * c.tile.col_tiles;
+    return c;
+  }
+  c.strip = depthwise_nhwc_strip(a, t, kn.strip_pixels);
+  if (c.strip.pixels > 0) {
+    c.row_items = (a.out_w + c.strip.pixels - 1) / c.strip.pixels * (a.channels / c.strip.filters);
+    const int64_t image_items = int64_t(a.out_h) * c.row_items;
+    if ((blocks_images ? n : 1) * image_items <= INT32_MAX - kThreads) {  // else the vector kernel
+      c.kind = NhwcKernel::kStrip;
+      c.slots = static_cast<int>((image_items + kThreads - 1) / kThreads);
+      return c;
+    }
+  }
+  c.v = depthwise_nhwc_vector(a, t);
+  c.px = depthwise_nhwc_pixels(a, kn.row_pixels);
+  c.row_vecs = int64_t((a.out_w + c.px - 1) / c.px) * (a.filters / c.v);
+  c.chunks = (c.row_vecs + kThreads - 1) / kThreads;
+  c.slots = static_cast<int>(std::min<int64_t>(int64_t(a.out_h) * c.chunks, INT32_MAX));
+  return c;
+}
+
+// Shared memory the tile kernel's mean adds after the patch: the 8 warps' sums of 64 channels.
+constexpr size_t kTileMeanSmem = sizeof(float) * (kThreads / 32) * kTileChannels;
+
+}  // namespace
+
+int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& kn) {
+  if (a.filters != a.channels || !square_3_or_5(a) || a.out_h < 1 || a.out_w < 1 ||
+      a.channels % (16 / static_cast<int>(storage_bytes(t))) != 0)
+    return 0;
+  const NhwcChoice c = choose_nhwc(a, t, kn, 1, false);
+  switch (c.kind) {  // the variants instantiated with the mean
+    case NhwcKernel::kTile:
+      if (c.tile.pixels != 4 || c.tile.smem + kTileMeanSmem > kMaxTileSmem) return 0;
+      break;
+    case NhwcKernel::kStrip:
+      break;
+    case NhwcKernel::kVector:
+      if (c.px != 1) return 0;
+      break;
+  }
+  // Partial sums (FP32) of no more than a quarter of the output's bytes.
+  const int64_t out_bytes = int64_t(a.out_h) * a.out_w * a.filters * storage_bytes(t);
+  return int64_t(c.slots) * a.filters * int64_t(sizeof(float)) * 4 <= out_bytes ? c.slots : 0;
+}
+
 void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t, const float* w_taps,
                                 const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s,
-                                const DepthwiseNhwcKnobs& kn) {
+                                const DepthwiseNhwcKnobs& kn, const DepthwiseMean& mean) {
   if (a.channels < 1 || a.filters % a.channels != 0 || a.out_h < 1 || a.out_w < 1)
     throw Error("channels-last depthwise convolution: filters (" + std::to_string(a.filters) +
                 ") are not a multiple of the channels (" + std::to_string(a.channels) + ")");
   if (n <= 0) return;
-  const DepthwiseTile tile = depthwise_nhwc_tile(a, t, kn);
-  const int64_t tile_blocks = n * tile.row_tiles;
-  const int64_t tile_chunks = (a.channels + kTileChannels - 1) / kTileChannels;
-  if (tile.smem > 0 && tile_blocks <= INT32_MAX &&
-      tile_chunks * tile.col_tiles <= 65535) {  // else the others
-    const dim3 grid(static_cast<unsigned>(tile_blocks), static_cast<unsigned>(tile_chunks * tile.col_tiles));
+  const bool with_mean = mean.partial != nullptr;
+  const int slots = with_mean ? depthwise_nhwc_mean_slots(a, t, kn) : 0;
+  if (with_mean && slots == 0)
+    throw Error("channels-last depthwise convolution: the kernel for " + std::to_string(a.out_h) + " x " +
+                std::to_string(a.out_w) + " x " + std::to_string(a.filters) +
+                " outputs cannot compute their mean (depthwise_nhwc_mean_slots is 0)");
+  const NhwcChoice c = choose_nhwc(a, t, kn, n, !with_mean);
+  auto too_many = [&] {
+    return Error("channels-last depthwise convolution: " + std::to_string(n) + " images of " +
+                 std::to_string(a.out_h) + " x " + std::to_string(a.out_w) + " x " +
+                 std::to_string(a.filters) + " outputs exceed its grid");
+  };
+  float* part = mean.partial;
+  if (c.kind == NhwcKernel::kTile) {
+    const int64_t tile_blocks = n * c.tile.row_tiles;
+    if (tile_blocks > INT32_MAX) throw too_many();  // only with the mean (else not chosen)
+    const int64_t tile_chunks = (a.channels + kTileChannels - 1) / kTileChannels;
+    const dim3 grid(static_cast<unsigned>(tile_blocks),
+                    static_cast<unsigned>(tile_chunks * c.tile.col_tiles));
+    const size_t smem = c.tile.smem + (with_mean ? kTileMeanSmem : 0);
     with_storage(t, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       if constexpr (!std::is_same_v<T, float>) {
         const T* xt = static_cast<const T*>(x);
         T* yt = static_cast<T*>(y);
         auto run = [&](auto kernel) {
-          if (tile.smem > kMaxSmem)
+          if (smem > kMaxSmem)
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(tile.smem)));
-          kernel<<<grid, kThreads, tile.smem, s>>>(xt, w_taps, bias, yt, a, tile.tile_h, tile.tile_w,
-                                                   tile.row_tiles, tile.col_tiles, act);
+                                            static_cast<int>(smem)));
+          kernel<<<grid, kThreads, smem, s>>>(xt, w_taps, bias, yt, a, c.tile.tile_h, c.tile.tile_w,
+                                              c.tile.row_tiles, c.tile.col_tiles, act, part);
         };
         with_window(a, [&](auto k, auto stride) {
           constexpr int K = decltype(k)::value, S = decltype(stride)::value;
-          if (tile.pixels == 8)
-            run(depthwise_tile_kernel<T, K, S, 8>);
+          if (with_mean)
+            run(depthwise_tile_kernel<T, K, S, 4, true>);
+          else if (c.tile.pixels == 8)
+            run(depthwise_tile_kernel<T, K, S, 8, false>);
           else
-            run(depthwise_tile_kernel<T, K, S, 4>);
+            run(depthwise_tile_kernel<T, K, S, 4, false>);
         });
       }
     });
     CUDA_CHECK_LAUNCH("depthwise_tile_kernel");
-    return;
-  }
-  const DepthwiseStrip d = depthwise_nhwc_strip(a, t, kn.strip_pixels);
-  const int64_t strip_items =
-      d.pixels > 0 ? n * a.out_h * ((a.out_w + d.pixels - 1) / d.pixels * (a.channels / d.filters)) : 0;
-  if (d.pixels > 0 && strip_items <= INT32_MAX - kThreads) {  // else the vector kernel, 64-bit rows
-    const int pp = d.pixels;
-    const int row_items = (a.out_w + pp - 1) / pp * (a.channels / d.filters);
-    const int items = static_cast<int>(strip_items);
-    const unsigned grid = static_cast<unsigned>((items + kThreads - 1) / kThreads);
+  } else if (c.kind == NhwcKernel::kStrip) {
+    const int pp = c.strip.pixels;
+    const int64_t image_items = int64_t(a.out_h) * c.row_items;
+    const int64_t blocks = with_mean ? n * slots : (n * image_items + kThreads - 1) / kThreads;
+    if (blocks > INT32_MAX) throw too_many();  // only with the mean (else not chosen)
+    const int items = static_cast<int>(with_mean ? image_items : n * image_items);
+    const unsigned grid = static_cast<unsigned>(blocks);
     with_storage(t, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       const T* xt = static_cast<const T*>(x);
       T* yt = static_cast<T*>(y);
+      auto go = [&](auto kernel) {
+        kernel<<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, c.row_items, items, act, part, slots);
+      };
       if constexpr (!std::is_same_v<T, float>) {  // 4 filters x 4 pixels, 3x3, stride 1
-        depthwise_strip_kernel<T, 4, 3, 1, 4>
-            <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, row_items, items, act);
+        if (with_mean)
+          go(depthwise_strip_kernel<T, 4, 3, 1, 4, true>);
+        else
+          go(depthwise_strip_kernel<T, 4, 3, 1, 4, false>);
       } else {
         with_window(a, [&](auto k, auto stride) {
           constexpr int K = decltype(k)::value, S = decltype(stride)::value;
-          auto go = [&](auto kernel) {
-            kernel<<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, row_items, items, act);
+          auto by_mean = [&](auto p) {
+            constexpr int P = decltype(p)::value;
+            if (with_mean)
+              go(depthwise_strip_kernel<T, 2, K, S, P, true>);
+            else
+              go(depthwise_strip_kernel<T, 2, K, S, P, false>);
           };
           if (pp == 8)
-            go(depthwise_strip_kernel<T, 2, K, S, 8>);
+            by_mean(std::integral_constant<int, 8>{});
           else if (pp == 7)
-            go(depthwise_strip_kernel<T, 2, K, S, 7>);
+            by_mean(std::integral_constant<int, 7>{});
           else
-            go(depthwise_strip_kernel<T, 2, K, S, 4>);
+            by_mean(std::integral_constant<int, 4>{});
         });
       }
     });
     CUDA_CHECK_LAUNCH("depthwise_strip_kernel");
-    return;
-  }
-  const int v = depthwise_nhwc_vector(a, t), px = depthwise_nhwc_pixels(a, kn.row_pixels);
-  const int64_t row_vecs = int64_t((a.out_w + px - 1) / px) * (a.filters / v);
-  const int64_t chunks = (row_vecs + kThreads - 1) / kThreads, rows = n * a.out_h;
-  if (chunks > 65535 || rows > INT32_MAX)
-    throw Error("channels-last depthwise convolution: " + std::to_string(n) + " images of " +
-                std::to_string(a.out_h) + " x " + std::to_string(a.out_w) + " x " +
-                std::to_string(a.filters) + " outputs exceed its grid");
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(chunks));
-  const bool k3 = a.kernel_h == 3 && a.kernel_w == 3, k5 = a.kernel_h == 5 && a.kernel_w == 5;
-  with_storage(t, [&](auto* tag) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    auto go = [&](auto vec) {
-      constexpr int V = decltype(vec)::value;
+  } else {
+    const int64_t rows = n * a.out_h;
+    if (c.chunks > 65535 || rows > INT32_MAX) throw too_many();
+    const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(c.chunks));
+    const bool k3 = a.kernel_h == 3 && a.kernel_w == 3, k5 = a.kernel_h == 5 && a.kernel_w == 5;
+    const int px = c.px;
+    with_storage(t, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
       const T* xt = static_cast<const T*>(x);
       T* yt = static_cast<T*>(y);
-      const int rv = static_cast<int>(row_vecs);
-      auto fixed = [&](auto kernel) {  // KH = KW = K, P pixels a thread
-        constexpr int K = decltype(kernel)::value;
-        if (px == 4)
-          depthwise_nhwc_kernel<T, V, K, K, 4><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
-        else if (px == 2)
-          depthwise_nhwc_kernel<T, V, K, K, 2><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
+      const int rv = static_cast<int>(c.row_vecs);
+      auto go = [&](auto vec) {
+        constexpr int V = decltype(vec)::value;
+        auto fixed = [&](auto kernel) {  // KH = KW = K, P pixels a thread
+          constexpr int K = decltype(kernel)::value;
+          if (px == 4)
+            depthwise_nhwc_kernel<T, V, K, K, 4, false>
+                <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, nullptr, 0);
+          else if (px == 2)
+            depthwise_nhwc_kernel<T, V, K, K, 2, false>
+                <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, nullptr, 0);
+          else
+            depthwise_nhwc_kernel<T, V, K, K, 1, false>
+                <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, nullptr, 0);
+        };
+        if (k3)
+          fixed(std::integral_constant<int, 3>{});
+        else if (k5)
+          fixed(std::integral_constant<int, 5>{});
         else
-          depthwise_nhwc_kernel<T, V, K, K, 1><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
+          depthwise_nhwc_kernel<T, V, 0, 0, 1, false>
+              <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, nullptr, 0);
       };
-      if (k3)
-        fixed(std::integral_constant<int, 3>{});
-      else if (k5)
-        fixed(std::integral_constant<int, 5>{});
-      else
-        depthwise_nhwc_kernel<T, V, 0, 0, 1><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
-    };
-    if (v == kVec<T>)
-      go(std::integral_constant<int, kVec<T>>{});
-    else if (v == 4)
-      go(std::integral_constant<int, 4>{});
-    else if (v == 2)
-      go(std::integral_constant<int, 2>{});
-    else
-      go(std::integral_constant<int, 1>{});
+      if (with_mean) {  // the widest vector, one pixel a thread, 3x3 or 5x5 (depthwise_nhwc_mean_slots)
+        constexpr int V = kVec<T>;
+        if (k3)
+          depthwise_nhwc_kernel<T, V, 3, 3, 1, true>
+              <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, part, slots);
+        else
+          depthwise_nhwc_kernel<T, V, 5, 5, 1, true>
+              <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, part, slots);
+      } else if (c.v == kVec<T>) {
+        go(std::integral_constant<int, kVec<T>>{});
+      } else if (c.v == 4) {
+        go(std::integral_constant<int, 4>{});
+      } else if (c.v == 2) {
+        go(std::integral_constant<int, 2>{});
+      } else {
+        go(std::integral_constant<int, 1>{});
+      }
+    });
+    CUDA_CHECK_LAUNCH("depthwise_nhwc_kernel");
+  }
+  if (!with_mean) return;
+  const int64_t count = n * a.filters;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    mean_slots_kernel<T><<<grid_stride_blocks(count), kGridStrideThreads, 0, s>>>(
+        part, static_cast<T*>(mean.out), count, a.filters, slots, static_cast<float>(a.out_h * a.out_w));
   });
-  CUDA_CHECK_LAUNCH("depthwise_nhwc_kernel");
+  CUDA_CHECK_LAUNCH("mean_slots_kernel");
 }
 
 }  // namespace cnnrun::gpu

@@ -70,9 +70,27 @@ struct DepthwiseNhwcKnobs {
   int tile_pixels = 4;                  // the tile kernel's pixels a lane: 4 or 8
   bool tile_everywhere = false;         // the tile kernel wherever it can run, not only where it won
 };
+// The whole-plane average of the output (a squeeze-and-excitation block's pool, read from the
+// same output by the pool pass otherwise), computed by the kernel as it stores: each thread block
+// writes its filters' sums of its stored (rounded) outputs to `partial`, [n][slots][filters] FP32,
+// then one small kernel adds each image's slots in slot order, divides by out_h * out_w and
+// writes `out`, [n][filters] in the storage format. No atomics: the same inputs give the same
+// bits. slots = depthwise_nhwc_mean_slots(a, t, k); partial null: no mean.
+struct DepthwiseMean {
+  float* partial = nullptr;
+  void* out = nullptr;
+};
 void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t, const float* w_taps,
                                 const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s,
-                                const DepthwiseNhwcKnobs& k = {});
+                                const DepthwiseNhwcKnobs& k = {}, const DepthwiseMean& mean = {});
+// The thread blocks an image's outputs take in the kernel that launch_conv_depthwise_nhwc runs,
+// which is how many partial sums of each filter the mean has; 0 where the mean is not computed
+// there: where that kernel's partial sums would be more than a quarter of the output's bytes
+// (7x7 maps: the pool pass reads less), where the conv is not 3x3 or 5x5 with one filter per
+// channel, a multiple of 16 bytes of them a pixel, and where the kernel runs with knobs other than
+// the defaults' pixels a thread (the variants instantiated with the mean). Independent of the
+// images: a launch with the mean whose grid would pass CUDA's limits throws instead.
+int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& k = {});
 // The staged tile the tile kernel computes (smem 0 where it does not run): 16-bit storage, one
 // filter per channel, channels a multiple of 8, 3x3 or 5x5 windows of equal stride 1 or 2 both
 // ways, no dilation, and (unless tile_everywhere) where it was measured to win; tile_h x tile_w

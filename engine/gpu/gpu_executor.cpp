@@ -290,8 +290,19 @@ class GpuExecutor : public Executor {
     f.pack_low = tuning_.pack_low;
     return f;
   }
+  // kConv: the partial sums an image of the whole-plane mean its channels-last depthwise kernel
+  // would compute (0: none); whether it computes it run with `algo`.
+  int mean_slots(const Step& st) const {
+    return st.mean_layer >= 0 && nhwc_ && tuning_.fuse_mean
+               ? depthwise_nhwc_mean_slots(conv_weights(st.layer).dw.args, storage())
+               : 0;
+  }
+  bool fuses_mean(const Step& st, ConvAlgo algo) const {
+    return algo == ConvAlgo::kDepthwise && mean_slots(st) > 0;
+  }
   bool pool_fused(const Step& st) const {  // kPool: computed by its conv this run
-    return st.pool_conv >= 0 && fuses_pool(step(st.pool_conv), selector_.chosen(st.pool_conv), tuning_);
+    return (st.pool_conv >= 0 && fuses_pool(step(st.pool_conv), selector_.chosen(st.pool_conv), tuning_)) ||
+           (st.mean_conv >= 0 && fuses_mean(step(st.mean_conv), selector_.chosen(st.mean_conv)));
   }
   bool input_fused() const {  // no preprocess pass: the first conv reads the bytes
     for (const Step& st : plan_.steps)
@@ -354,6 +365,9 @@ SlotNeeds GpuExecutor::slot_needs(bool share) const {
     // ... and a split input only where cudnn-3xtf32 may
     if (st.split_buf >= 0 && !selector_.may_use_at(plan_, st.layer, ConvAlgo::kCudnn3xTf32))
       needs.buf_floats[static_cast<size_t>(st.split_buf)] = 0;
+    // ... and the mean's partial sums where the depthwise kernel may compute it (0 in the plan)
+    if (st.mean_buf >= 0 && selector_.may_use_at(plan_, st.layer, ConvAlgo::kDepthwise))
+      needs.buf_floats[static_cast<size_t>(st.mean_buf)] = int64_t(mean_slots(st)) * st.conv.filters;
   }
   if (share)
     needs.share_group = share_groups(buffer_lifetimes(net_, plan_, nhwc_ ? &nhwc_layout_ : nullptr),
@@ -430,11 +444,15 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       return;
     }
     case ConvAlgo::kDepthwise:
-      if (nhwc_)
-        launch_conv_depthwise_nhwc(c.dw.args, s.bufs[static_cast<size_t>(st.ins[0])].get(), storage(),
-                                   c.w_taps.as<float>(), c.bias.as<float>(),
-                                   s.bufs[static_cast<size_t>(st.out)].get(), n, conv_act, s.stream);
-      else
+      if (nhwc_) {
+        DepthwiseMean mean;  // with its whole-plane mean: the pool's output too
+        if (fuses_mean(st, algo))
+          mean.partial = s.bufs[static_cast<size_t>(st.mean_buf)].as<float>(),
+          mean.out = s.bufs[static_cast<size_t>(step(st.mean_layer).out)].get();
+        launch_conv_depthwise_nhwc(
+            c.dw.args, s.bufs[static_cast<size_t>(st.ins[0])].get(), storage(), c.w_taps.as<float>(),
+            c.bias.as<float>(), s.bufs[static_cast<size_t>(st.out)].get(), n, conv_act, s.stream, {}, mean);
+      } else
         launch_conv_depthwise(c.dw.cfg, c.dw.args, x, c.w.as<float>(), c.bias.as<float>(), y, n, conv_act,
                               s.stream);
       add_residual();
@@ -541,6 +559,14 @@ void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
   // The mul the gemm convolution folds (it runs channels last only: NCHW, no candidate saves it).
   if (st.scale_layer >= 0 && nhwc_ && algo != ConvAlgo::kGemm) run_step_nhwc(step(st.scale_layer), s, n);
   run_conv(st, s, n, algo);
+  if (mean_slots(st) > 0 && !fuses_mean(st, algo)) {  // the whole-plane mean the depthwise kernel computes
+    const Step& ps = step(st.mean_layer);
+    launch_pool2d_nhwc(s.bufs[static_cast<size_t>(st.out)].get(), s.bufs[static_cast<size_t>(ps.out)].get(),
+                       storage(), n,
+                       pool_args(layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p,
+                                 ps.in_shape, ps.out_shape),
+                       s.stream);
+  }
   if (st.pool_layer >= 0 && tuning_.fuse_pool && !fuses_pool(st, algo, tuning_)) {
     // The pool in the conv output's own layout and storage (an FP32 NCHW pool over 16-bit
     // channels-last buffers reads and writes past them).
@@ -870,7 +896,7 @@ std::string GpuExecutor::step_algo(const Step& st) const {
         const DepthwiseTile tile = depthwise_nhwc_tile(c.dw.args, storage());
         const DepthwiseStrip strip = depthwise_nhwc_strip(c.dw.args, storage());
         return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
-               " epilogue, " + storage_name(storage()) + " NHWC, " +
+               (fuses_mean(st, a) ? "+mean" : "") + " epilogue, " + storage_name(storage()) + " NHWC, " +
                (tile.smem > 0 ? "2 filters x " + std::to_string(tile.pixels) + " pixels a thread of " +
                                     std::to_string(tile.tile_h) + "x" + std::to_string(tile.tile_w) +
                                     " tiles staged in shared memory"
@@ -934,7 +960,9 @@ std::string GpuExecutor::step_algo(const Step& st) const {
     case Op::kFused:
       return "fused into " + net_.layers[static_cast<size_t>(st.fused_producer)]->name;
     case Op::kPool:
-      return pool_fused(st) ? "fused into " + net_.layers[static_cast<size_t>(st.pool_conv)]->name : "";
+      if (!pool_fused(st)) return "";
+      return "fused into " +
+             net_.layers[static_cast<size_t>(st.pool_conv >= 0 ? st.pool_conv : st.mean_conv)]->name;
     case Op::kMul:
       return scale_folded(st) ? "folded into " + net_.layers[static_cast<size_t>(st.scale_conv)]->name +
                                     "'s per-image filters"

@@ -126,6 +126,23 @@ Plan make_plan(const Network& net) {
     st.out = new_buf(l.out_shape);
     out_buf[i] = st.out;
   }
+  // A whole-plane mean that reads a depthwise conv's output: the conv's kernels may compute it
+  // (the first such pool of each conv). The conv writing a buffer is the step whose output it is
+  // (fused and identity layers alias it).
+  std::vector<int> conv_of(plan.buf_floats.size(), -1);
+  for (const Step& st : steps)
+    if (st.op == Op::kConv) conv_of[static_cast<size_t>(st.out)] = st.layer;
+  for (Step& ps : steps) {
+    if (ps.op != Op::kPool || !is_whole_plane_mean(*net.layers[static_cast<size_t>(ps.layer)])) continue;
+    const int i = conv_of[static_cast<size_t>(ps.ins[0])];
+    if (i < 0) continue;
+    Step& cs = steps[static_cast<size_t>(i)];
+    const ConvParams& p = cs.conv;
+    if (cs.mean_layer >= 0 || cs.pool_layer >= 0 || p.groups != p.in_c || p.filters != p.in_c) continue;
+    cs.mean_layer = ps.layer;
+    cs.mean_buf = new_buf(Shape{0, 1, 1});
+    ps.mean_conv = i;
+  }
   // The cudnn-3xtf32 convolution's input split into TF32 parts (conv2d_cudnn_3xtf32.h), after
   // the layers' own buffers.
   for (Step& st : steps)
@@ -144,10 +161,11 @@ std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, con
     const Step& st = plan.steps[static_cast<size_t>(i)];
     for (int b : st.ins) use(b, i);
     if (st.residual_buf >= 0) use(st.residual_buf, i);
-    for (int b : {st.scale_buf, st.scaled_buf, st.scale_w_buf, st.split_buf})
+    for (int b : {st.scale_buf, st.scaled_buf, st.scale_w_buf, st.split_buf, st.mean_buf})
       if (b >= 0) use(b, i);
     use(st.out, i);
     if (st.pool_layer >= 0) use(plan.steps[static_cast<size_t>(st.pool_layer)].out, i);
+    if (st.mean_layer >= 0) use(plan.steps[static_cast<size_t>(st.mean_layer)].out, i);
     if (layout && layout->f32_in[static_cast<size_t>(i)] >= 0) use(layout->f32_in[static_cast<size_t>(i)], i);
   }
   use(plan.steps[static_cast<size_t>(net.output)].out, end);
@@ -170,6 +188,14 @@ StemPool stem_pool(const Network& net, int pool_layer) {
   sp.stride_w = i32(p.stride_w), sp.pad_h = i32(p.pad_h), sp.pad_w = i32(p.pad_w);
   sp.out_h = i32(l.out_shape.h), sp.out_w = i32(l.out_shape.w);
   return sp;
+}
+
+bool is_whole_plane_mean(const Layer& l) {
+  if (l.kind != LayerKind::kAvgpool || l.out_shape.h != 1 || l.out_shape.w != 1) return false;
+  const PoolParams& p = layer_as<PoolLayer>(l).p;
+  const Shape& in = l.in_shapes[0];
+  // One window from 0 over the whole plane: its divisor is the plane's size either way (count_pad).
+  return p.global || p.adaptive || (p.pad_h == 0 && p.pad_w == 0 && p.size_h >= in.h && p.size_w >= in.w);
 }
 
 bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t) {

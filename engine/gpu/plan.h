@@ -69,6 +69,14 @@ struct Step {
   int scale_layer = -1;
   int scale_buf = -1, scaled_buf = -1, scale_w_buf = -1;
   int scale_conv = -1;
+  // kConv, one filter per channel (groups == channels == filters): the whole-plane average pool
+  // (global, or adaptive to 1x1) that reads its output, a squeeze-and-excitation block's, which
+  // its channels-last depthwise kernels can compute as they store (DepthwiseMean,
+  // engine/gpu/conv2d_depthwise.h) into the pool's buffer, with their FP32 partial sums in
+  // mean_buf (sized 0 here: the executor knows the storage format that sizes it). kPool: that
+  // conv. The pool runs (reading the conv's output) only when the conv's kernel does not compute it.
+  int mean_layer = -1, mean_buf = -1;
+  int mean_conv = -1;
   // kConv, groups 1: the cudnn-3xtf32 convolution's split input (3x in_c channels, FP32 channels
   // last), written and read at this step only; sized 0 where that algorithm cannot run.
   int split_buf = -1;
@@ -121,6 +129,10 @@ std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, con
 // The stem kernel's view of max-pool layer `pool_layer` (a conv step's Step::pool_layer; -1:
 // none, kernel_h 0).
 StemPool stem_pool(const Network& net, int pool_layer);
+
+// Whether pool layer `l` averages its whole input plane into one value a channel: a global or 1x1
+// adaptive average pool, or an average pool whose one window covers the plane without padding.
+bool is_whole_plane_mean(const Layer& l);
 
 // Whether conv step `st` run with `algo` computes its pool / reads the uint8 input.
 bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t);
