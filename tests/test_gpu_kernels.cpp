@@ -713,9 +713,8 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   CHECK(depthwise_nhwc_tile(a, Storage::kF16, everywhere).smem == 0);
 }
 
-TEST_CASE(
-    "depthwise: where the channels-last kernels compute the whole-plane mean, in how many slots (no GPU)") {
-  // EfficientNet-B0's depthwise convs at 224x224.
+TEST_CASE("depthwise: where the channels-last kernels compute the whole-plane mean, in how many slots") {
+  // No GPU needed. EfficientNet-B0's depthwise convs at 224x224.
   auto dw = [](int c, int in, int k, int s) {
     DepthwiseArgs a;
     a.channels = a.filters = c;
@@ -724,26 +723,28 @@ TEST_CASE(
     a.out_h = a.out_w = (in + 2 * (k / 2) - k) / s + 1;
     return a;
   };
-  // 112x112x32, 3x3: the strip kernel, 4 filters x 4 pixels (16-bit) or 2 x 8 (FP32): 224 items a
-  // row, 112 rows, 98 blocks of 256 an image.
-  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16) == 98);
-  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kF32) == 98);
-  // 56x56x144, 3x3: the strip kernel, 14 strips x 36 vectors a row: 28224 items, 111 blocks (the
-  // last part full).
-  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF16) == 111);
-  // 112 -> 56, 96 channels, stride 2: the vector kernel, 56 x 12 vectors a row in 3 chunks of 256.
-  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16) == 56 * 3);
+  // The strip and vector kernels: a block an image's 8 rows (112 as 14 blocks) and 256 of a row's
+  // items (chunks). 112x112x32, 3x3: the strip kernel, 4 filters x 4 pixels (16-bit) or 2 x 8
+  // (FP32): 224 items a row, one chunk.
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16) == 14);
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kF32) == 14);
+  // 56x56x144, 3x3: the strip kernel, 14 strips x 36 vectors a row: 2 chunks of 7 row blocks.
+  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF16) == 14);
+  // 112 -> 56, 96 channels, stride 2: the vector kernel, 56 x 12 vectors a row in 3 chunks.
+  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16) == 7 * 3);
   // 28x28x240, 5x5: the tile kernel, 4 row tiles of 7 rows x 1 column tile.
   CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16) == 4);
   // 14x14x480, 3x3: one 14x14 tile.
   CHECK(depthwise_nhwc_mean_slots(dw(480, 14, 3, 1), Storage::kF16) == 1);
-  // 7x7x1152: the vector kernel's 7 rows x 4 chunks of partial sums would outweigh a quarter of
-  // the 16-bit output (28 x 1152 floats against 49 x 1152 values): the pool pass reads less.
-  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 5, 1), Storage::kBf16) == 0);
-  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 3, 1), Storage::kF32) == 0);
-  // 14 -> 7, 672 channels: 7 rows x 3 chunks: 21 x 672 floats, more than a quarter of 49 x 672
-  // 16-bit values.
-  CHECK(depthwise_nhwc_mean_slots(dw(672, 14, 5, 2), Storage::kBf16) == 0);
+  // 7x7x1152: the vector kernel at 16-bit storage, one row block of 4 chunks; the strip kernel at
+  // FP32, one strip of 7 pixels a row of 576 filter pairs, 3 chunks.
+  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 5, 1), Storage::kBf16) == 4);
+  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 3, 1), Storage::kF32) == 3);
+  CHECK(depthwise_nhwc_mean_slots(dw(672, 14, 5, 2), Storage::kBf16) == 3);
+  // Partial sums over a quarter of the output's bytes: a 2x2 map's one slot of 16-bit values
+  // (16 bytes a filter against 8), not of FP32 ones (16 against 16).
+  CHECK(depthwise_nhwc_mean_slots(dw(64, 4, 3, 2), Storage::kBf16) == 0);
+  CHECK(depthwise_nhwc_mean_slots(dw(64, 4, 3, 2), Storage::kF32) == 1);
   // Not where the kernels have no mean: a channel multiplier, a 7x7 window, channels not a
   // multiple of 16 bytes, a tile of 8 pixels a lane, the vector kernel at several pixels a thread.
   DepthwiseArgs m = dw(32, 112, 3, 1);
@@ -758,8 +759,8 @@ TEST_CASE(
   DepthwiseNhwcKnobs wide;
   wide.row_pixels = 4, wide.strip_pixels = 0;  // the vector kernel, 4 pixels a thread
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, wide) == 0);
-  wide.row_pixels = 1;  // 1 pixel a thread: 112 rows x 2 chunks of 448 vectors
-  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, wide) == 224);
+  wide.row_pixels = 1;  // 1 pixel a thread: 14 row blocks x 2 chunks of 448 vectors
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, wide) == 28);
 }
 
 // The cutlass convolution runs a merged fire module's conv as two: the leading filters that read

@@ -760,7 +760,7 @@ TEST_CASE("gpu: the depthwise kernel computes a squeeze-and-excitation pool's wh
   // EfficientNet's MBConv: a 3x3 depthwise conv (48 channels, 20x20: the strip kernel) with its
   // SiLU, the SE pool, its two 1x1 convs and the mul; a 5x5 one of 128 channels on 20-wide rows
   // (the tile kernel at 16-bit storage, the strip kernel at FP32) whose pool is a plain avgpool
-  // window over the plane; then a 3x3 stride-3 one (24 channels on a 7x7 map: the vector kernel,
+  // window over the plane; then a 3x3 stride-10 one (24 channels on a 2x2 map: the vector kernel,
   // whose partial sums would outweigh a quarter of its 16-bit output, so its pool runs as a pass
   // there, but not of its FP32 output).
   const char* const text = R"(
@@ -785,7 +785,7 @@ layers:
   - {name: sg4, type: sigmoid}
   - {name: sc4, type: mul, inputs: [dw4, sg4]}
   - {name: c2, type: conv, filters: 24, kernel: 1}
-  - {name: dw2, type: conv, filters: 24, kernel: 3, stride: 3, pad: 1, groups: 24, algo: depthwise}
+  - {name: dw2, type: conv, filters: 24, kernel: 3, stride: 10, pad: 1, groups: 24, algo: depthwise}
   - {name: gp2, type: avgpool, global: true}
   - {name: f21, type: conv, filters: 24, kernel: 1}
   - {name: sg2, type: sigmoid}

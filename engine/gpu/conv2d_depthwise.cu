@@ -29,6 +29,7 @@ namespace cnnrun::gpu {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMeanRows = 8;            // the vector kernel's output rows a block with the mean
 constexpr size_t kMaxSmem = 48u << 10;  // the default limit, no opt-in needed
 
 struct Tile {
@@ -280,13 +281,15 @@ __device__ __forceinline__ void block_filter_sums(const float (&v)[V], int base,
 // a compile-time kernel width, unit stride and dilation along the row: a window row's weights
 // are loaded once for the P pixels and its P + KW - 1 input columns once each (P = 1: KW loads
 // of both per pixel). Each output sums its taps in the same order either way.
-// MEAN: the block's partial sums for the whole-plane mean go to slot oy * gridDim.y + chunk of
-// its image in part (slots a image).
+// MEAN: block (b, chunk) covers kMeanRows output rows (the last block of an image fewer) of image
+// b / row_blocks, adding each thread's outputs over them before the block adds its threads' (that
+// reduction measured costlier than a row's outputs, docs/performance.md), and writes its partial
+// sums to its image's slot (b % row_blocks) * gridDim.y + chunk in part.
 template <typename T, int V, int KH, int KW, int P, bool MEAN>
 __global__ void __launch_bounds__(kThreads)
     depthwise_nhwc_kernel(const T* __restrict__ x, const float* __restrict__ w,
                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int row_vecs,
-                          ActFn act, float* __restrict__ part, int slots) {
+                          ActFn act, float* __restrict__ part, int row_blocks) {
   static_assert(P == 1 || KW > 0, "several pixels a thread need a compile-time kernel width");
   const int j_all = blockIdx.y * blockDim.x + threadIdx.x;
   const bool live = j_all < row_vecs;  // with the mean, every thread reaches the block's barrier
@@ -296,76 +299,80 @@ __global__ void __launch_bounds__(kThreads)
   const int fv = a.filters / V;
   const int group = j / fv, f0 = (j - group * fv) * V;
   const int ox0 = group * P;
-  const int64_t row = blockIdx.x;
-  const int64_t img = row / a.out_h;
-  const int oy = static_cast<int>(row - img * a.out_h);
+  const int64_t img = blockIdx.x / (MEAN ? row_blocks : a.out_h);
+  const int rb = static_cast<int>(blockIdx.x - img * (MEAN ? row_blocks : a.out_h));
+  const int oy_first = MEAN ? rb * kMeanRows : rb;
+  const int oy_end = MEAN ? min(a.out_h, oy_first + kMeanRows) : oy_first + 1;
   const int mult = a.filters / a.channels;
   const int c0 = f0 / mult;
   const T* xi = x + img * a.in_h * a.in_w * a.channels;
-  float acc[P][V];
-#pragma unroll
-  for (int p = 0; p < P; ++p)
-#pragma unroll
-    for (int k = 0; k < V; ++k) acc[p][k] = 0.f;
-  const int iy0 = oy * a.stride_h - a.pad_h, ix0 = ox0 * a.stride_w - a.pad_w;
-#pragma unroll
-  for (int ky = 0; ky < kh_n; ++ky) {
-    const int iy = iy0 + ky * a.dilation_h;
-    if (iy < 0 || iy >= a.in_h) continue;
-    const T* xrow = xi + int64_t(iy) * a.in_w * a.channels + c0;
-    if constexpr (P == 1) {
-#pragma unroll
-      for (int kx = 0; kx < kw_n; ++kx) {
-        const int ix = ix0 + kx * a.dilation_w;
-        if (ix < 0 || ix >= a.in_w) continue;
-        float wk[V];
-        load_floats<V>(w + (ky * kw_n + kx) * a.filters + f0, wk);
-        const Vec<T, V> xv = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
-#pragma unroll
-        for (int k = 0; k < V; ++k) acc[0][k] = fmaf(ld(xv.v[k]), wk[k], acc[0][k]);
-      }
-    } else {
-      float wr[KW][V];
-#pragma unroll
-      for (int kx = 0; kx < KW; ++kx) load_floats<V>(w + (ky * KW + kx) * a.filters + f0, wr[kx]);
-#pragma unroll
-      for (int q = 0; q < P + KW - 1; ++q) {  // input column ix0 + q serves pixel p = q - kx
-        const int ix = ix0 + q;
-        if (ix < 0 || ix >= a.in_w) continue;
-        const Vec<T, V> xv = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
-#pragma unroll
-        for (int kx = 0; kx < KW; ++kx) {
-          const int p = q - kx;
-          if (p < 0 || p >= P) continue;
-#pragma unroll
-          for (int k = 0; k < V; ++k) acc[p][k] = fmaf(ld(xv.v[k]), wr[kx][k], acc[p][k]);
-        }
-      }
-    }
-  }
-  float b[V];
-  if (bias)
-    load_floats<V>(bias + f0, b);
-  else
-#pragma unroll
-    for (int k = 0; k < V; ++k) b[k] = 0.f;
   float msum[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) msum[k] = 0.f;
+  for (int oy = oy_first; oy < oy_end; ++oy) {
+    const int64_t row = img * a.out_h + oy;
+    float acc[P][V];
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
-    if (ox0 + p >= a.out_w || !live) break;
-    Vec<T, V> out;
+    for (int p = 0; p < P; ++p)
 #pragma unroll
-    for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
-    *reinterpret_cast<Vec<T, V>*>(y + (row * a.out_w + ox0 + p) * a.filters + f0) = out;
-    if constexpr (MEAN)
+      for (int k = 0; k < V; ++k) acc[p][k] = 0.f;
+    const int iy0 = oy * a.stride_h - a.pad_h, ix0 = ox0 * a.stride_w - a.pad_w;
 #pragma unroll
-      for (int k = 0; k < V; ++k) msum[k] = __fadd_rn(msum[k], ld(out.v[k]));
-  }
+    for (int ky = 0; ky < kh_n; ++ky) {
+      const int iy = iy0 + ky * a.dilation_h;
+      if (iy < 0 || iy >= a.in_h) continue;
+      const T* xrow = xi + int64_t(iy) * a.in_w * a.channels + c0;
+      if constexpr (P == 1) {
+#pragma unroll
+        for (int kx = 0; kx < kw_n; ++kx) {
+          const int ix = ix0 + kx * a.dilation_w;
+          if (ix < 0 || ix >= a.in_w) continue;
+          float wk[V];
+          load_floats<V>(w + (ky * kw_n + kx) * a.filters + f0, wk);
+          const Vec<T, V> xv = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc[0][k] = fmaf(ld(xv.v[k]), wk[k], acc[0][k]);
+        }
+      } else {
+        float wr[KW][V];
+#pragma unroll
+        for (int kx = 0; kx < KW; ++kx) load_floats<V>(w + (ky * KW + kx) * a.filters + f0, wr[kx]);
+#pragma unroll
+        for (int q = 0; q < P + KW - 1; ++q) {  // input column ix0 + q serves pixel p = q - kx
+          const int ix = ix0 + q;
+          if (ix < 0 || ix >= a.in_w) continue;
+          const Vec<T, V> xv = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
+#pragma unroll
+          for (int kx = 0; kx < KW; ++kx) {
+            const int p = q - kx;
+            if (p < 0 || p >= P) continue;
+#pragma unroll
+            for (int k = 0; k < V; ++k) acc[p][k] = fmaf(ld(xv.v[k]), wr[kx][k], acc[p][k]);
+          }
+        }
+      }
+    }
+    float b[V];
+    if (bias)
+      load_floats<V>(bias + f0, b);
+    else
+#pragma unroll
+      for (int k = 0; k < V; ++k) b[k] = 0.f;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (ox0 + p >= a.out_w || !live) break;
+      Vec<T, V> out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
+      *reinterpret_cast<Vec<T, V>*>(y + (row * a.out_w + ox0 + p) * a.filters + f0) = out;
+      if constexpr (MEAN)
+#pragma unroll
+        for (int k = 0; k < V; ++k) msum[k] = __fadd_rn(msum[k], ld(out.v[k]));
+    }
+  }  // oy
   if constexpr (MEAN)
     block_filter_sums<V>(msum, static_cast<int>(blockIdx.y) * kThreads, fv,
-                         part + ((img * slots) + int64_t(oy) * gridDim.y + blockIdx.y) * a.filters);
+                         part + ((img * row_blocks + rb) * gridDim.y + blockIdx.y) * a.filters);
 }
 
 // Channels last, a strip: V filters a thread (V = 2: one 32-bit word of 16-bit storage, two
@@ -376,86 +383,101 @@ __global__ void __launch_bounds__(kThreads)
 // sums; a warp's lanes take consecutive vectors of one pixel. Against depthwise_nhwc_kernel (V
 // filters of one pixel, 16-byte loads) it makes a fraction of the loads an output (measured in
 // docs/performance.md), and the same FP32 sum in the same tap order, rounded once when it stores.
-// MEAN: blocks_per_image blocks an image (items counts an image's), the block's partial sums for
-// the whole-plane mean to its image's slot blockIdx.x % blocks_per_image in part.
+// MEAN: as the vector kernel with the mean, block (b, chunk) covers kMeanRows output rows of
+// image b / row_blocks (items a row's strips x vectors from chunk * kThreads on), adding each
+// thread's outputs over them, and writes the block's partial sums to its image's slot
+// (b % row_blocks) * gridDim.y + chunk in part.
 template <typename T, int V, int K, int S, int P, bool MEAN>
 __global__ void __launch_bounds__(kThreads)
     depthwise_strip_kernel(const T* __restrict__ x, const float* __restrict__ w,
                            const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int row_items,
-                           int items, ActFn act, float* __restrict__ part, int blocks_per_image) {
+                           int items, ActFn act, float* __restrict__ part, int row_blocks) {
   // 32-bit indices and divisions (the launch keeps items under 2^31; 2-4 % faster than 64-bit,
   // docs/performance.md).
-  const int blk = MEAN ? static_cast<int>(blockIdx.x) % blocks_per_image : static_cast<int>(blockIdx.x);
-  const int g_all = blk * kThreads + static_cast<int>(threadIdx.x);
-  const bool live = g_all < items;  // with the mean, every thread reaches the block's barrier
-  if (!MEAN && !live) return;
-  const int g = live ? g_all : items - 1;
-  const int row = g / row_items;  // image row / out_h, output row row % out_h (MEAN: output row)
-  const int item = g - row * row_items;
+  int img, rb = 0, oy_first, oy_end, item;
+  bool live;  // with the mean, every thread reaches the block's barrier
+  if constexpr (MEAN) {
+    img = static_cast<int>(blockIdx.x) / row_blocks;
+    rb = static_cast<int>(blockIdx.x) - img * row_blocks;
+    oy_first = rb * kMeanRows;
+    oy_end = min(a.out_h, oy_first + kMeanRows);
+    const int i = static_cast<int>(blockIdx.y) * kThreads + static_cast<int>(threadIdx.x);
+    live = i < row_items;
+    item = live ? i : row_items - 1;
+  } else {
+    const int g = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
+    live = g < items;
+    if (!live) return;
+    const int row = g / row_items;  // image row / out_h, output row row % out_h
+    item = g - row * row_items;
+    img = row / a.out_h;
+    oy_first = row - img * a.out_h;
+    oy_end = oy_first + 1;
+  }
   const int vecs = a.channels / V;
   const int strip = item / vecs, c0 = (item - strip * vecs) * V;
-  const int img = MEAN ? static_cast<int>(blockIdx.x) / blocks_per_image : row / a.out_h;
-  const int oy = MEAN ? row : row - img * a.out_h;
   const int ox0 = strip * P;
   float wr[K * K][V];
 #pragma unroll
   for (int t = 0; t < K * K; ++t) load_floats<V>(w + t * a.filters + c0, wr[t]);
-  float acc[P][V];
-#pragma unroll
-  for (int p = 0; p < P; ++p)
-#pragma unroll
-    for (int k = 0; k < V; ++k) acc[p][k] = 0.f;
-  constexpr int kCols = (P - 1) * S + K;  // the input columns the P pixels' windows span
-  const int iy0 = oy * a.stride_h - a.pad_h, ix0 = ox0 * S - a.pad_w;
-  const T* xi = x + int64_t(img) * a.in_h * a.in_w * a.channels + c0;
-#pragma unroll
-  for (int ky = 0; ky < K; ++ky) {
-    const int iy = iy0 + ky * a.dilation_h;
-    if (iy < 0 || iy >= a.in_h) continue;
-    const T* xrow = xi + int64_t(iy) * a.in_w * a.channels;
-    Vec<T, V> v[kCols];
-#pragma unroll
-    for (int q = 0; q < kCols; ++q) {
-      const int ix = ix0 + q;
-      if (ix >= 0 && ix < a.in_w)
-        v[q] = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
-      else
-#pragma unroll
-        for (int k = 0; k < V; ++k) v[q].v[k] = to<T>(0.f);
-    }
-#pragma unroll
-    for (int kx = 0; kx < K; ++kx)
-#pragma unroll
-      for (int p = 0; p < P; ++p)  // pixel p reads column p * S + kx
-#pragma unroll
-        for (int k = 0; k < V; ++k) acc[p][k] = fmaf(ld(v[p * S + kx].v[k]), wr[ky * K + kx][k], acc[p][k]);
-  }
-  // The vector kernel's epilogue, repeated: one shared helper measured 2-9 % slower on its bf16
-  // layers (docs/performance.md, Session 17).
-  float b[V];
-  if (bias)
-    load_floats<V>(bias + c0, b);
-  else
-#pragma unroll
-    for (int k = 0; k < V; ++k) b[k] = 0.f;
-  T* yrow = y + ((int64_t(img) * a.out_h + oy) * a.out_w + ox0) * a.filters + c0;
   float msum[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) msum[k] = 0.f;
+  for (int oy = oy_first; oy < oy_end; ++oy) {
+    float acc[P][V];
 #pragma unroll
-  for (int p = 0; p < P; ++p) {
-    if (ox0 + p >= a.out_w || !live) break;
-    Vec<T, V> out;
+    for (int p = 0; p < P; ++p)
 #pragma unroll
-    for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
-    *reinterpret_cast<Vec<T, V>*>(yrow + int64_t(p) * a.filters) = out;
-    if constexpr (MEAN)
+      for (int k = 0; k < V; ++k) acc[p][k] = 0.f;
+    constexpr int kCols = (P - 1) * S + K;  // the input columns the P pixels' windows span
+    const int iy0 = oy * a.stride_h - a.pad_h, ix0 = ox0 * S - a.pad_w;
+    const T* xi = x + int64_t(img) * a.in_h * a.in_w * a.channels + c0;
 #pragma unroll
-      for (int k = 0; k < V; ++k) msum[k] = __fadd_rn(msum[k], ld(out.v[k]));
-  }
+    for (int ky = 0; ky < K; ++ky) {
+      const int iy = iy0 + ky * a.dilation_h;
+      if (iy < 0 || iy >= a.in_h) continue;
+      const T* xrow = xi + int64_t(iy) * a.in_w * a.channels;
+      Vec<T, V> v[kCols];
+#pragma unroll
+      for (int q = 0; q < kCols; ++q) {
+        const int ix = ix0 + q;
+        if (ix >= 0 && ix < a.in_w)
+          v[q] = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
+        else
+#pragma unroll
+          for (int k = 0; k < V; ++k) v[q].v[k] = to<T>(0.f);
+      }
+#pragma unroll
+      for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+        for (int p = 0; p < P; ++p)  // pixel p reads column p * S + kx
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc[p][k] = fmaf(ld(v[p * S + kx].v[k]), wr[ky * K + kx][k], acc[p][k]);
+    }
+    // The vector kernel's epilogue, repeated: one shared helper measured 2-9 % slower on its bf16
+    // layers (docs/performance.md, Session 17).
+    float b[V];
+    if (bias)
+      load_floats<V>(bias + c0, b);
+    else
+#pragma unroll
+      for (int k = 0; k < V; ++k) b[k] = 0.f;
+    T* yrow = y + ((int64_t(img) * a.out_h + oy) * a.out_w + ox0) * a.filters + c0;
+#pragma unroll
+    for (int p = 0; p < P; ++p) {
+      if (ox0 + p >= a.out_w || !live) break;
+      Vec<T, V> out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
+      *reinterpret_cast<Vec<T, V>*>(yrow + int64_t(p) * a.filters) = out;
+      if constexpr (MEAN)
+#pragma unroll
+        for (int k = 0; k < V; ++k) msum[k] = __fadd_rn(msum[k], ld(out.v[k]));
+    }
+  }  // oy
   if constexpr (MEAN)
-    block_filter_sums<V>(msum, blk * kThreads, vecs,
-                         part + (int64_t(img) * blocks_per_image + blk) * a.filters);
+    block_filter_sums<V>(msum, static_cast<int>(blockIdx.y) * kThreads, vecs,
+                         part + ((int64_t(img) * row_blocks + rb) * gridDim.y + blockIdx.y) * a.filters);
 }
 
 // Channels last at 16-bit storage, a staged tile: a block stages the input patch that
@@ -783,7 +805,7 @@ struct NhwcChoice {
   int row_items = 0;  // the strip kernel's strips x filter vectors a row
   int v = 1, px = 1;  // the vector kernel's filters and pixels a thread
   int64_t row_vecs = 0, chunks = 0;
-  int slots = 0;  // thread blocks an image (the vector kernel: rows x chunks)
+  int slots = 0;  // with the mean: thread blocks an image (the vector kernel: row blocks x chunks)
 };
 
 NhwcChoice choose_nhwc(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& kn, int64_t n,
@@ -803,7 +825,7 @@ NhwcChoice choose_nhwc(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKno
     const int64_t image_items = int64_t(a.out_h) * c.row_items;
     if ((blocks_images ? n : 1) * image_items <= INT32_MAX - kThreads) {  // else the vector kernel
       c.kind = NhwcKernel::kStrip;
-      c.slots = static_cast<int>((image_items + kThreads - 1) / kThreads);
+      c.slots = (a.out_h + kMeanRows - 1) / kMeanRows * ((c.row_items + kThreads - 1) / kThreads);
       return c;
     }
   }
@@ -811,7 +833,7 @@ NhwcChoice choose_nhwc(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKno
   c.px = depthwise_nhwc_pixels(a, kn.row_pixels);
   c.row_vecs = int64_t((a.out_w + c.px - 1) / c.px) * (a.filters / c.v);
   c.chunks = (c.row_vecs + kThreads - 1) / kThreads;
-  c.slots = static_cast<int>(std::min<int64_t>(int64_t(a.out_h) * c.chunks, INT32_MAX));
+  c.slots = static_cast<int>(std::min<int64_t>((a.out_h + kMeanRows - 1) / kMeanRows * c.chunks, INT32_MAX));
   return c;
 }
 
@@ -894,16 +916,19 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
   } else if (c.kind == NhwcKernel::kStrip) {
     const int pp = c.strip.pixels;
     const int64_t image_items = int64_t(a.out_h) * c.row_items;
-    const int64_t blocks = with_mean ? n * slots : (n * image_items + kThreads - 1) / kThreads;
-    if (blocks > INT32_MAX) throw too_many();  // only with the mean (else not chosen)
-    const int items = static_cast<int>(with_mean ? image_items : n * image_items);
-    const unsigned grid = static_cast<unsigned>(blocks);
+    // With the mean: row blocks x chunks of a row's items (as the vector kernel's grid).
+    const int row_blocks = (a.out_h + kMeanRows - 1) / kMeanRows;
+    const int64_t chunks = (c.row_items + kThreads - 1) / kThreads;
+    const int64_t blocks = with_mean ? n * row_blocks : (n * image_items + kThreads - 1) / kThreads;
+    if (blocks > INT32_MAX || chunks > 65535) throw too_many();  // only with the mean (else not chosen)
+    const int items = static_cast<int>(with_mean ? 0 : n * image_items);
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(with_mean ? chunks : 1));
     with_storage(t, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       const T* xt = static_cast<const T*>(x);
       T* yt = static_cast<T*>(y);
       auto go = [&](auto kernel) {
-        kernel<<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, c.row_items, items, act, part, slots);
+        kernel<<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, c.row_items, items, act, part, row_blocks);
       };
       if constexpr (!std::is_same_v<T, float>) {  // 4 filters x 4 pixels, 3x3, stride 1
         if (with_mean)
@@ -931,7 +956,8 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
     });
     CUDA_CHECK_LAUNCH("depthwise_strip_kernel");
   } else {
-    const int64_t rows = n * a.out_h;
+    const int row_blocks = (a.out_h + kMeanRows - 1) / kMeanRows;  // with the mean
+    const int64_t rows = n * (with_mean ? row_blocks : a.out_h);
     if (c.chunks > 65535 || rows > INT32_MAX) throw too_many();
     const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(c.chunks));
     const bool k3 = a.kernel_h == 3 && a.kernel_w == 3, k5 = a.kernel_h == 5 && a.kernel_w == 5;
@@ -967,10 +993,10 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
         constexpr int V = kVec<T>;
         if (k3)
           depthwise_nhwc_kernel<T, V, 3, 3, 1, true>
-              <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, part, slots);
+              <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, part, row_blocks);
         else
           depthwise_nhwc_kernel<T, V, 5, 5, 1, true>
-              <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, part, slots);
+              <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, part, row_blocks);
       } else if (c.v == kVec<T>) {
         go(std::integral_constant<int, kVec<T>>{});
       } else if (c.v == 4) {

@@ -84,9 +84,10 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
                                 const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s,
                                 const DepthwiseNhwcKnobs& k = {}, const DepthwiseMean& mean = {});
 // The thread blocks an image's outputs take in the kernel that launch_conv_depthwise_nhwc runs,
-// which is how many partial sums of each filter the mean has; 0 where the mean is not computed
-// there: where that kernel's partial sums would be more than a quarter of the output's bytes
-// (7x7 maps: the pool pass reads less), where the conv is not 3x3 or 5x5 with one filter per
+// (the vector and strip kernels with the mean: 8 output rows a block), which is how many partial
+// sums of each filter the mean has; 0 where the mean is not computed there: where that kernel's
+// partial sums would be more than a quarter of the output's bytes (maps of a few pixels: the pool
+// pass reads less), where the conv is not 3x3 or 5x5 with one filter per
 // channel, a multiple of 16 bytes of them a pixel, and where the kernel runs with knobs other than
 // the defaults' pixels a thread (the variants instantiated with the mean). Independent of the
 // images: a launch with the mean whose grid would pass CUDA's limits throws instead.
