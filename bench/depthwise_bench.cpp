@@ -13,8 +13,10 @@
 // convolution on the same tensors (bench/depthwise_torch.py --dtype fp16 --channels-last for
 // PyTorch's), TILES then the kernels' knobs (DepthwiseNhwcKnobs): auto (the defaults), 1, 2 or 4
 // (the vector kernel's row_pixels), s4, s7 or s8 (the strip kernel's strip_pixels where it runs),
-// tKpP (the tile kernel wherever it runs, at most K KiB of shared memory, P pixels a lane); one
-// column each. Channels last, each variant's output is compared with the vector kernel's (1 pixel
+// tKpP (the tile kernel wherever it runs, at most K KiB of shared memory, P pixels a lane), pool
+// (auto, then the whole-plane average pool pass over its output: a squeeze-and-excitation block's)
+// or mean (auto computing that mean itself where depthwise_nhwc_mean_slots allows, else as pool);
+// one column each. Channels last, each variant's output is compared with the vector kernel's (1 pixel
 // a thread) and a difference printed after the line.
 #include <algorithm>
 #include <cstdio>
@@ -110,6 +112,7 @@ int main(int argc, char** argv) {
     std::string label;
     int nchw_tile = 0;
     DepthwiseNhwcKnobs kn;
+    int se = 0;  // 1: then the pool pass; 2: the mean in the kernel (else the pool pass)
   };
   std::vector<Variant> tiles;
   bool tiles_ok = true;
@@ -121,6 +124,8 @@ int main(int argc, char** argv) {
       if (!nhwc) {
         v.nchw_tile = std::atoi(t.c_str());
         tiles_ok &= v.nchw_tile >= 32;
+      } else if (t == "pool" || t == "mean") {
+        v.se = t == "pool" ? 1 : 2;
       } else if (t != "auto") {
         v.kn.strip_pixels = 0, v.kn.tile_smem = 0;
         int k = 0, px = 0;
@@ -147,7 +152,7 @@ int main(int argc, char** argv) {
   if (images < 1 || input < 8 || repeats < 1 || tiles.empty() || !tiles_ok || !format_ok || !net_ok) {
     std::fprintf(stderr,
                  "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...] | nhwc: "
-                 "auto|1|2|4|s4|s7|s8|tKpP[,...]] "
+                 "auto|1|2|4|s4|s7|s8|tKpP|pool|mean[,...]] "
                  "[FORMAT=nchw|fp16|bf16|fp32-nhwc] [NET=mobilenet_v2|efficientnet_b0]\n",
                  argv[0]);
     return 2;
@@ -226,13 +231,24 @@ int main(int argc, char** argv) {
       }
       std::vector<float> t_dw;
       std::string differs;
+      // The squeeze-and-excitation pool: its output, the kernel's partial sums.
+      const int slots = nhwc ? depthwise_nhwc_mean_slots(a, st) : 0;
+      DevBuf pooled(size_t(images) * l.c * sizeof(float)),
+          partial(std::max<size_t>(size_t(images) * slots * l.c, 1) * sizeof(float));
+      Pool2dArgs pa;
+      pa.channels = l.c, pa.in_h = a.out_h, pa.in_w = a.out_w, pa.out_h = pa.out_w = 1, pa.is_max = false;
+      pa.adaptive = true;
       for (size_t k = 0; k < tiles.size(); ++k) {
         const DepthwiseConfig cfg = depthwise_config(a, nhwc ? kDepthwiseTileOutputs : tiles[k].nchw_tile);
+        const int se = tiles[k].se == 2 && slots == 0 ? 1 : tiles[k].se;
+        DepthwiseMean mean;
+        if (se == 2) mean.partial = partial.as<float>(), mean.out = pooled.get();
         t_dw.push_back(time_ms(s, repeats, [&] {
-          if (nhwc)
+          if (nhwc) {
             launch_conv_depthwise_nhwc(a, xs.get(), st, w_taps.as<float>(), b.as<float>(), ys.get(), images,
-                                       relu6, s, tiles[k].kn);
-          else
+                                       relu6, s, tiles[k].kn, mean);
+            if (se == 1) launch_pool2d_nhwc(ys.get(), pooled.get(), st, images, pa, s);
+          } else
             launch_conv_depthwise(cfg, a, x.as<float>(), w.as<float>(), b.as<float>(), y.as<float>(), images,
                                   relu6, s);
         }));

@@ -254,10 +254,11 @@ __device__ __forceinline__ void load_floats(const float* __restrict__ p, float (
   }
 }
 
-// The whole-plane mean's partial sums (DepthwiseMean): thread t of a block holds v, its sums of
-// the outputs it stored of filter vector (base + t) % vecs (zeros for a thread that stored none);
-// part[j * V + k] becomes the sum of the block's threads' v[k] of vector j, added in thread order
-// (0 where no thread had j), for every j < vecs. Every thread of the block calls it.
+// The whole-plane mean's partial sums (DepthwiseMean): thread t of a block (of at most kThreads)
+// holds v, its sums of the outputs it stored of filter vector (base + t) % vecs (zeros for a thread
+// that stored none); part[j * V + k] becomes the sum of the block's threads' v[k] of vector j,
+// added in thread order (0 where no thread had j), for every j < vecs. Every thread of the block
+// calls it.
 template <int V>
 __device__ __forceinline__ void block_filter_sums(const float (&v)[V], int base, int vecs,
                                                   float* __restrict__ part) {
@@ -266,10 +267,11 @@ __device__ __forceinline__ void block_filter_sums(const float (&v)[V], int base,
   for (int k = 0; k < V; ++k) sums[threadIdx.x * V + k] = v[k];
   __syncthreads();
   const int first = base % vecs;  // thread 0's vector
-  for (int i = static_cast<int>(threadIdx.x); i < vecs * V; i += kThreads) {
+  const int threads = static_cast<int>(blockDim.x);
+  for (int i = static_cast<int>(threadIdx.x); i < vecs * V; i += threads) {
     const int j = i / V, k = i - j * V;
     float sum = 0.f;
-    for (int t = (j - first + vecs) % vecs; t < kThreads; t += vecs) sum = __fadd_rn(sum, sums[t * V + k]);
+    for (int t = (j - first + vecs) % vecs; t < threads; t += vecs) sum = __fadd_rn(sum, sums[t * V + k]);
     part[i] = sum;
   }
 }
@@ -371,7 +373,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }  // oy
   if constexpr (MEAN)
-    block_filter_sums<V>(msum, static_cast<int>(blockIdx.y) * kThreads, fv,
+    block_filter_sums<V>(msum, static_cast<int>(blockIdx.y * blockDim.x), fv,
                          part + ((img * row_blocks + rb) * gridDim.y + blockIdx.y) * a.filters);
 }
 
@@ -401,7 +403,7 @@ __global__ void __launch_bounds__(kThreads)
     rb = static_cast<int>(blockIdx.x) - img * row_blocks;
     oy_first = rb * kMeanRows;
     oy_end = min(a.out_h, oy_first + kMeanRows);
-    const int i = static_cast<int>(blockIdx.y) * kThreads + static_cast<int>(threadIdx.x);
+    const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
     live = i < row_items;
     item = live ? i : row_items - 1;
   } else {
@@ -476,7 +478,7 @@ __global__ void __launch_bounds__(kThreads)
     }
   }  // oy
   if constexpr (MEAN)
-    block_filter_sums<V>(msum, static_cast<int>(blockIdx.y) * kThreads, vecs,
+    block_filter_sums<V>(msum, static_cast<int>(blockIdx.y * blockDim.x), vecs,
                          part + ((int64_t(img) * row_blocks + rb) * gridDim.y + blockIdx.y) * a.filters);
 }
 
@@ -837,6 +839,14 @@ NhwcChoice choose_nhwc(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKno
   return c;
 }
 
+// With the mean, the strip and vector kernels' threads a block: a row's items split evenly over
+// its chunks in whole warps (336 items as 2 x 192, not 256 + 80: a mostly idle last chunk cost more
+// than the pool pass saved at FP32, docs/performance.md).
+int mean_block_threads(int64_t row_items, int64_t chunks) {
+  const int64_t per = (row_items + chunks - 1) / chunks;
+  return static_cast<int>((per + 31) / 32 * 32);
+}
+
 // Shared memory the tile kernel's mean adds after the patch: the 8 warps' sums of 64 channels.
 constexpr size_t kTileMeanSmem = sizeof(float) * (kThreads / 32) * kTileChannels;
 
@@ -928,7 +938,8 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
       const T* xt = static_cast<const T*>(x);
       T* yt = static_cast<T*>(y);
       auto go = [&](auto kernel) {
-        kernel<<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, c.row_items, items, act, part, row_blocks);
+        const int threads = with_mean ? mean_block_threads(c.row_items, chunks) : kThreads;
+        kernel<<<grid, threads, 0, s>>>(xt, w_taps, bias, yt, a, c.row_items, items, act, part, row_blocks);
       };
       if constexpr (!std::is_same_v<T, float>) {  // 4 filters x 4 pixels, 3x3, stride 1
         if (with_mean)
@@ -991,12 +1002,13 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
       };
       if (with_mean) {  // the widest vector, one pixel a thread, 3x3 or 5x5 (depthwise_nhwc_mean_slots)
         constexpr int V = kVec<T>;
+        const int threads = mean_block_threads(c.row_vecs, c.chunks);
         if (k3)
           depthwise_nhwc_kernel<T, V, 3, 3, 1, true>
-              <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, part, row_blocks);
+              <<<grid, threads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, part, row_blocks);
         else
           depthwise_nhwc_kernel<T, V, 5, 5, 1, true>
-              <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, part, row_blocks);
+              <<<grid, threads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, part, row_blocks);
       } else if (c.v == kVec<T>) {
         go(std::integral_constant<int, kVec<T>>{});
       } else if (c.v == 4) {
