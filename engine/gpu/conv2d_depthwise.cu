@@ -283,28 +283,179 @@ __device__ __forceinline__ void block_filter_sums(const float (&v)[V], int base,
 // a compile-time kernel width, unit stride and dilation along the row: a window row's weights
 // are loaded once for the P pixels and its P + KW - 1 input columns once each (P = 1: KW loads
 // of both per pixel). Each output sums its taps in the same order either way.
-// MEAN: block (b, chunk) covers kMeanRows output rows (the last block of an image fewer) of image
-// b / row_blocks, adding each thread's outputs over them before the block adds its threads' (that
-// reduction measured costlier than a row's outputs, docs/performance.md), and writes its partial
-// sums to its image's slot (b % row_blocks) * gridDim.y + chunk in part.
-template <typename T, int V, int KH, int KW, int P, bool MEAN>
+template <typename T, int V, int KH, int KW, int P>
 __global__ void __launch_bounds__(kThreads)
     depthwise_nhwc_kernel(const T* __restrict__ x, const float* __restrict__ w,
                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int row_vecs,
-                          ActFn act, float* __restrict__ part, int row_blocks) {
+                          ActFn act) {
+  static_assert(P == 1 || KW > 0, "several pixels a thread need a compile-time kernel width");
+  const int j = blockIdx.y * blockDim.x + threadIdx.x;
+  if (j >= row_vecs) return;
+  const int kh_n = KH > 0 ? KH : a.kernel_h, kw_n = KW > 0 ? KW : a.kernel_w;
+  const int fv = a.filters / V;
+  const int group = j / fv, f0 = (j - group * fv) * V;
+  const int ox0 = group * P;
+  const int64_t row = blockIdx.x;
+  const int64_t img = row / a.out_h;
+  const int oy = static_cast<int>(row - img * a.out_h);
+  const int mult = a.filters / a.channels;
+  const int c0 = f0 / mult;
+  const T* xi = x + img * a.in_h * a.in_w * a.channels;
+  float acc[P][V];
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[p][k] = 0.f;
+  const int iy0 = oy * a.stride_h - a.pad_h, ix0 = ox0 * a.stride_w - a.pad_w;
+#pragma unroll
+  for (int ky = 0; ky < kh_n; ++ky) {
+    const int iy = iy0 + ky * a.dilation_h;
+    if (iy < 0 || iy >= a.in_h) continue;
+    const T* xrow = xi + int64_t(iy) * a.in_w * a.channels + c0;
+    if constexpr (P == 1) {
+#pragma unroll
+      for (int kx = 0; kx < kw_n; ++kx) {
+        const int ix = ix0 + kx * a.dilation_w;
+        if (ix < 0 || ix >= a.in_w) continue;
+        float wk[V];
+        load_floats<V>(w + (ky * kw_n + kx) * a.filters + f0, wk);
+        const Vec<T, V> xv = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[0][k] = fmaf(ld(xv.v[k]), wk[k], acc[0][k]);
+      }
+    } else {
+      float wr[KW][V];
+#pragma unroll
+      for (int kx = 0; kx < KW; ++kx) load_floats<V>(w + (ky * KW + kx) * a.filters + f0, wr[kx]);
+#pragma unroll
+      for (int q = 0; q < P + KW - 1; ++q) {  // input column ix0 + q serves pixel p = q - kx
+        const int ix = ix0 + q;
+        if (ix < 0 || ix >= a.in_w) continue;
+        const Vec<T, V> xv = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
+#pragma unroll
+        for (int kx = 0; kx < KW; ++kx) {
+          const int p = q - kx;
+          if (p < 0 || p >= P) continue;
+#pragma unroll
+          for (int k = 0; k < V; ++k) acc[p][k] = fmaf(ld(xv.v[k]), wr[kx][k], acc[p][k]);
+        }
+      }
+    }
+  }
+  float b[V];
+  if (bias)
+    load_floats<V>(bias + f0, b);
+  else
+#pragma unroll
+    for (int k = 0; k < V; ++k) b[k] = 0.f;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    if (ox0 + p >= a.out_w) break;
+    Vec<T, V> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
+    *reinterpret_cast<Vec<T, V>*>(y + (row * a.out_w + ox0 + p) * a.filters + f0) = out;
+  }
+}
+
+// Channels last, a strip: V filters a thread (V = 2: one 32-bit word of 16-bit storage, two
+// floats of FP32; V = 4: 8 bytes of 16-bit storage) of P consecutive output pixels of a row, for
+// K x K windows with stride S along the row and no dilation there, one filter per channel. The
+// thread keeps its filters' K * K weights in registers for all P pixels and loads each of a
+// window row's (P - 1) * S + K input columns once, all of a row's loads in flight before its
+// sums; a warp's lanes take consecutive vectors of one pixel. Against depthwise_nhwc_kernel (V
+// filters of one pixel, 16-byte loads) it makes a fraction of the loads an output (measured in
+// docs/performance.md), and the same FP32 sum in the same tap order, rounded once when it stores.
+template <typename T, int V, int K, int S, int P>
+__global__ void __launch_bounds__(kThreads)
+    depthwise_strip_kernel(const T* __restrict__ x, const float* __restrict__ w,
+                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int row_items,
+                           int items, ActFn act) {
+  // 32-bit indices and divisions (the launch keeps items under 2^31; 2-4 % faster than 64-bit,
+  // docs/performance.md).
+  const int g = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
+  if (g >= items) return;
+  const int row = g / row_items;  // image row / out_h, output row row % out_h
+  const int item = g - row * row_items;
+  const int vecs = a.channels / V;
+  const int strip = item / vecs, c0 = (item - strip * vecs) * V;
+  const int img = row / a.out_h;
+  const int oy = row - img * a.out_h;
+  const int ox0 = strip * P;
+  float wr[K * K][V];
+#pragma unroll
+  for (int t = 0; t < K * K; ++t) load_floats<V>(w + t * a.filters + c0, wr[t]);
+  float acc[P][V];
+#pragma unroll
+  for (int p = 0; p < P; ++p)
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc[p][k] = 0.f;
+  constexpr int kCols = (P - 1) * S + K;  // the input columns the P pixels' windows span
+  const int iy0 = oy * a.stride_h - a.pad_h, ix0 = ox0 * S - a.pad_w;
+  const T* xi = x + int64_t(img) * a.in_h * a.in_w * a.channels + c0;
+#pragma unroll
+  for (int ky = 0; ky < K; ++ky) {
+    const int iy = iy0 + ky * a.dilation_h;
+    if (iy < 0 || iy >= a.in_h) continue;
+    const T* xrow = xi + int64_t(iy) * a.in_w * a.channels;
+    Vec<T, V> v[kCols];
+#pragma unroll
+    for (int q = 0; q < kCols; ++q) {
+      const int ix = ix0 + q;
+      if (ix >= 0 && ix < a.in_w)
+        v[q] = *reinterpret_cast<const Vec<T, V>*>(xrow + int64_t(ix) * a.channels);
+      else
+#pragma unroll
+        for (int k = 0; k < V; ++k) v[q].v[k] = to<T>(0.f);
+    }
+#pragma unroll
+    for (int kx = 0; kx < K; ++kx)
+#pragma unroll
+      for (int p = 0; p < P; ++p)  // pixel p reads column p * S + kx
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[p][k] = fmaf(ld(v[p * S + kx].v[k]), wr[ky * K + kx][k], acc[p][k]);
+  }
+  // The vector kernel's epilogue, repeated: one shared helper measured 2-9 % slower on its bf16
+  // layers (docs/performance.md, Session 17).
+  float b[V];
+  if (bias)
+    load_floats<V>(bias + c0, b);
+  else
+#pragma unroll
+    for (int k = 0; k < V; ++k) b[k] = 0.f;
+  T* yrow = y + (int64_t(row) * a.out_w + ox0) * a.filters + c0;
+#pragma unroll
+  for (int p = 0; p < P; ++p) {
+    if (ox0 + p >= a.out_w) break;
+    Vec<T, V> out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
+    *reinterpret_cast<Vec<T, V>*>(yrow + int64_t(p) * a.filters) = out;
+  }
+}
+
+// With the whole-plane mean (DepthwiseMean), the vector kernel's work: block (b, chunk) covers kMeanRows
+// output rows (the last block of an image fewer) of image b / row_blocks, adding each thread's outputs over
+// them before the block adds its threads' (that reduction measured costlier than a row's outputs,
+// docs/performance.md), and writes its partial sums to its image's slot (b % row_blocks) * gridDim.y + chunk
+// in part.
+template <typename T, int V, int KH, int KW, int P>
+__global__ void __launch_bounds__(kThreads)
+    depthwise_nhwc_mean_kernel(const T* __restrict__ x, const float* __restrict__ w,
+                               const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a,
+                               int row_vecs, ActFn act, float* __restrict__ part, int row_blocks) {
   static_assert(P == 1 || KW > 0, "several pixels a thread need a compile-time kernel width");
   const int j_all = blockIdx.y * blockDim.x + threadIdx.x;
-  const bool live = j_all < row_vecs;  // with the mean, every thread reaches the block's barrier
-  if (!MEAN && !live) return;
+  const bool live = j_all < row_vecs;  // every thread reaches the block's barrier
   const int j = live ? j_all : row_vecs - 1;
   const int kh_n = KH > 0 ? KH : a.kernel_h, kw_n = KW > 0 ? KW : a.kernel_w;
   const int fv = a.filters / V;
   const int group = j / fv, f0 = (j - group * fv) * V;
   const int ox0 = group * P;
-  const int64_t img = blockIdx.x / (MEAN ? row_blocks : a.out_h);
-  const int rb = static_cast<int>(blockIdx.x - img * (MEAN ? row_blocks : a.out_h));
-  const int oy_first = MEAN ? rb * kMeanRows : rb;
-  const int oy_end = MEAN ? min(a.out_h, oy_first + kMeanRows) : oy_first + 1;
+  const int64_t img = blockIdx.x / row_blocks;
+  const int rb = static_cast<int>(blockIdx.x - img * row_blocks);
+  const int oy_first = rb * kMeanRows;
+  const int oy_end = min(a.out_h, oy_first + kMeanRows);
   const int mult = a.filters / a.channels;
   const int c0 = f0 / mult;
   const T* xi = x + img * a.in_h * a.in_w * a.channels;
@@ -367,55 +518,34 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
       *reinterpret_cast<Vec<T, V>*>(y + (row * a.out_w + ox0 + p) * a.filters + f0) = out;
-      if constexpr (MEAN)
 #pragma unroll
-        for (int k = 0; k < V; ++k) msum[k] = __fadd_rn(msum[k], ld(out.v[k]));
+      for (int k = 0; k < V; ++k) msum[k] = __fadd_rn(msum[k], ld(out.v[k]));
     }
   }  // oy
-  if constexpr (MEAN)
-    block_filter_sums<V>(msum, static_cast<int>(blockIdx.y * blockDim.x), fv,
-                         part + ((img * row_blocks + rb) * gridDim.y + blockIdx.y) * a.filters);
+  block_filter_sums<V>(msum, static_cast<int>(blockIdx.y * blockDim.x), fv,
+                       part + ((img * row_blocks + rb) * gridDim.y + blockIdx.y) * a.filters);
 }
 
-// Channels last, a strip: V filters a thread (V = 2: one 32-bit word of 16-bit storage, two
-// floats of FP32; V = 4: 8 bytes of 16-bit storage) of P consecutive output pixels of a row, for
-// K x K windows with stride S along the row and no dilation there, one filter per channel. The
-// thread keeps its filters' K * K weights in registers for all P pixels and loads each of a
-// window row's (P - 1) * S + K input columns once, all of a row's loads in flight before its
-// sums; a warp's lanes take consecutive vectors of one pixel. Against depthwise_nhwc_kernel (V
-// filters of one pixel, 16-byte loads) it makes a fraction of the loads an output (measured in
-// docs/performance.md), and the same FP32 sum in the same tap order, rounded once when it stores.
-// MEAN: as the vector kernel with the mean, block (b, chunk) covers kMeanRows output rows of
-// image b / row_blocks (items a row's strips x vectors from chunk * kThreads on), adding each
+// The strip kernel with the whole-plane mean, as the vector kernel's: block (b, chunk) covers kMeanRows
+// output rows of image b / row_blocks (items a row's strips x vectors from chunk * kThreads on), adding each
 // thread's outputs over them, and writes the block's partial sums to its image's slot
 // (b % row_blocks) * gridDim.y + chunk in part.
-template <typename T, int V, int K, int S, int P, bool MEAN>
+template <typename T, int V, int K, int S, int P>
 __global__ void __launch_bounds__(kThreads)
-    depthwise_strip_kernel(const T* __restrict__ x, const float* __restrict__ w,
-                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int row_items,
-                           int items, ActFn act, float* __restrict__ part, int row_blocks) {
+    depthwise_strip_mean_kernel(const T* __restrict__ x, const float* __restrict__ w,
+                                const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a,
+                                int row_items, ActFn act, float* __restrict__ part, int row_blocks) {
   // 32-bit indices and divisions (the launch keeps items under 2^31; 2-4 % faster than 64-bit,
   // docs/performance.md).
   int img, rb = 0, oy_first, oy_end, item;
-  bool live;  // with the mean, every thread reaches the block's barrier
-  if constexpr (MEAN) {
-    img = static_cast<int>(blockIdx.x) / row_blocks;
-    rb = static_cast<int>(blockIdx.x) - img * row_blocks;
-    oy_first = rb * kMeanRows;
-    oy_end = min(a.out_h, oy_first + kMeanRows);
-    const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
-    live = i < row_items;
-    item = live ? i : row_items - 1;
-  } else {
-    const int g = static_cast<int>(blockIdx.x) * kThreads + static_cast<int>(threadIdx.x);
-    live = g < items;
-    if (!live) return;
-    const int row = g / row_items;  // image row / out_h, output row row % out_h
-    item = g - row * row_items;
-    img = row / a.out_h;
-    oy_first = row - img * a.out_h;
-    oy_end = oy_first + 1;
-  }
+  bool live;  // every thread reaches the block's barrier
+  img = static_cast<int>(blockIdx.x) / row_blocks;
+  rb = static_cast<int>(blockIdx.x) - img * row_blocks;
+  oy_first = rb * kMeanRows;
+  oy_end = min(a.out_h, oy_first + kMeanRows);
+  const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  live = i < row_items;
+  item = live ? i : row_items - 1;
   const int vecs = a.channels / V;
   const int strip = item / vecs, c0 = (item - strip * vecs) * V;
   const int ox0 = strip * P;
@@ -472,14 +602,12 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
       *reinterpret_cast<Vec<T, V>*>(yrow + int64_t(p) * a.filters) = out;
-      if constexpr (MEAN)
 #pragma unroll
-        for (int k = 0; k < V; ++k) msum[k] = __fadd_rn(msum[k], ld(out.v[k]));
+      for (int k = 0; k < V; ++k) msum[k] = __fadd_rn(msum[k], ld(out.v[k]));
     }
   }  // oy
-  if constexpr (MEAN)
-    block_filter_sums<V>(msum, static_cast<int>(blockIdx.y * blockDim.x), vecs,
-                         part + ((int64_t(img) * row_blocks + rb) * gridDim.y + blockIdx.y) * a.filters);
+  block_filter_sums<V>(msum, static_cast<int>(blockIdx.y * blockDim.x), vecs,
+                       part + ((int64_t(img) * row_blocks + rb) * gridDim.y + blockIdx.y) * a.filters);
 }
 
 // Channels last at 16-bit storage, a staged tile: a block stages the input patch that
@@ -861,7 +989,8 @@ int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const Depthwise
     case NhwcKernel::kTile:
       if (c.tile.pixels != 4 || c.tile.smem + kTileMeanSmem > kMaxTileSmem) return 0;
       break;
-    case NhwcKernel::kStrip:
+    case NhwcKernel::kStrip:  // FP32 strips of stride 2: measured slower with the mean (docs/performance.md)
+      if (a.stride_w != 1) return 0;
       break;
     case NhwcKernel::kVector:
       if (c.px != 1) return 0;
@@ -938,23 +1067,26 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
       const T* xt = static_cast<const T*>(x);
       T* yt = static_cast<T*>(y);
       auto go = [&](auto kernel) {
-        const int threads = with_mean ? mean_block_threads(c.row_items, chunks) : kThreads;
-        kernel<<<grid, threads, 0, s>>>(xt, w_taps, bias, yt, a, c.row_items, items, act, part, row_blocks);
+        kernel<<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, c.row_items, items, act);
+      };
+      auto go_mean = [&](auto kernel) {
+        kernel<<<grid, mean_block_threads(c.row_items, chunks), 0, s>>>(xt, w_taps, bias, yt, a, c.row_items,
+                                                                        act, part, row_blocks);
       };
       if constexpr (!std::is_same_v<T, float>) {  // 4 filters x 4 pixels, 3x3, stride 1
         if (with_mean)
-          go(depthwise_strip_kernel<T, 4, 3, 1, 4, true>);
+          go_mean(depthwise_strip_mean_kernel<T, 4, 3, 1, 4>);
         else
-          go(depthwise_strip_kernel<T, 4, 3, 1, 4, false>);
+          go(depthwise_strip_kernel<T, 4, 3, 1, 4>);
       } else {
         with_window(a, [&](auto k, auto stride) {
           constexpr int K = decltype(k)::value, S = decltype(stride)::value;
           auto by_mean = [&](auto p) {
             constexpr int P = decltype(p)::value;
             if (with_mean)
-              go(depthwise_strip_kernel<T, 2, K, S, P, true>);
+              go_mean(depthwise_strip_mean_kernel<T, 2, K, S, P>);
             else
-              go(depthwise_strip_kernel<T, 2, K, S, P, false>);
+              go(depthwise_strip_kernel<T, 2, K, S, P>);
           };
           if (pp == 8)
             by_mean(std::integral_constant<int, 8>{});
@@ -983,31 +1115,27 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
         auto fixed = [&](auto kernel) {  // KH = KW = K, P pixels a thread
           constexpr int K = decltype(kernel)::value;
           if (px == 4)
-            depthwise_nhwc_kernel<T, V, K, K, 4, false>
-                <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, nullptr, 0);
+            depthwise_nhwc_kernel<T, V, K, K, 4><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
           else if (px == 2)
-            depthwise_nhwc_kernel<T, V, K, K, 2, false>
-                <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, nullptr, 0);
+            depthwise_nhwc_kernel<T, V, K, K, 2><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
           else
-            depthwise_nhwc_kernel<T, V, K, K, 1, false>
-                <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, nullptr, 0);
+            depthwise_nhwc_kernel<T, V, K, K, 1><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
         };
         if (k3)
           fixed(std::integral_constant<int, 3>{});
         else if (k5)
           fixed(std::integral_constant<int, 5>{});
         else
-          depthwise_nhwc_kernel<T, V, 0, 0, 1, false>
-              <<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, nullptr, 0);
+          depthwise_nhwc_kernel<T, V, 0, 0, 1><<<grid, kThreads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act);
       };
       if (with_mean) {  // the widest vector, one pixel a thread, 3x3 or 5x5 (depthwise_nhwc_mean_slots)
         constexpr int V = kVec<T>;
         const int threads = mean_block_threads(c.row_vecs, c.chunks);
         if (k3)
-          depthwise_nhwc_kernel<T, V, 3, 3, 1, true>
+          depthwise_nhwc_mean_kernel<T, V, 3, 3, 1>
               <<<grid, threads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, part, row_blocks);
         else
-          depthwise_nhwc_kernel<T, V, 5, 5, 1, true>
+          depthwise_nhwc_mean_kernel<T, V, 5, 5, 1>
               <<<grid, threads, 0, s>>>(xt, w_taps, bias, yt, a, rv, act, part, row_blocks);
       } else if (c.v == kVec<T>) {
         go(std::integral_constant<int, kVec<T>>{});

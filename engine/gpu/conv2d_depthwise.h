@@ -88,7 +88,8 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
 // sums of each filter the mean has; 0 where the mean is not computed there: where that kernel's
 // partial sums would be more than a quarter of the output's bytes (maps of a few pixels: the pool
 // pass reads less), where the conv is not 3x3 or 5x5 with one filter per
-// channel, a multiple of 16 bytes of them a pixel, and where the kernel runs with knobs other than
+// channel, a multiple of 16 bytes of them a pixel, where the strip kernel has stride 2 (FP32), and
+// where the kernel runs with knobs other than
 // the defaults' pixels a thread (the variants instantiated with the mean). Independent of the
 // images: a launch with the mean whose grid would pass CUDA's limits throws instead.
 int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& k = {});
