@@ -528,6 +528,7 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
         DepthwiseNhwcKnobs kn;
         kn.row_pixels = v.row_pixels, kn.strip_pixels = v.strip_pixels;
         kn.tile_smem = size_t(v.tile_kib) << 10, kn.tile_pixels = v.tile_pixels, kn.tile_everywhere = true;
+        kn.mean_everywhere = true;  // the mean in every kernel that has one
         const DepthwiseStrip ds = depthwise_nhwc_strip(a, t, kn.strip_pixels);
         const DepthwiseTile tile = depthwise_nhwc_tile(a, t, kn);
         if ((v.strip_pixels > 0 && ds.pixels == 0) || (v.tile_kib > 0 && tile.smem == 0)) continue;
@@ -723,40 +724,50 @@ TEST_CASE("depthwise: where the channels-last kernels compute the whole-plane me
     a.out_h = a.out_w = (in + 2 * (k / 2) - k) / s + 1;
     return a;
   };
+  DepthwiseNhwcKnobs all;  // the mean in the strip and vector kernels too
+  all.mean_everywhere = true;
   // The strip and vector kernels: a block an image's 8 rows (112 as 14 blocks) and 256 of a row's
   // items (chunks). 112x112x32, 3x3: the strip kernel, 4 filters x 4 pixels (16-bit) or 2 x 8
   // (FP32): 224 items a row, one chunk.
-  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16) == 14);
-  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kF32) == 14);
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, all) == 14);
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kF32, all) == 14);
   // 56x56x144, 3x3: the strip kernel, 14 strips x 36 vectors a row: 2 chunks of 7 row blocks.
-  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF16) == 14);
+  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF16, all) == 14);
   // 112 -> 56, 96 channels, stride 2: the vector kernel, 56 x 12 vectors a row in 3 chunks.
-  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16) == 7 * 3);
+  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16, all) == 7 * 3);
   // 28x28x240, 5x5: the tile kernel, 4 row tiles of 7 rows x 1 column tile.
-  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16) == 4);
+  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16, all) == 4);
   // 14x14x480, 3x3: one 14x14 tile.
-  CHECK(depthwise_nhwc_mean_slots(dw(480, 14, 3, 1), Storage::kF16) == 1);
+  CHECK(depthwise_nhwc_mean_slots(dw(480, 14, 3, 1), Storage::kF16, all) == 1);
   // 7x7x1152: the vector kernel at 16-bit storage, one row block of 4 chunks; the strip kernel at
   // FP32, one strip of 7 pixels a row of 576 filter pairs, 3 chunks.
-  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 5, 1), Storage::kBf16) == 4);
-  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 3, 1), Storage::kF32) == 3);
-  CHECK(depthwise_nhwc_mean_slots(dw(672, 14, 5, 2), Storage::kBf16) == 3);
+  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 5, 1), Storage::kBf16, all) == 4);
+  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 3, 1), Storage::kF32, all) == 3);
+  CHECK(depthwise_nhwc_mean_slots(dw(672, 14, 5, 2), Storage::kBf16, all) == 3);
   // Partial sums over a quarter of the output's bytes: a 2x2 map's one slot of 16-bit values
   // (16 bytes a filter against 8), not of FP32 ones (16 against 16).
-  CHECK(depthwise_nhwc_mean_slots(dw(64, 4, 3, 2), Storage::kBf16) == 0);
-  CHECK(depthwise_nhwc_mean_slots(dw(64, 4, 3, 2), Storage::kF32) == 1);
+  CHECK(depthwise_nhwc_mean_slots(dw(64, 4, 3, 2), Storage::kBf16, all) == 0);
+  CHECK(depthwise_nhwc_mean_slots(dw(64, 4, 3, 2), Storage::kF32, all) == 1);
   // Not where the kernels have no mean: a channel multiplier, a 7x7 window, channels not a
   // multiple of 16 bytes, a tile of 8 pixels a lane, the vector kernel at several pixels a thread.
   DepthwiseArgs m = dw(32, 112, 3, 1);
   m.filters = 64;
-  CHECK(depthwise_nhwc_mean_slots(m, Storage::kBf16) == 0);
-  CHECK(depthwise_nhwc_mean_slots(dw(32, 56, 7, 1), Storage::kBf16) == 0);
-  CHECK(depthwise_nhwc_mean_slots(dw(36, 56, 3, 1), Storage::kBf16) == 0);
-  CHECK(depthwise_nhwc_mean_slots(dw(36, 56, 3, 1), Storage::kF32) > 0);
+  CHECK(depthwise_nhwc_mean_slots(m, Storage::kBf16, all) == 0);
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 56, 7, 1), Storage::kBf16, all) == 0);
+  CHECK(depthwise_nhwc_mean_slots(dw(36, 56, 3, 1), Storage::kBf16, all) == 0);
+  CHECK(depthwise_nhwc_mean_slots(dw(36, 56, 3, 1), Storage::kF32, all) > 0);
+  // By default only the tile kernel computes it (where it was measured to win).
+  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16) == 4);
+  CHECK(depthwise_nhwc_mean_slots(dw(480, 14, 3, 1), Storage::kF16) == 1);
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16) == 0);
+  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16) == 0);
+  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kF32) == 0);  // no tile kernel at FP32
+  // FP32 strips of stride 2: not even then (measured slower).
+  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kF32, all) == 0);
   DepthwiseNhwcKnobs eight;
   eight.tile_pixels = 8;
   CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16, eight) == 0);
-  DepthwiseNhwcKnobs wide;
+  DepthwiseNhwcKnobs wide = all;
   wide.row_pixels = 4, wide.strip_pixels = 0;  // the vector kernel, 4 pixels a thread
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, wide) == 0);
   wide.row_pixels = 1;  // 1 pixel a thread: 14 row blocks x 2 chunks of 448 vectors

@@ -990,10 +990,10 @@ int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const Depthwise
       if (c.tile.pixels != 4 || c.tile.smem + kTileMeanSmem > kMaxTileSmem) return 0;
       break;
     case NhwcKernel::kStrip:  // FP32 strips of stride 2: measured slower with the mean (docs/performance.md)
-      if (a.stride_w != 1) return 0;
+      if (!kn.mean_everywhere || a.stride_w != 1) return 0;
       break;
     case NhwcKernel::kVector:
-      if (c.px != 1) return 0;
+      if (!kn.mean_everywhere || c.px != 1) return 0;
       break;
   }
   // Partial sums (FP32) of no more than a quarter of the output's bytes.

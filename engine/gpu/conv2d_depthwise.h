@@ -69,6 +69,10 @@ struct DepthwiseNhwcKnobs {
   size_t tile_smem = size_t(46) << 10;  // the tile kernel's most shared memory a block, 0 for never
   int tile_pixels = 4;                  // the tile kernel's pixels a lane: 4 or 8
   bool tile_everywhere = false;         // the tile kernel wherever it can run, not only where it won
+  // The whole-plane mean in the strip and vector kernels too (DepthwiseMean), not only in the tile
+  // kernel, where it won (in EfficientNet-B0 at bf16 the others' mean kernels were slower than
+  // the plain kernel and the pool pass, docs/performance.md, Session 21)
+  bool mean_everywhere = false;
 };
 // The whole-plane average of the output (a squeeze-and-excitation block's pool, read from the
 // same output by the pool pass otherwise), computed by the kernel as it stores: each thread block
@@ -88,7 +92,8 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
 // sums of each filter the mean has; 0 where the mean is not computed there: where that kernel's
 // partial sums would be more than a quarter of the output's bytes (maps of a few pixels: the pool
 // pass reads less), where the conv is not 3x3 or 5x5 with one filter per
-// channel, a multiple of 16 bytes of them a pixel, where the strip kernel has stride 2 (FP32), and
+// channel, a multiple of 16 bytes of them a pixel, in the strip and vector kernels unless
+// mean_everywhere, where the strip kernel has stride 2 (FP32), and
 // where the kernel runs with knobs other than
 // the defaults' pixels a thread (the variants instantiated with the mean). Independent of the
 // images: a launch with the mean whose grid would pass CUDA's limits throws instead.
