@@ -15,7 +15,8 @@
 // (the vector kernel's row_pixels), s4, s7 or s8 (the strip kernel's strip_pixels where it runs),
 // tKpP (the tile kernel wherever it runs, at most K KiB of shared memory, P pixels a lane), pool
 // (auto, then the whole-plane average pool pass over its output: a squeeze-and-excitation block's)
-// or mean (auto computing that mean itself where depthwise_nhwc_mean_slots allows, else as pool);
+// mean (auto computing that mean itself where depthwise_nhwc_mean_slots allows, else as pool) or
+// meanall (mean with DepthwiseNhwcKnobs::mean_everywhere: the strip and vector kernels' too);
 // one column each. Channels last, each variant's output is compared with the vector kernel's (1 pixel
 // a thread) and a difference printed after the line.
 #include <algorithm>
@@ -124,8 +125,9 @@ int main(int argc, char** argv) {
       if (!nhwc) {
         v.nchw_tile = std::atoi(t.c_str());
         tiles_ok &= v.nchw_tile >= 32;
-      } else if (t == "pool" || t == "mean") {
+      } else if (t == "pool" || t == "mean" || t == "meanall") {
         v.se = t == "pool" ? 1 : 2;
+        v.kn.mean_everywhere = t == "meanall";
       } else if (t != "auto") {
         v.kn.strip_pixels = 0, v.kn.tile_smem = 0;
         int k = 0, px = 0;
@@ -152,7 +154,7 @@ int main(int argc, char** argv) {
   if (images < 1 || input < 8 || repeats < 1 || tiles.empty() || !tiles_ok || !format_ok || !net_ok) {
     std::fprintf(stderr,
                  "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...] | nhwc: "
-                 "auto|1|2|4|s4|s7|s8|tKpP|pool|mean[,...]] "
+                 "auto|1|2|4|s4|s7|s8|tKpP|pool|mean|meanall[,...]] "
                  "[FORMAT=nchw|fp16|bf16|fp32-nhwc] [NET=mobilenet_v2|efficientnet_b0]\n",
                  argv[0]);
     return 2;
@@ -232,14 +234,17 @@ int main(int argc, char** argv) {
       std::vector<float> t_dw;
       std::string differs;
       // The squeeze-and-excitation pool: its output, the kernel's partial sums.
-      const int slots = nhwc ? depthwise_nhwc_mean_slots(a, st) : 0;
+      DepthwiseNhwcKnobs every;
+      every.mean_everywhere = true;
+      const int most_slots = nhwc ? depthwise_nhwc_mean_slots(a, st, every) : 0;
       DevBuf pooled(size_t(images) * l.c * sizeof(float)),
-          partial(std::max<size_t>(size_t(images) * slots * l.c, 1) * sizeof(float));
+          partial(std::max<size_t>(size_t(images) * most_slots * l.c, 1) * sizeof(float));
       Pool2dArgs pa;
       pa.channels = l.c, pa.in_h = a.out_h, pa.in_w = a.out_w, pa.out_h = pa.out_w = 1, pa.is_max = false;
       pa.adaptive = true;
       for (size_t k = 0; k < tiles.size(); ++k) {
         const DepthwiseConfig cfg = depthwise_config(a, nhwc ? kDepthwiseTileOutputs : tiles[k].nchw_tile);
+        const int slots = nhwc ? depthwise_nhwc_mean_slots(a, st, tiles[k].kn) : 0;
         const int se = tiles[k].se == 2 && slots == 0 ? 1 : tiles[k].se;
         DepthwiseMean mean;
         if (se == 2) mean.partial = partial.as<float>(), mean.out = pooled.get();
