@@ -154,6 +154,25 @@ TEST_CASE("plan: which pools are a whole-plane mean") {
   // A grouped conv that is not depthwise: its pools run as passes.
   const Plan plan = make_plan(net);
   CHECK(plan.steps[1].mean_layer == -1);
+
+  // A depthwise conv whose output a pool reads: the kernel may compute it, unless a residual add
+  // runs in the conv's epilogue (a pass after the kernel: its sums would miss the add).
+  Network res = test::parse_layers(R"(  - {name: c0, type: conv, filters: 8, kernel: 1}
+  - {name: dw, type: conv, filters: 8, kernel: 3, pad: 1, groups: 8}
+  - {name: sum, type: add, inputs: [dw, c0]}
+  - {name: g, type: avgpool, global: true}
+  - {name: dw2, type: conv, filters: 8, kernel: 3, pad: 1, groups: 8, inputs: sum}
+  - {name: g2, type: avgpool, global: true}
+  - {name: cat, type: concat, inputs: [g, g2]}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  const Plan rp = make_plan(res);
+  const Step& dw = rp.steps[static_cast<size_t>(res.find("dw"))];
+  REQUIRE(dw.residual_layer == res.find("sum"));
+  CHECK(dw.mean_layer == -1);
+  CHECK(rp.steps[static_cast<size_t>(res.find("g"))].mean_conv == -1);
+  CHECK(rp.steps[static_cast<size_t>(res.find("dw2"))].mean_layer == res.find("g2"));
 }
 
 TEST_CASE("gemm: runs 1x1 convs of stride 1, unpadded, groups 1, channels last only") {

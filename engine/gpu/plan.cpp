@@ -138,7 +138,11 @@ Plan make_plan(const Network& net) {
     if (i < 0) continue;
     Step& cs = steps[static_cast<size_t>(i)];
     const ConvParams& p = cs.conv;
-    if (cs.mean_layer >= 0 || cs.pool_layer >= 0 || p.groups != p.in_c || p.filters != p.in_c) continue;
+    // Not after a residual add in the conv's epilogue: its pass runs after the kernel, so the
+    // kernel's sums would miss it.
+    if (cs.mean_layer >= 0 || cs.pool_layer >= 0 || cs.residual_layer >= 0 || p.groups != p.in_c ||
+        p.filters != p.in_c)
+      continue;
     cs.mean_layer = ps.layer;
     cs.mean_buf = new_buf(Shape{0, 1, 1});
     ps.mean_conv = i;

@@ -70,7 +70,8 @@ struct Step {
   int scale_buf = -1, scaled_buf = -1, scale_w_buf = -1;
   int scale_conv = -1;
   // kConv, one filter per channel (groups == channels == filters): the whole-plane average pool
-  // (global, or adaptive to 1x1) that reads its output, a squeeze-and-excitation block's, which
+  // (global, or adaptive to 1x1) that reads its output (no residual add in its epilogue: that
+  // pass follows the kernel), a squeeze-and-excitation block's, which
   // its channels-last depthwise kernels can compute as they store (DepthwiseMean,
   // engine/gpu/conv2d_depthwise.h) into the pool's buffer, with their FP32 partial sums in
   // mean_buf (sized 0 here: the executor knows the storage format that sizes it). kPool: that
