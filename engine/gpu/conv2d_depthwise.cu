@@ -934,13 +934,18 @@ struct NhwcChoice {
   DepthwiseStrip strip;
   int row_items = 0;  // the strip kernel's strips x filter vectors a row
   int v = 1, px = 1;  // the vector kernel's filters and pixels a thread
-  int64_t row_vecs = 0, chunks = 0;
-  int slots = 0;  // with the mean: thread blocks an image (the vector kernel: row blocks x chunks)
+  int64_t row_vecs = 0;
+  // The strip and vector kernels: blocks of kThreads a row (the strip kernel's with the mean), and
+  // with the mean blocks of kMeanRows rows an image.
+  int64_t chunks = 0;
+  int row_blocks = 0;
+  int slots = 0;  // with the mean: thread blocks an image (strip and vector: row blocks x chunks)
 };
 
 NhwcChoice choose_nhwc(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& kn, int64_t n,
                        bool blocks_images) {
   NhwcChoice c;
+  c.row_blocks = (a.out_h + kMeanRows - 1) / kMeanRows;
   c.tile = depthwise_nhwc_tile(a, t, kn);
   const int64_t tile_chunks = (a.channels + kTileChannels - 1) / kTileChannels;
   if (c.tile.smem > 0 && (!blocks_images || n * c.tile.row_tiles <= INT32_MAX) &&
@@ -955,7 +960,8 @@ NhwcChoice choose_nhwc(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKno
     const int64_t image_items = int64_t(a.out_h) * c.row_items;
     if ((blocks_images ? n : 1) * image_items <= INT32_MAX - kThreads) {  // else the vector kernel
       c.kind = NhwcKernel::kStrip;
-      c.slots = (a.out_h + kMeanRows - 1) / kMeanRows * ((c.row_items + kThreads - 1) / kThreads);
+      c.chunks = (c.row_items + kThreads - 1) / kThreads;
+      c.slots = static_cast<int>(c.row_blocks * c.chunks);
       return c;
     }
   }
@@ -963,13 +969,13 @@ NhwcChoice choose_nhwc(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKno
   c.px = depthwise_nhwc_pixels(a, kn.row_pixels);
   c.row_vecs = int64_t((a.out_w + c.px - 1) / c.px) * (a.filters / c.v);
   c.chunks = (c.row_vecs + kThreads - 1) / kThreads;
-  c.slots = static_cast<int>(std::min<int64_t>((a.out_h + kMeanRows - 1) / kMeanRows * c.chunks, INT32_MAX));
+  c.slots = static_cast<int>(std::min<int64_t>(c.row_blocks * c.chunks, INT32_MAX));
   return c;
 }
 
 // With the mean, the strip and vector kernels' threads a block: a row's items split evenly over
-// its chunks in whole warps (336 items as 2 x 192, not 256 + 80: a mostly idle last chunk cost more
-// than the pool pass saved at FP32, docs/performance.md).
+// its chunks in whole warps (336 items as 2 x 192, not 256 + 80; tried against FP32 strips of
+// stride 2, where the mean stayed slower either way, docs/performance.md, Session 21).
 int mean_block_threads(int64_t row_items, int64_t chunks) {
   const int64_t per = (row_items + chunks - 1) / chunks;
   return static_cast<int>((per + 31) / 32 * 32);
@@ -1056,8 +1062,8 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
     const int pp = c.strip.pixels;
     const int64_t image_items = int64_t(a.out_h) * c.row_items;
     // With the mean: row blocks x chunks of a row's items (as the vector kernel's grid).
-    const int row_blocks = (a.out_h + kMeanRows - 1) / kMeanRows;
-    const int64_t chunks = (c.row_items + kThreads - 1) / kThreads;
+    const int row_blocks = c.row_blocks;
+    const int64_t chunks = c.chunks;
     const int64_t blocks = with_mean ? n * row_blocks : (n * image_items + kThreads - 1) / kThreads;
     if (blocks > INT32_MAX || chunks > 65535) throw too_many();  // only with the mean (else not chosen)
     const int items = static_cast<int>(with_mean ? 0 : n * image_items);
@@ -1099,7 +1105,7 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
     });
     CUDA_CHECK_LAUNCH("depthwise_strip_kernel");
   } else {
-    const int row_blocks = (a.out_h + kMeanRows - 1) / kMeanRows;  // with the mean
+    const int row_blocks = c.row_blocks;  // with the mean
     const int64_t rows = n * (with_mean ? row_blocks : a.out_h);
     if (c.chunks > 65535 || rows > INT32_MAX) throw too_many();
     const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(c.chunks));

@@ -552,25 +552,18 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
               "': no convolution algorithm chosen");
 }
 
-// For auto: the conv with `algo` plus the passes that the implicit kernel's fusions would save
-// (the preprocess, the max-pool), so that the algorithms are compared on the same work.
+// For auto: the conv with `algo` plus the passes that the implicit, stem and depthwise kernels'
+// fusions would save (the preprocess, the max-pool, the whole-plane mean), so that the
+// algorithms are compared on the same work.
 void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
   if ((st.u8_input || st.u8_input_pool) && tuning_.fuse_u8 && !fuses_u8(st, algo, tuning_)) preprocess(s, n);
   // The mul the gemm convolution folds (it runs channels last only: NCHW, no candidate saves it).
   if (st.scale_layer >= 0 && nhwc_ && algo != ConvAlgo::kGemm) run_step_nhwc(step(st.scale_layer), s, n);
   run_conv(st, s, n, algo);
-  if (mean_slots(st) > 0 && !fuses_mean(st, algo)) {  // the whole-plane mean the depthwise kernel computes
-    const Step& ps = step(st.mean_layer);
-    launch_pool2d_nhwc(s.bufs[static_cast<size_t>(st.out)].get(), s.bufs[static_cast<size_t>(ps.out)].get(),
-                       storage(), n,
-                       pool_args(layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p,
-                                 ps.in_shape, ps.out_shape),
-                       s.stream);
-  }
-  if (st.pool_layer >= 0 && tuning_.fuse_pool && !fuses_pool(st, algo, tuning_)) {
-    // The pool in the conv output's own layout and storage (an FP32 NCHW pool over 16-bit
-    // channels-last buffers reads and writes past them).
-    const Step& ps = step(st.pool_layer);
+  // A pool of the conv's output, in that output's own layout and storage (an FP32 NCHW pool over
+  // 16-bit channels-last buffers reads and writes past them).
+  auto pool_pass = [&](int pool_layer) {
+    const Step& ps = step(pool_layer);
     const Pool2dArgs a = pool_args(layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p,
                                    ps.in_shape, ps.out_shape);
     void* in = s.bufs[static_cast<size_t>(st.out)].get();
@@ -579,7 +572,9 @@ void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       launch_pool2d_nhwc(in, out, storage(), n, a, s.stream);
     else
       launch_pool2d(static_cast<const float*>(in), static_cast<float*>(out), n, a, s.stream);
-  }
+  };
+  if (mean_slots(st) > 0 && !fuses_mean(st, algo)) pool_pass(st.mean_layer);
+  if (st.pool_layer >= 0 && tuning_.fuse_pool && !fuses_pool(st, algo, tuning_)) pool_pass(st.pool_layer);
 }
 
 // Channels last: the storage-format passes of nhwc.h; a fully-connected layer or a softmax runs
