@@ -29,7 +29,25 @@ Readers readers(const Network& net) {
   return r;
 }
 
-bool runs_as_identity(const Layer& l) { return l.has(kCapIdentity) || (l.has(kCapFoldable) && l.folded); }
+bool pool_is_identity(const Layer& l) {
+  if ((l.kind != LayerKind::kMaxpool && l.kind != LayerKind::kAvgpool) || l.in_shapes.size() != 1)
+    return false;
+  const Shape& in = l.in_shapes[0];
+  if (l.out_shape != in) return false;
+  const PoolParams& p = layer_as<PoolLayer>(l).p;
+  if (p.adaptive) return true;  // output i pools input i alone when the sizes agree
+  if (!p.global && p.size_h == 1 && p.size_w == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 &&
+      p.pad_w == 0)
+    return true;
+  if (in.h != 1 || in.w != 1) return false;
+  // One element in one window (every window holds one, PyTorch's rule): the max is it; the average
+  // divides by 1 unless padding is counted in the divisor.
+  return l.kind == LayerKind::kMaxpool || p.global || !p.count_pad || (p.pad_h == 0 && p.pad_w == 0);
+}
+
+bool runs_as_identity(const Layer& l) {
+  return l.has(kCapIdentity) || (l.has(kCapFoldable) && l.folded) || pool_is_identity(l);
+}
 
 namespace {
 

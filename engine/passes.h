@@ -38,8 +38,14 @@ struct Readers {
 Readers readers(const Network& net);
 
 // True when the layer's output is its input unchanged at inference (dropout, flatten, a folded
-// batchnorm): executors alias the input instead of computing anything.
+// batchnorm, a pool that maps each element to itself: pool_is_identity): executors alias the
+// input instead of computing anything.
 bool runs_as_identity(const Layer& l);
+// A max or average pool whose output is its input, bit for bit: the same shape and every window
+// one element, counted once (1x1 windows of stride 1 without padding; an adaptive pool to the
+// input's size; on a 1x1 plane, any max pool and an average pool that does not count padding in
+// its divisor, such as the global pool of a squeeze-and-excitation block on a 1x1 map).
+bool pool_is_identity(const Layer& l);
 
 // Folds every batchnorm whose input is a conv or fc that nothing else reads (and that is not the
 // network output) into that layer: W' = W * scale per output channel, bias' = bias * scale +

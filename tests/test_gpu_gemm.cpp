@@ -175,6 +175,32 @@ TEST_CASE("plan: which pools are a whole-plane mean") {
   CHECK(rp.steps[static_cast<size_t>(res.find("dw2"))].mean_layer == res.find("g2"));
 }
 
+TEST_CASE("plan: a squeeze-and-excitation pool on a 1x1 map aliases its input, with no pass and no mean") {
+  // A stride-8 depthwise conv leaves a 1x1 map (EfficientNet's last stages at 32x32 input).
+  Network net = test::parse_layers(R"(  - {name: c0, type: conv, filters: 8, kernel: 1}
+  - {name: dw, type: conv, filters: 8, kernel: 3, pad: 1, stride: 8, groups: 8}
+  - {name: g, type: avgpool, global: true}
+  - {name: fc1, type: conv, filters: 2, kernel: 1}
+  - {name: fc2, type: conv, filters: 8, kernel: 1}
+  - {name: s, type: sigmoid}
+  - {name: m, type: mul, inputs: [dw, s]}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  const Plan plan = make_plan(net);
+  const Step& dw = plan.steps[static_cast<size_t>(net.find("dw"))];
+  const Step& g = plan.steps[static_cast<size_t>(net.find("g"))];
+  REQUIRE(dw.out_shape == Shape{8, 1, 1});
+  CHECK(g.op == Op::kIdentity);
+  CHECK(g.out == dw.out);  // fc1 reads the conv's output itself
+  CHECK(plan.steps[static_cast<size_t>(net.find("fc1"))].ins == std::vector<int>{dw.out});
+  CHECK(dw.mean_layer == -1);
+  // In channels last, the alias is no layout change.
+  const NhwcLayout lay = make_nhwc_layout(net, plan);
+  REQUIRE(lay.ok);
+  CHECK(lay.nhwc[static_cast<size_t>(g.out)]);
+}
+
 TEST_CASE("gemm: runs 1x1 convs of stride 1, unpadded, groups 1, channels last only") {
   ConvParams p;
   p.filters = 16, p.kernel_h = p.kernel_w = 1, p.in_c = 32, p.in_h = p.in_w = 8, p.out_h = p.out_w = 8;

@@ -87,6 +87,37 @@ TEST_CASE("passes: the identity rule") {
   CHECK_FALSE(runs_as_identity(*net.layers[static_cast<size_t>(idx(net, "fc"))]));
 }
 
+TEST_CASE(
+    "passes: a pool that maps every element to itself is an identity, one that changes a value is not") {
+  // Input 3x8x8.
+  Network net = parse(R"(  - {name: one, type: maxpool, size: 1, stride: 1}
+  - {name: same, type: avgpool, output: [8, 8]}
+  - {name: two, type: maxpool, size: 2}
+  - {name: three, type: avgpool, size: 3, stride: 1, pad: 1}
+  - {name: gap, type: avgpool, global: true}
+  - {name: gap1, type: avgpool, global: true}
+  - {name: ad1, type: avgpool, output: 1}
+  - {name: max1, type: maxpool, size: 3, stride: 1, pad: 1}
+  - {name: avg1, type: avgpool, size: 3, stride: 1, pad: 1}
+  - {name: avg1n, type: avgpool, size: 3, stride: 1, pad: 1, count_pad: false}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  auto is = [&](const char* n) { return runs_as_identity(*net.layers[static_cast<size_t>(idx(net, n))]); };
+  CHECK(is("one"));   // 1x1 windows of stride 1
+  CHECK(is("same"));  // adaptive to its input's size
+  CHECK_FALSE(is("two"));
+  CHECK_FALSE(is("three"));  // same shape, but each output averages 9 inputs
+  CHECK_FALSE(is("gap"));    // 8x8 -> 1x1
+  CHECK(is("gap1"));         // the mean of one value (a squeeze-and-excitation pool on a 1x1 map)
+  CHECK(is("ad1"));
+  CHECK(is("max1"));        // on a 1x1 plane, padding is -inf
+  CHECK_FALSE(is("avg1"));  // x / 9: the padding counts in the divisor
+  CHECK(is("avg1n"));       // x / 1
+  CHECK(pool_is_identity(*net.layers[static_cast<size_t>(idx(net, "gap1"))]));
+  CHECK_FALSE(pool_is_identity(*net.layers[static_cast<size_t>(idx(net, "f"))]));
+}
+
 TEST_CASE("passes: fold_batchnorms folds into a lone conv producer, not into a shared one") {
   Network net = parse(R"(  - {name: c, type: conv, filters: 2, kernel: 1, bias: false}
   - {name: bn, type: batchnorm, eps: 1.0e-30}
