@@ -13,8 +13,7 @@
 // convolution on the same tensors (bench/depthwise_torch.py --dtype fp16 --channels-last for
 // PyTorch's), TILES then the kernels' knobs (DepthwiseNhwcKnobs): auto (the defaults), 1, 2 or 4
 // (the vector kernel's row_pixels), s4, s7 or s8 (the strip kernel's strip_pixels where it runs),
-// tKpP (the tile kernel wherever it runs, at most K KiB of shared memory, P pixels a lane; tKpPd:
-// its persistent double-buffered form, two such patches a block), pool
+// tKpP (the tile kernel wherever it runs, at most K KiB of shared memory, P pixels a lane), pool
 // (auto, then the whole-plane average pool pass over its output: a squeeze-and-excitation block's)
 // mean (auto computing that mean itself where depthwise_nhwc_mean_slots allows, else as pool) or
 // meanall (mean with DepthwiseNhwcKnobs::mean_everywhere: the strip and vector kernels' too);
@@ -139,7 +138,6 @@ int main(int argc, char** argv) {
           tiles_ok &= v.kn.strip_pixels == 4 || v.kn.strip_pixels == 7 || v.kn.strip_pixels == 8;
         } else if (std::sscanf(t.c_str(), "t%dp%d", &k, &px) == 2 && k >= 1 && k <= 227) {
           v.kn.tile_smem = size_t(k) << 10, v.kn.tile_pixels = px, v.kn.tile_everywhere = true;
-          v.kn.tile_stages = t.back() == 'd' ? 2 : 1;
           tiles_ok &= px == 4 || px == 8;
         } else {
           tiles_ok = false;
@@ -156,7 +154,7 @@ int main(int argc, char** argv) {
   if (images < 1 || input < 8 || repeats < 1 || tiles.empty() || !tiles_ok || !format_ok || !net_ok) {
     std::fprintf(stderr,
                  "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...] | nhwc: "
-                 "auto|1|2|4|s4|s7|s8|tKpP[d]|pool|mean|meanall[,...]] "
+                 "auto|1|2|4|s4|s7|s8|tKpP|pool|mean|meanall[,...]] "
                  "[FORMAT=nchw|fp16|bf16|fp32-nhwc] [NET=mobilenet_v2|efficientnet_b0]\n",
                  argv[0]);
     return 2;

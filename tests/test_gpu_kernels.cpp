@@ -517,21 +517,17 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
       // and 4), the strip kernel where it runs, at up to 4, 7 and 8 pixels a thread, then the tile
       // kernel wherever it runs, at 4 and 8 pixels a lane, in patches of at most 4 KiB (tiles of a
       // few rows, several row tiles), 12 KiB, 46 KiB and 100 KiB (shared memory opted in).
-      // The tile kernel's persistent double-buffered form (stages 2) at the same sizes: blocks that
-      // run several units, of several row tiles an image with the small patches.
       struct Variant {
-        int row_pixels, strip_pixels, tile_kib, tile_pixels, tile_stages = 1;
+        int row_pixels, strip_pixels, tile_kib, tile_pixels;
       };
-      const Variant variants[] = {{1, 0, 0, 4},    {2, 0, 0, 4},     {4, 0, 0, 4},    {1, 4, 0, 4},
-                                  {1, 7, 0, 4},    {1, 8, 0, 4},     {1, 0, 4, 4},    {1, 0, 12, 4},
-                                  {1, 0, 12, 8},   {1, 0, 46, 4},    {1, 0, 100, 8},  {1, 0, 4, 4, 2},
-                                  {1, 0, 12, 8, 2}, {1, 0, 46, 4, 2}, {1, 0, 100, 4, 2}};
+      const Variant variants[] = {{1, 0, 0, 4},  {2, 0, 0, 4},  {4, 0, 0, 4},  {1, 4, 0, 4},
+                                  {1, 7, 0, 4},  {1, 8, 0, 4},  {1, 0, 4, 4},  {1, 0, 12, 4},
+                                  {1, 0, 12, 8}, {1, 0, 46, 4}, {1, 0, 100, 8}};
       std::vector<float> vector_out;  // the vector kernel's, 1 pixel a thread
       for (const Variant& v : variants) {
         DepthwiseNhwcKnobs kn;
         kn.row_pixels = v.row_pixels, kn.strip_pixels = v.strip_pixels;
         kn.tile_smem = size_t(v.tile_kib) << 10, kn.tile_pixels = v.tile_pixels, kn.tile_everywhere = true;
-        kn.tile_stages = v.tile_stages;
         kn.mean_everywhere = true;  // the mean in every kernel that has one
         const DepthwiseStrip ds = depthwise_nhwc_strip(a, t, kn.strip_pixels);
         const DepthwiseTile tile = depthwise_nhwc_tile(a, t, kn);
@@ -552,8 +548,7 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
                                  : depthwise_nhwc_vector(a, t))
              << " filters x "
              << (tile.smem > 0 ? std::to_string(tile.pixels) + " pixels of " + std::to_string(tile.tile_h) +
-                                     "x" + std::to_string(tile.tile_w) + " tiles, " +
-                                     std::to_string(tile.stages) + " stages"
+                                     "x" + std::to_string(tile.tile_w) + " tiles"
                  : ds.pixels > 0 ? std::to_string(ds.pixels) + " pixels"
                                  : std::to_string(depthwise_nhwc_pixels(a, v.row_pixels)) + " pixels")
              << " a thread";

@@ -15,9 +15,6 @@
 // code with run-time bounds.
 #include <algorithm>
 #include <climits>
-#include <map>
-#include <mutex>
-#include <tuple>
 #include <type_traits>
 
 #include "engine/gpu/activation.cuh"
@@ -625,8 +622,6 @@ __global__ void __launch_bounds__(kThreads)
 // same tap order as the other kernels (a padding tap adds 0), rounded once when it stores.
 constexpr int kTileChannels = 64;
 constexpr size_t kMaxTileSmem = size_t(227) << 10;  // sm_90's most for a block, opted in above 48 KiB
-// Shared memory the tile kernel's mean adds after the patches: the 8 warps' sums of 64 channels.
-constexpr size_t kTileMeanSmem = sizeof(float) * (kThreads / 32) * kTileChannels;
 
 // MEAN: the block's partial sums for the whole-plane mean go to its image's slot
 // row tile * col_tiles + column tile in part, through 8 x kTileChannels floats of shared memory
@@ -726,124 +721,6 @@ __global__ void __launch_bounds__(kThreads)
                        (static_cast<int>(blockIdx.y) - chunk * col_tiles);
       part[(int64_t(img) * row_tiles * col_tiles + slot) * a.filters + c0 + i] = sum;
     }
-  }
-}
-
-// The tile kernel as a persistent, double-buffered loop (DepthwiseNhwcKnobs::tile_stages 2): block
-// (bx, chunk x column tile) computes units bx, bx + gridDim.x, ... of the n x row_tiles (image,
-// row tile) units of its channel chunk and column tile, staging the next unit's patch with
-// cp.async while it computes this one, its weights loaded once. One block's compute no longer
-// waits for its own loads: the plain tile kernel loads, waits, then computes, and with two blocks
-// an SM (its registers) the SM's loads and arithmetic took turns. The same sums in the same order.
-template <typename T, int K, int S, int P, bool MEAN>
-__global__ void __launch_bounds__(kThreads)
-    depthwise_tile_pipe_kernel(const T* __restrict__ x, const float* __restrict__ w,
-                               const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int tile_h,
-                               int tile_w, int row_tiles, int col_tiles, ActFn act, float* __restrict__ part,
-                               int64_t units, int stage_elems) {
-  extern __shared__ __align__(16) unsigned char dw_tile_smem[];
-  T* const patches = reinterpret_cast<T*>(dw_tile_smem);
-  const int patch_w = (tile_w - 1) * S + K;
-  const int chunk = static_cast<int>(blockIdx.y) / col_tiles;
-  const int ct = static_cast<int>(blockIdx.y) - chunk * col_tiles;
-  const int ox0 = ct * tile_w;
-  const int c0 = chunk * kTileChannels, cc = min(kTileChannels, a.channels - c0);
-  const int tw = min(tile_w, a.out_w - ox0);
-  const int ix0 = ox0 * S - a.pad_w;
-  const int vecs = cc / 8;
-  const int pw = (tw - 1) * S + K;
-  auto stage = [&](int64_t u, T* patch) {
-    const int64_t img = u / row_tiles;
-    const int oy0 = static_cast<int>(u - img * row_tiles) * tile_h;
-    const int th = min(tile_h, a.out_h - oy0);
-    const int ph = (th - 1) * S + K, iy0 = oy0 * S - a.pad_h;
-    const T* xi = x + img * a.in_h * a.in_w * a.channels + c0;
-    for (int i = static_cast<int>(threadIdx.x); i < ph * pw * vecs; i += kThreads) {
-      const int pix = i / vecs, v = i - pix * vecs;
-      const int r = pix / pw, q = pix - r * pw;
-      const int iy = iy0 + r, ix = ix0 + q;
-      const bool in = iy >= 0 && iy < a.in_h && ix >= 0 && ix < a.in_w;
-      cp_async16(patch + (r * patch_w + q) * kTileChannels + v * 8,
-                 in ? xi + (int64_t(iy) * a.in_w + ix) * a.channels + v * 8 : x, in);
-    }
-  };
-  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const bool active = 2 * lane < cc;
-  const int c = c0 + 2 * lane;
-  int64_t u = blockIdx.x;
-  if (u < units) stage(u, patches);
-  cp_async_commit();
-  float wr[K * K][2];
-  float b[2] = {0.f, 0.f};
-  if (active) {
-#pragma unroll
-    for (int t = 0; t < K * K; ++t) load_floats<2>(w + t * a.filters + c, wr[t]);
-    if (bias) load_floats<2>(bias + c, b);
-  }
-  constexpr int kCols = (P - 1) * S + K;
-  const int strips = (tw + P - 1) / P;
-  for (int k = 0; u < units; u += gridDim.x, ++k) {
-    T* const patch = patches + (k & 1) * stage_elems;
-    if (u + gridDim.x < units) stage(u + gridDim.x, patches + ((k + 1) & 1) * stage_elems);
-    cp_async_commit();
-    cp_async_wait<1>();  // this unit's copies (the next unit's may still be in flight)
-    __syncthreads();
-    const int64_t img = u / row_tiles;
-    const int rt = static_cast<int>(u - img * row_tiles);
-    const int oy0 = rt * tile_h;
-    const int th = min(tile_h, a.out_h - oy0);
-    float msum[2] = {0.f, 0.f};
-    for (int it = warp; active && it < th * strips; it += kThreads / 32) {
-      const int r = it / strips, sx = (it - r * strips) * P;
-      float acc[P][2];
-#pragma unroll
-      for (int p = 0; p < P; ++p) acc[p][0] = acc[p][1] = 0.f;
-#pragma unroll
-      for (int ky = 0; ky < K; ++ky) {
-        const T* prow = patch + ((r * S + ky) * patch_w + sx * S) * kTileChannels + 2 * lane;
-        float v[kCols][2];
-#pragma unroll
-        for (int q = 0; q < kCols; ++q) {
-          if (sx * S + q < pw) {
-            const Vec<T, 2> e = *reinterpret_cast<const Vec<T, 2>*>(prow + q * kTileChannels);
-            v[q][0] = ld(e.v[0]), v[q][1] = ld(e.v[1]);
-          } else {
-            v[q][0] = v[q][1] = 0.f;
-          }
-        }
-#pragma unroll
-        for (int kx = 0; kx < K; ++kx)
-#pragma unroll
-          for (int p = 0; p < P; ++p)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) acc[p][e] = fmaf(v[p * S + kx][e], wr[ky * K + kx][e], acc[p][e]);
-      }
-      T* yrow = y + ((img * a.out_h + oy0 + r) * a.out_w + ox0 + sx) * a.filters + c;
-#pragma unroll
-      for (int p = 0; p < P; ++p) {
-        if (sx + p >= tw) break;
-        Vec<T, 2> out;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) out.v[e] = to<T>(act_eval(act, __fadd_rn(acc[p][e], b[e])));
-        *reinterpret_cast<Vec<T, 2>*>(yrow + int64_t(p) * a.filters) = out;
-        if constexpr (MEAN)
-          msum[0] = __fadd_rn(msum[0], ld(out.v[0])), msum[1] = __fadd_rn(msum[1], ld(out.v[1]));
-      }
-    }
-    if constexpr (MEAN) {  // the warps' sums, added in warp order, after both patches
-      float* red = reinterpret_cast<float*>(patches + 2 * stage_elems);
-      red[warp * kTileChannels + 2 * lane] = msum[0];
-      red[warp * kTileChannels + 2 * lane + 1] = msum[1];
-      __syncthreads();
-      const int i = static_cast<int>(threadIdx.x);
-      if (i < cc) {
-        float sum = 0.f;
-#pragma unroll
-        for (int q = 0; q < kThreads / 32; ++q) sum = __fadd_rn(sum, red[q * kTileChannels + i]);
-        part[((img * row_tiles + rt) * col_tiles + ct) * a.filters + c0 + i] = sum;
-      }
-    }
-    __syncthreads();  // this patch (and the sums) read by all before the next unit's copies land here
   }
 }
 
@@ -1021,7 +898,7 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
   const bool pixels_ok = kn.tile_pixels == 4 || kn.tile_pixels == 8;
   if (t == Storage::kF32 || a.filters != a.channels || a.channels % 8 != 0 || !square_3_or_5(a) ||
       a.stride_h != a.stride_w || (a.stride_w != 1 && a.stride_w != 2) || a.dilation_h != 1 ||
-      a.dilation_w != 1 || kn.tile_smem == 0 || !pixels_ok || (kn.tile_stages != 1 && kn.tile_stages != 2))
+      a.dilation_w != 1 || kn.tile_smem == 0 || !pixels_ok)
     return d;
   // Where it won against the vector and strip kernels (docs/performance.md, Session 20): unit
   // stride on rows of 14 to 28 outputs of 128 channels or more. On wider maps, with stride 2, on
@@ -1034,16 +911,13 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
   d.col_tiles = (a.out_w + max_w - 1) / max_w;
   d.tile_w = (a.out_w + d.col_tiles - 1) / d.col_tiles;
   const size_t row_bytes = size_t((d.tile_w - 1) * s + k) * pixel;
-  // The patches and the mean's sums within the block's shared memory.
-  const size_t most = (kMaxTileSmem - kTileMeanSmem) / size_t(kn.tile_stages);
-  const int patch_rows = static_cast<int>(std::min(kn.tile_smem, most) / row_bytes);
+  const int patch_rows = static_cast<int>(std::min(kn.tile_smem, kMaxTileSmem) / row_bytes);
   if (patch_rows < k) return DepthwiseTile{};
   const int max_h = std::min((patch_rows - k) / s + 1, a.out_h);
   d.row_tiles = (a.out_h + max_h - 1) / max_h;
   d.tile_h = (a.out_h + d.row_tiles - 1) / d.row_tiles;
   d.smem = size_t((d.tile_h - 1) * s + k) * row_bytes;
   d.pixels = kn.tile_pixels;
-  d.stages = kn.tile_stages;
   return d;
 }
 
@@ -1102,29 +976,13 @@ NhwcChoice choose_nhwc(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKno
 // With the mean, the strip and vector kernels' threads a block: a row's items split evenly over
 // its chunks in whole warps (336 items as 2 x 192, not 256 + 80; tried against FP32 strips of
 // stride 2, where the mean stayed slower either way, docs/performance.md, Session 21).
-// How many blocks of `kernel` (kThreads, smem bytes of dynamic shared memory) the current device
-// holds at once, over all its SMs; asked of CUDA once per kernel, size and device.
-int64_t resident_blocks(const void* kernel, size_t smem) {
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  static std::mutex mu;
-  static std::map<std::tuple<const void*, size_t, int>, int64_t> known;
-  const auto key = std::make_tuple(kernel, smem, dev);
-  std::lock_guard<std::mutex> lock(mu);
-  const auto it = known.find(key);
-  if (it != known.end()) return it->second;
-  int per_sm = 0, sms = 0;
-  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int64_t blocks = std::max<int64_t>(int64_t(per_sm) * sms, 1);
-  known.emplace(key, blocks);
-  return blocks;
-}
-
 int mean_block_threads(int64_t row_items, int64_t chunks) {
   const int64_t per = (row_items + chunks - 1) / chunks;
   return static_cast<int>((per + 31) / 32 * 32);
 }
+
+// Shared memory the tile kernel's mean adds after the patch: the 8 warps' sums of 64 channels.
+constexpr size_t kTileMeanSmem = sizeof(float) * (kThreads / 32) * kTileChannels;
 
 }  // namespace
 
@@ -1135,7 +993,7 @@ int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const Depthwise
   const NhwcChoice c = choose_nhwc(a, t, kn, 1, false);
   switch (c.kind) {  // the variants instantiated with the mean
     case NhwcKernel::kTile:
-      if (c.tile.pixels != 4) return 0;
+      if (c.tile.pixels != 4 || c.tile.smem + kTileMeanSmem > kMaxTileSmem) return 0;
       break;
     case NhwcKernel::kStrip:  // FP32 strips of stride 2: measured slower with the mean (docs/performance.md)
       if (!kn.mean_everywhere || a.stride_w != 1) return 0;
@@ -1175,46 +1033,27 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
     const int64_t tile_chunks = (a.channels + kTileChannels - 1) / kTileChannels;
     const dim3 grid(static_cast<unsigned>(tile_blocks),
                     static_cast<unsigned>(tile_chunks * c.tile.col_tiles));
-    const size_t smem = c.tile.smem * size_t(c.tile.stages) + (with_mean ? kTileMeanSmem : 0);
+    const size_t smem = c.tile.smem + (with_mean ? kTileMeanSmem : 0);
     with_storage(t, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       if constexpr (!std::is_same_v<T, float>) {
         const T* xt = static_cast<const T*>(x);
         T* yt = static_cast<T*>(y);
-        auto opt_in = [&](auto kernel) {
+        auto run = [&](auto kernel) {
           if (smem > kMaxSmem)
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(smem)));
-        };
-        auto run = [&](auto kernel) {
-          opt_in(kernel);
           kernel<<<grid, kThreads, smem, s>>>(xt, w_taps, bias, yt, a, c.tile.tile_h, c.tile.tile_w,
                                               c.tile.row_tiles, c.tile.col_tiles, act, part);
         };
-        auto run_pipe = [&](auto kernel) {  // one wave of persistent blocks
-          opt_in(kernel);
-          const int64_t resident = resident_blocks(reinterpret_cast<const void*>(kernel), smem);
-          const int64_t bx = std::clamp<int64_t>(resident / grid.y, 1, tile_blocks);
-          kernel<<<dim3(static_cast<unsigned>(bx), grid.y), kThreads, smem, s>>>(
-              xt, w_taps, bias, yt, a, c.tile.tile_h, c.tile.tile_w, c.tile.row_tiles, c.tile.col_tiles, act,
-              part, tile_blocks, static_cast<int>(c.tile.smem / sizeof(T)));
-        };
         with_window(a, [&](auto k, auto stride) {
           constexpr int K = decltype(k)::value, S = decltype(stride)::value;
-          if (c.tile.stages == 2) {
-            if (with_mean)
-              run_pipe(depthwise_tile_pipe_kernel<T, K, S, 4, true>);
-            else if (c.tile.pixels == 8)
-              run_pipe(depthwise_tile_pipe_kernel<T, K, S, 8, false>);
-            else
-              run_pipe(depthwise_tile_pipe_kernel<T, K, S, 4, false>);
-          } else if (with_mean) {
+          if (with_mean)
             run(depthwise_tile_kernel<T, K, S, 4, true>);
-          } else if (c.tile.pixels == 8) {
+          else if (c.tile.pixels == 8)
             run(depthwise_tile_kernel<T, K, S, 8, false>);
-          } else {
+          else
             run(depthwise_tile_kernel<T, K, S, 4, false>);
-          }
         });
       }
     });

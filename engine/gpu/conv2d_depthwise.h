@@ -69,9 +69,6 @@ struct DepthwiseNhwcKnobs {
   size_t tile_smem = size_t(46) << 10;  // the tile kernel's most shared memory a block, 0 for never
   int tile_pixels = 4;                  // the tile kernel's pixels a lane: 4 or 8
   bool tile_everywhere = false;         // the tile kernel wherever it can run, not only where it won
-  // 1: a block stages one patch, then computes it; 2: persistent blocks, each computing a sequence
-  // of tiles while the next one's patch is staged (two patches of shared memory a block)
-  int tile_stages = 1;
   // The whole-plane mean in the strip and vector kernels too (DepthwiseMean), not only in the tile
   // kernel, where it won (in EfficientNet-B0 at bf16 the others' mean kernels were slower than
   // the plain kernel and the pool pass, docs/performance.md, Session 21)
@@ -108,8 +105,8 @@ int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const Depthwise
 // grid beyond CUDA's limits (2^31 - 1 blocks of images x row tiles, 65535 of channel chunks x
 // column tiles) runs the other kernels instead.
 struct DepthwiseTile {
-  int tile_h = 0, tile_w = 0, row_tiles = 0, col_tiles = 0, pixels = 0, stages = 1;
-  size_t smem = 0;  // one patch's bytes (a block has `stages` of them)
+  int tile_h = 0, tile_w = 0, row_tiles = 0, col_tiles = 0, pixels = 0;
+  size_t smem = 0;
 };
 DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& k = {});
 // The strip a thread of the strip kernel computes, or pixels 0 where it does not run, as measured
