@@ -837,6 +837,92 @@ layers:
   }
 }
 
+TEST_CASE("gpu: one kernel computes a squeeze-and-excitation block's pool, convs and mul on small maps" *
+          doctest::skip(!gpu_present())) {
+  // Three SE blocks: on an 8x8 map of 32 channels (pool, conv 8 + SiLU, conv 32 + sigmoid, mul);
+  // on a 1x1 map of 40 channels, whose pool is an identity (conv 5 + ReLU, conv 40 + hardsigmoid,
+  // the mul's inputs the other way round); on a 1x1 map of 20 channels (40 bytes a pixel at
+  // 16-bit: not whole 16-byte pieces, so the layers run one by one there).
+  const char* const text = R"(
+name: se_tail
+input: {channels: 3, height: 16, width: 16}
+classes: 10
+layers:
+  - {name: stem, type: conv, filters: 32, kernel: 3, pad: 1, stride: 2}
+  - {name: s0, type: silu}
+  - {name: dw1, type: conv, filters: 32, kernel: 3, pad: 1, groups: 32}
+  - {name: d1, type: silu}
+  - {name: gap1, type: avgpool, global: true}
+  - {name: fc11, type: conv, filters: 8, kernel: 1}
+  - {name: a11, type: silu}
+  - {name: fc12, type: conv, filters: 32, kernel: 1}
+  - {name: a12, type: sigmoid}
+  - {name: m1, type: mul, inputs: [d1, a12]}
+  - {name: up, type: conv, filters: 40, kernel: 1}
+  - {name: dw2, type: conv, filters: 40, kernel: 3, pad: 1, stride: 8, groups: 40}
+  - {name: gap2, type: avgpool, output: 1}
+  - {name: fc21, type: conv, filters: 5, kernel: 1}
+  - {name: a21, type: relu}
+  - {name: fc22, type: conv, filters: 40, kernel: 1}
+  - {name: a22, type: hardsigmoid}
+  - {name: m2, type: mul, inputs: [a22, dw2]}
+  - {name: c3, type: conv, filters: 20, kernel: 1}
+  - {name: gap3, type: avgpool, global: true}
+  - {name: fc31, type: conv, filters: 4, kernel: 1}
+  - {name: fc32, type: conv, filters: 20, kernel: 1}
+  - {name: a32, type: sigmoid}
+  - {name: m3, type: mul, inputs: [c3, a32]}
+  - {name: fc, type: fc, outputs: 10}
+)";
+  Network net = parse_netdef_string(text, "se_tail.yaml");
+  random_weights(net, 29);
+  auto gpu = make_gpu_executor(net);
+  auto cpu = make_cpu_executor(net);
+  Dataset data = gpu_random_data(net.input, 37, 10, 5);
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+    const bool half = p == Precision::kFp16 || p == Precision::kBf16;
+    INFO(std::string(precision_name(p)));
+    RunOptions o;
+    o.batch = 37;
+    o.block = 16;  // blocks of 16 images: the kernel's last thread block of each takes fewer
+    o.layout = Layout::kNhwc;
+    o.precision = p;
+    o.want_probs = true;
+    const RunResult fused = gpu->run(data, o);
+    std::map<std::string, std::string> algo;
+    for (const LayerTime& t : fused.layers) algo[t.name] = t.algo;
+    INFO("m1: " << algo["m1"] << "; m2: " << algo["m2"] << "; m3: " << algo["m3"]);
+    // m1's mul may be folded into up's per-image filters (where auto gives up to gemm): the kernel
+    // then computes the rest.
+    CHECK(algo["m1"].find("squeeze-and-excitation kernel (pool, 2 convs") != std::string::npos);
+    for (const char* n : {"gap1", "fc11", "fc12"}) CHECK(algo[n] == "squeeze-and-excitation kernel in m1");
+    CHECK(algo["m2"].find("squeeze-and-excitation kernel (2 convs and mul, ") == 0);
+    CHECK(algo["gap2"] == "identity");
+    for (const char* n : {"fc21", "fc22"}) CHECK(algo[n] == "squeeze-and-excitation kernel in m2");
+    CHECK((algo["m3"].find("squeeze") == std::string::npos) == half);
+    // Every layer's output, the pool's and the convs' too, against the reference.
+    const Validation v = validate(*gpu, *cpu, net, data, 37, o);
+    CHECK(v.pass);
+    for (const LayerCheck& c : v.layers)
+      if (c.name == "gap1" || c.name == "a11" || c.name == "a12" || c.name == "m2")
+        CHECK(c.fused_into.empty());
+    // --gpu-off se: the layers one by one, the same network within the precision's tolerance.
+    RunOptions apart = o;
+    apart.tuning.fuse_se = false;
+    const RunResult passes = gpu->run(data, apart);
+    for (const LayerTime& t : passes.layers) {
+      INFO(t.name << ": " << t.algo);
+      CHECK(t.algo.find("squeeze") == std::string::npos);
+    }
+    REQUIRE(passes.probs.size() == fused.probs.size());
+    double worst = 0;
+    for (size_t k = 0; k < fused.probs.size(); ++k)
+      worst = std::max(worst, std::abs(double(fused.probs[k]) - passes.probs[k]));
+    CHECK(worst < (half ? 2e-2 : 1e-4));
+    CHECK(validate(*gpu, *cpu, net, data, 37, apart).pass);
+  }
+}
+
 namespace {
 
 // Wide convs (32 channels in) with nothing to fuse, optionally a depthwise one among them.
