@@ -8,13 +8,13 @@
 
 namespace cnnrun {
 
-const char* const kGpuOffNames = "pool,mean,se,u8,rows,graph,tc,exact,pack,graphapi,share";
+const char* const kGpuOffNames = "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share";
 
 bool GpuTuning::operator==(const GpuTuning& o) const {
-  return fuse_pool == o.fuse_pool && fuse_mean == o.fuse_mean && fuse_se == o.fuse_se &&
-         fuse_u8 == o.fuse_u8 && row_copies == o.row_copies && graphs == o.graphs &&
-         tensor_cores == o.tensor_cores && exact_pixels == o.exact_pixels && pack_low == o.pack_low &&
-         cudnn_graph == o.cudnn_graph && graph_first == o.graph_first && share_buffers == o.share_buffers;
+  return fuse_pool == o.fuse_pool && fuse_mean == o.fuse_mean && fuse_u8 == o.fuse_u8 &&
+         row_copies == o.row_copies && graphs == o.graphs && tensor_cores == o.tensor_cores &&
+         exact_pixels == o.exact_pixels && pack_low == o.pack_low && cudnn_graph == o.cudnn_graph &&
+         graph_first == o.graph_first && share_buffers == o.share_buffers;
 }
 
 const char* layout_name(Layout l) {
@@ -57,12 +57,11 @@ RunResult median_run(std::vector<RunResult> runs) {
 GpuTuning parse_gpu_off(const std::string& list) {
   GpuTuning t;
   const std::pair<const char*, bool GpuTuning::*> names[] = {
-      {"pool", &GpuTuning::fuse_pool},     {"mean", &GpuTuning::fuse_mean},
-      {"se", &GpuTuning::fuse_se},         {"u8", &GpuTuning::fuse_u8},
-      {"rows", &GpuTuning::row_copies},    {"graph", &GpuTuning::graphs},
-      {"tc", &GpuTuning::tensor_cores},    {"exact", &GpuTuning::exact_pixels},
-      {"pack", &GpuTuning::pack_low},      {"graphapi", &GpuTuning::cudnn_graph},
-      {"share", &GpuTuning::share_buffers}};
+      {"pool", &GpuTuning::fuse_pool},       {"mean", &GpuTuning::fuse_mean},
+      {"u8", &GpuTuning::fuse_u8},           {"rows", &GpuTuning::row_copies},
+      {"graph", &GpuTuning::graphs},         {"tc", &GpuTuning::tensor_cores},
+      {"exact", &GpuTuning::exact_pixels},   {"pack", &GpuTuning::pack_low},
+      {"graphapi", &GpuTuning::cudnn_graph}, {"share", &GpuTuning::share_buffers}};
   size_t start = 0;
   while (start <= list.size()) {
     const size_t end = std::min(list.find(',', start), list.size());

@@ -20,11 +20,8 @@ namespace cnnrun {
 // benches); all on by default, and every combination computes the same network. The CLI fills
 // it once, from --gpu-off LIST (or CNNRUN_GPU_OFF); the library reads no environment for it.
 struct GpuTuning {
-  bool fuse_pool = true;  // pool: the implicit or stem kernel computes the max-pool after it
-  bool fuse_mean = true;  // mean: the depthwise kernel computes the whole-plane average pool of its output
-  // se: one kernel computes a squeeze-and-excitation block's pool, two convs and mul on small
-  // maps (engine/gpu/se.h)
-  bool fuse_se = true;
+  bool fuse_pool = true;     // pool: the implicit or stem kernel computes the max-pool after it
+  bool fuse_mean = true;     // mean: the depthwise kernel computes the whole-plane average pool of its output
   bool fuse_u8 = true;       // u8: the first conv reads the uint8 pixels (no preprocess pass)
   bool row_copies = true;    // rows: the implicit kernel stages whole input rows, 16 bytes at a time
   bool graphs = true;        // graph: each full block after its copy is one CUDA graph launch
@@ -39,7 +36,7 @@ struct GpuTuning {
   bool operator==(const GpuTuning& o) const;
   bool operator!=(const GpuTuning& o) const { return !(*this == o); }
 };
-// The names --gpu-off takes, comma-separated: "pool,mean,se,u8,rows,graph,tc,exact,pack,graphapi,share".
+// The names --gpu-off takes, comma-separated: "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share".
 extern const char* const kGpuOffNames;
 // All on but the comma-separated names in `list` ("" = all on). Throws Error naming an unknown
 // name and the known ones.

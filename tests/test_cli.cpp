@@ -394,18 +394,18 @@ TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF 
   CHECK(g.rc == 2);
   CHECK(g.text ==
         "cnnrun: --gpu-off: unknown GPU optimisation 'tensorcores' to turn off; expected names from "
-        "pool,mean,se,u8,rows,graph,tc,exact,pack,graphapi,share (see cnnrun --help)\n");
+        "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share (see cnnrun --help)\n");
   Out e = run_env("CNNRUN_GPU_OFF=pool,nope", src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu");
   CHECK(e.rc == 2);
   CHECK(e.text ==
         "cnnrun: CNNRUN_GPU_OFF=pool,nope: unknown GPU optimisation 'nope' to turn off; expected names from "
-        "pool,mean,se,u8,rows,graph,tc,exact,pack,graphapi,share\n");
+        "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share\n");
   // Known names are accepted (the CPU engine has nothing to turn off: the run is the same).
   Out ok = run_env("CNNRUN_GPU_OFF=pool,graph",
                    src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet");
   CHECK(ok.rc == 0);
   Out opt = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet --gpu-off " +
-                "pool,mean,se,u8,rows,graph,tc,exact,pack,graphapi,share --conv-algo im2col");
+                "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share --conv-algo im2col");
   CHECK(opt.rc == 0);
   CHECK(opt.text == ok.text);
 }
@@ -417,7 +417,6 @@ TEST_CASE("parse_gpu_off: each name turns one switch off; empty names are skippe
   CHECK_FALSE(t.fuse_pool);
   CHECK_FALSE(t.exact_pixels);
   CHECK(t.fuse_mean);
-  CHECK(t.fuse_se);
   CHECK(t.fuse_u8);
   CHECK(t.row_copies);
   CHECK(t.graphs);
@@ -427,9 +426,6 @@ TEST_CASE("parse_gpu_off: each name turns one switch off; empty names are skippe
   CHECK_FALSE(none.fuse_pool);
   CHECK_FALSE(none.fuse_mean);
   CHECK(parse_gpu_off("mean") != GpuTuning{});
-  CHECK_FALSE(none.fuse_se);
-  CHECK_FALSE(parse_gpu_off("se").fuse_se);
-  CHECK(parse_gpu_off("se") != GpuTuning{});
   CHECK_FALSE(none.fuse_u8);
   CHECK_FALSE(none.row_copies);
   CHECK_FALSE(none.graphs);

@@ -199,79 +199,6 @@ TEST_CASE("plan: a squeeze-and-excitation pool on a 1x1 map aliases its input, w
   const NhwcLayout lay = make_nhwc_layout(net, plan);
   REQUIRE(lay.ok);
   CHECK(lay.nhwc[static_cast<size_t>(g.out)]);
-  // The squeeze-and-excitation tail, without a pool to compute: conv1 reads x.
-  const Step& m = plan.steps[static_cast<size_t>(net.find("m"))];
-  CHECK(m.se_pool == -1);
-  CHECK(m.se_conv1 == net.find("fc1"));
-  CHECK(m.se_conv2 == net.find("fc2"));
-  CHECK(plan.steps[static_cast<size_t>(net.find("fc1"))].se_mul == m.layer);
-  CHECK(plan.steps[static_cast<size_t>(net.find("fc2"))].se_mul == m.layer);
-}
-
-TEST_CASE("plan: which squeeze-and-excitation tails one kernel may compute, and their buffers' lifetimes") {
-  // x -> pool -> conv1 + silu -> conv2 + sigmoid -> mul(x, .), on 4x4 maps; variants that break it.
-  const std::string head = R"(  - {name: c0, type: conv, filters: 8, kernel: 1}
-  - {name: dw, type: conv, filters: 8, kernel: 3, pad: 1, stride: 2, groups: 8}
-)";
-  const std::string se = R"(  - {name: g, type: avgpool, global: true, inputs: dw}
-  - {name: fc1, type: conv, filters: 2, kernel: 1}
-  - {name: a1, type: silu}
-  - {name: fc2, type: conv, filters: 8, kernel: 1}
-  - {name: s, type: sigmoid}
-  - {name: m, type: mul, inputs: [s, dw]}
-)";
-  const std::string tail = R"(  - {name: f, type: flatten, inputs: m}
-  - {name: fc, type: fc, outputs: 4}
-)";
-  {
-    Network net = test::parse_layers(head + se + tail);
-    const Plan plan = make_plan(net);
-    auto st = [&](const char* n) -> const Step& { return plan.steps[static_cast<size_t>(net.find(n))]; };
-    REQUIRE(st("dw").out_shape == Shape{8, 4, 4});
-    CHECK(st("m").se_pool == net.find("g"));  // the inputs in either order
-    CHECK(st("m").se_conv1 == net.find("fc1"));
-    CHECK(st("m").se_conv2 == net.find("fc2"));
-    for (const char* n : {"g", "fc1", "fc2"}) CHECK(st(n).se_mul == net.find("m"));
-    CHECK(st("dw").se_mul == -1);
-    // The kernel writes the pool's and conv1's outputs at the mul's step: no buffer in use in
-    // between may share their memory.
-    const std::vector<Lifetime> life = buffer_lifetimes(net, plan, nullptr);
-    const int at = net.find("m");
-    for (const char* n : {"g", "fc1", "fc2", "dw"}) {
-      INFO(n);
-      CHECK(life[static_cast<size_t>(st(n).out)].last >= at);
-    }
-  }
-  // conv1's output read twice, the pool padded (its divisor counts padding), a 3x3 conv2, a
-  // mul of another tensor than the pooled one: no tail.
-  const std::string breaks[] = {head + se + R"(  - {name: f, type: flatten, inputs: m}
-  - {name: f2, type: flatten, inputs: a1}
-  - {name: cat, type: concat, inputs: [f, f2]}
-  - {name: fc, type: fc, outputs: 4}
-)",
-                                head + R"(  - {name: g, type: avgpool, size: 4, pad: 1, inputs: dw}
-  - {name: fc1, type: conv, filters: 2, kernel: 1}
-  - {name: fc2, type: conv, filters: 8, kernel: 1}
-  - {name: m, type: mul, inputs: [dw, fc2]}
-)" + tail,
-                                head + R"(  - {name: g, type: avgpool, global: true, inputs: dw}
-  - {name: fc1, type: conv, filters: 2, kernel: 1}
-  - {name: fc2, type: conv, filters: 8, kernel: 3, pad: 1}
-  - {name: m, type: mul, inputs: [dw, fc2]}
-)" + tail,
-                                head + R"(  - {name: g, type: avgpool, global: true, inputs: dw}
-  - {name: fc1, type: conv, filters: 2, kernel: 1}
-  - {name: fc2, type: conv, filters: 8, kernel: 1}
-  - {name: dw2, type: conv, filters: 8, kernel: 3, pad: 1, groups: 8, inputs: dw}
-  - {name: m, type: mul, inputs: [dw2, fc2]}
-)" + tail};
-  for (const std::string& text : breaks) {
-    Network net = test::parse_layers(text);
-    const Plan plan = make_plan(net);
-    INFO(text);
-    CHECK(plan.steps[static_cast<size_t>(net.find("m"))].se_conv1 == -1);
-    CHECK(plan.steps[static_cast<size_t>(net.find("fc1"))].se_mul == -1);
-  }
 }
 
 TEST_CASE("gemm: runs 1x1 convs of stride 1, unpadded, groups 1, channels last only") {
@@ -318,23 +245,17 @@ TEST_CASE("gpu: the gemm convolution, with a squeeze-and-excitation mul folded i
         {"project",
          "gemm(cuBLASLt, per-image filters with scale's scale folded in, bias+add+relu epilogue, " + stored +
              ")" + tag},
-        // The SE kernel computes the pool and convs before it (and sc2's whole block)
-        {"scale",
-         "folded into project's per-image filters; its scale from the squeeze-and-excitation kernel "
-         "(pool, 2 convs, "},
+        {"scale", "folded into project's per-image filters"},
         {"expand", "gemm(cuBLASLt, bias epilogue, " + stored + ", silu pass)" + tag},
         {"c2", "gemm(cuBLASLt, bias+relu epilogue, " + stored + ")" + tag},
         {"proj2", "gemm(cuBLASLt, bias epilogue, " + stored + ")" + tag},
-        {"sc2", "squeeze-and-excitation kernel (pool, 2 convs and mul, "}};  // its conv reads its output
+        {"sc2", ""}};  // runs: its conv reads its output
     size_t seen = 0;
     for (const LayerTime& t : r.layers) {
       INFO(t.name << ": " << t.algo);
       if (const auto it = want.find(t.name); it != want.end()) {
         ++seen;
-        if (t.name == "scale" || t.name == "sc2")
-          CHECK(t.algo.find(it->second) == 0);
-        else
-          CHECK(t.algo == it->second);
+        CHECK(t.algo == it->second);
       }
     }
     CHECK(seen == want.size());

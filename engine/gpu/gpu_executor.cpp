@@ -38,7 +38,6 @@
 #include "engine/gpu/pipeline.h"
 #include "engine/gpu/plan.h"
 #include "engine/gpu/pool2d.h"
-#include "engine/gpu/se.h"
 #include "engine/gpu/timeline.h"
 #include "engine/gpu/upsample.h"
 #include "engine/gpu_api.h"
@@ -294,7 +293,7 @@ class GpuExecutor : public Executor {
   // kConv: the partial sums an image of the whole-plane mean its channels-last depthwise kernel
   // would compute (0: none); whether it computes it run with `algo`.
   int mean_slots(const Step& st) const {
-    return st.mean_layer >= 0 && nhwc_ && tuning_.fuse_mean && !se_fused(step(st.mean_layer))
+    return st.mean_layer >= 0 && nhwc_ && tuning_.fuse_mean
                ? depthwise_nhwc_mean_slots(conv_weights(st.layer).dw.args, storage())
                : 0;
   }
@@ -313,24 +312,9 @@ class GpuExecutor : public Executor {
   bool scale_folded(const Step& st) const {  // kMul: folded into its conv's filters this run
     return st.scale_conv >= 0 && selector_.chosen(st.scale_conv) == ConvAlgo::kGemm;
   }
-  // kMul: a squeeze-and-excitation tail (Step::se_conv1), and whether the SE kernel computes it
-  // this run (channels last, where se_images_per_block allows); the pool and convs it computes.
-  SeArgs se_args(const Step& m) const {
-    const Step& c1 = step(m.se_conv1);
-    SeArgs a;
-    a.channels = static_cast<int>(c1.conv.in_c), a.squeeze = static_cast<int>(c1.conv.filters);
-    a.plane = m.out_shape.h * m.out_shape.w;
-    a.act1 = act_fn(c1.act), a.act2 = act_fn(step(m.se_conv2).act);
-    return a;
-  }
-  bool se_active(const Step& m) const {
-    return m.se_conv1 >= 0 && nhwc_ && tuning_.fuse_se && se_images_per_block(se_args(m), storage()) > 0;
-  }
-  bool se_fused(const Step& st) const { return st.se_mul >= 0 && se_active(step(st.se_mul)); }
-  void run_se(const Step& m, Slot& s, int64_t n) const;
   bool launches(const Step& st) const {
     return st.op != Op::kFused && st.op != Op::kIdentity && !(st.op == Op::kPool && pool_fused(st)) &&
-           !(st.op == Op::kMul && scale_folded(st) && !se_active(st)) && !se_fused(st);
+           !(st.op == Op::kMul && scale_folded(st));
   }
 
   // Each conv's algorithm for blocks of `block`, then slots for them.
@@ -593,21 +577,6 @@ void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
   if (st.pool_layer >= 0 && tuning_.fuse_pool && !fuses_pool(st, algo, tuning_)) pool_pass(st.pool_layer);
 }
 
-// The squeeze-and-excitation kernel: every output of the tail's pool, convs and mul.
-void GpuExecutor::run_se(const Step& m, Slot& s, int64_t n) const {
-  auto buf = [&](int b) { return s.bufs[static_cast<size_t>(b)].get(); };
-  const Step &c1 = step(m.se_conv1), &c2 = step(m.se_conv2);
-  const ConvWeights &w1 = conv_weights(m.se_conv1), &w2 = conv_weights(m.se_conv2);
-  SeTensors p;
-  p.x = buf(m.ins[0] == c2.out ? m.ins[1] : m.ins[0]);
-  p.w1 = w1.w.as<float>(), p.b1 = w1.bias.as<float>();  // zeros where the conv has none
-  p.w2 = w2.w.as<float>(), p.b2 = w2.bias.as<float>();
-  p.pooled = m.se_pool >= 0 ? buf(step(m.se_pool).out) : nullptr;
-  p.hidden = buf(c1.out), p.scale = buf(c2.out);
-  p.y = scale_folded(m) ? nullptr : buf(m.out);  // folded: the conv after it reads x and the scale
-  launch_se_nhwc(se_args(m), p, storage(), n, s.stream);
-}
-
 // Channels last: the storage-format passes of nhwc.h; a fully-connected layer or a softmax runs
 // the FP32 NCHW step on a copy of its input (NhwcLayout::f32_in).
 void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
@@ -623,7 +592,6 @@ void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
     case Op::kFused:
       return;
     case Op::kConv:
-      if (se_fused(st)) return;  // the squeeze-and-excitation kernel writes it at its mul
       return run_conv(st, s, n, selector_.chosen(st.layer));
     case Op::kFc:
     case Op::kSoftmax: {
@@ -641,7 +609,7 @@ void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
       return launch_act_storage(buf(st.ins[0]), buf(st.out), t, n * st.out_shape.size(), act_fn(st.act),
                                 s.stream);
     case Op::kPool:
-      if (pool_fused(st) || se_fused(st)) return;  // its conv wrote it, or the SE kernel will
+      if (pool_fused(st)) return;  // its conv (the stem kernel) wrote it
       return launch_pool2d_nhwc(buf(st.ins[0]), buf(st.out), t, n,
                                 pool_args(layer_as<PoolLayer>(l).p, st.in_shape, st.out_shape), s.stream);
     case Op::kAffine:
@@ -655,8 +623,7 @@ void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
       return launch_add_storage(in, buf(st.out), t, n * st.out_shape.size(), ActFn{}, s.stream);
     }
     case Op::kMul: {
-      if (se_active(st)) return run_se(st, s, n);  // the mul too unless folded
-      if (scale_folded(st)) return;                // its conv reads its inputs
+      if (scale_folded(st)) return;  // its conv reads its inputs
       if (!in_nhwc) break;
       const MulParams& p = layer_as<MulLayer>(l).p;
       std::vector<MulInputNhwc> in;
@@ -883,8 +850,6 @@ void GpuExecutor::warm(Slot& s, const Dataset& data, int64_t n, std::vector<Conv
 }
 
 std::string GpuExecutor::step_algo(const Step& st) const {
-  if (se_fused(st))
-    return "squeeze-and-excitation kernel in " + net_.layers[static_cast<size_t>(st.se_mul)]->name;
   switch (st.op) {
     case Op::kConv: {
       const ConvAlgo a = selector_.chosen(st.layer);
@@ -994,16 +959,6 @@ std::string GpuExecutor::step_algo(const Step& st) const {
       return "fused into " +
              net_.layers[static_cast<size_t>(st.pool_conv >= 0 ? st.pool_conv : st.mean_conv)]->name;
     case Op::kMul:
-      if (se_active(st)) {
-        const std::string images =
-            std::to_string(se_images_per_block(se_args(st), storage())) + " images a block";
-        const std::string pool = st.se_pool >= 0 ? "pool, " : "";
-        if (scale_folded(st))
-          return "folded into " + net_.layers[static_cast<size_t>(st.scale_conv)]->name +
-                 "'s per-image filters; its scale from the squeeze-and-excitation kernel (" + pool +
-                 "2 convs, " + images + ")";
-        return "squeeze-and-excitation kernel (" + pool + "2 convs and mul, " + images + ")";
-      }
       return scale_folded(st) ? "folded into " + net_.layers[static_cast<size_t>(st.scale_conv)]->name +
                                     "'s per-image filters"
                               : "";

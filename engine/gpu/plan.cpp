@@ -147,51 +147,6 @@ Plan make_plan(const Network& net) {
     cs.mean_buf = new_buf(Shape{0, 1, 1});
     ps.mean_conv = i;
   }
-  // Squeeze-and-excitation tails: mul(x, conv2(conv1(pool(x)))), each of pool, conv1 and conv2
-  // read only by the next (not the network output), the convs 1x1 on 1x1 maps with nothing in
-  // their epilogues but an activation.
-  {
-    std::vector<int> reads(plan.buf_floats.size(), 0), writer(plan.buf_floats.size(), -1);
-    for (const Step& st : steps) {
-      if (st.op == Op::kFused || st.op == Op::kIdentity) continue;
-      for (int b : st.ins) ++reads[static_cast<size_t>(b)];
-      writer[static_cast<size_t>(st.out)] = st.layer;
-    }
-    ++reads[static_cast<size_t>(steps[static_cast<size_t>(net.output)].out)];
-    auto only_reader = [&](int b) { return reads[static_cast<size_t>(b)] == 1; };
-    auto squeeze_conv = [&](int i) -> Step* {
-      if (i < 0) return nullptr;
-      Step& c = steps[static_cast<size_t>(i)];
-      const ConvParams& p = c.conv;
-      const bool ok = c.op == Op::kConv && p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 &&
-                      p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0 && p.groups == 1 && !p.dilated() &&
-                      p.in_h == 1 && p.in_w == 1 && c.residual_layer < 0 && c.scale_layer < 0 &&
-                      c.pool_layer < 0 && only_reader(c.out);
-      return ok ? &c : nullptr;
-    };
-    for (Step& m : steps) {
-      if (m.op != Op::kMul || m.ins.size() != 2 || m.ins[0] == m.ins[1]) continue;
-      for (int k = 0; k < 2 && m.se_conv2 < 0; ++k) {
-        const int xb = m.ins[static_cast<size_t>(k)], sb = m.ins[static_cast<size_t>(1 - k)];
-        Step* c2 = squeeze_conv(writer[static_cast<size_t>(sb)]);
-        Step* c1 = c2 ? squeeze_conv(writer[static_cast<size_t>(c2->ins[0])]) : nullptr;
-        if (!c1 || c1->conv.in_c != m.out_shape.c || c2->conv.filters != m.out_shape.c) continue;
-        int pool = -1;  // conv1 reads x itself where the pool is an identity (a 1x1 map)
-        if (c1->ins[0] != xb) {
-          const int pw = writer[static_cast<size_t>(c1->ins[0])];
-          if (pw < 0) continue;
-          const Step& ps = steps[static_cast<size_t>(pw)];
-          if (ps.op != Op::kPool || ps.ins[0] != xb || !only_reader(ps.out) ||
-              !is_whole_plane_mean(*net.layers[static_cast<size_t>(pw)]))
-            continue;
-          pool = pw;
-        }
-        m.se_pool = pool, m.se_conv1 = c1->layer, m.se_conv2 = c2->layer;
-        c1->se_mul = c2->se_mul = m.layer;
-        if (pool >= 0) steps[static_cast<size_t>(pool)].se_mul = m.layer;
-      }
-    }
-  }
   // The cudnn-3xtf32 convolution's input split into TF32 parts (conv2d_cudnn_3xtf32.h), after
   // the layers' own buffers.
   for (Step& st : steps)
@@ -215,8 +170,6 @@ std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, con
     use(st.out, i);
     if (st.pool_layer >= 0) use(plan.steps[static_cast<size_t>(st.pool_layer)].out, i);
     if (st.mean_layer >= 0) use(plan.steps[static_cast<size_t>(st.mean_layer)].out, i);
-    for (int j : {st.se_pool, st.se_conv1, st.se_conv2})
-      if (j >= 0) use(plan.steps[static_cast<size_t>(j)].out, i);
     if (layout && layout->f32_in[static_cast<size_t>(i)] >= 0) use(layout->f32_in[static_cast<size_t>(i)], i);
   }
   use(plan.steps[static_cast<size_t>(net.output)].out, end);

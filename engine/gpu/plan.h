@@ -78,13 +78,6 @@ struct Step {
   // conv. The pool runs (reading the conv's output) only when the conv's kernel does not compute it.
   int mean_layer = -1, mean_buf = -1;
   int mean_conv = -1;
-  // kMul: the tail of a squeeze-and-excitation block that one kernel can compute in channels
-  // last (engine/gpu/se.h): mul(x, conv2(conv1(pool(x)))) with the whole-plane average pool of x
-  // (se_pool; -1 where that pool is an identity on a 1x1 map, conv1 then reading x), two 1x1 convs
-  // of 1x1 maps (their activations fused), each output read only by the next. kPool/kConv (the
-  // pool, conv1, conv2): that mul. The kernel writes every one of their outputs at the mul's step.
-  int se_pool = -1, se_conv1 = -1, se_conv2 = -1;
-  int se_mul = -1;
   // kConv, groups 1: the cudnn-3xtf32 convolution's split input (3x in_c channels, FP32 channels
   // last), written and read at this step only; sized 0 where that algorithm cannot run.
   int split_buf = -1;
@@ -127,7 +120,6 @@ NhwcLayout make_nhwc_layout(const Network& net, const Plan& plan);
 // steps.size() (the argmax and the copy to the host). Over every algorithm a step may run: a
 // conv whose implicit kernel may compute the 2x2 pool writes the pool's buffer at its own step,
 // a residual input (and a folded mul's inputs and per-image filters) is read at its conv's step,
-// a squeeze-and-excitation tail's pool and conv outputs are written at its mul's step too,
 // a conv's split input (Step::split_buf) is written and read at its step,
 // and a layer computed in its producer's epilogue
 // (kFused) or aliasing its input (kIdentity) counts its reads at its own, later, step. With
