@@ -54,6 +54,7 @@ import copy
 import gc
 import glob
 import json
+import math
 import os
 import re
 import shlex
@@ -488,6 +489,15 @@ def algo_summary(j):
     return ", ".join(f"{k} x{v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
+def validation_max_rel(v):
+    """The largest layer error of a report's validation, NaN where a layer's is not finite (the
+    JSON writes a NaN or infinite max_rel as null), None without any."""
+    rels = [c["max_rel"] for c in v.get("layers", []) if "max_rel" in c]
+    if any(r is None or not math.isfinite(r) for r in rels):
+        return float("nan")
+    return max(rels) if rels else None
+
+
 def cnnrun_row(a, netdef, extra, weights, data, n, validate, precision, tag, mem):
     j_path = os.path.join(a.logs, f"cnnrun_{tag}_{precision}.json")
     if os.path.exists(j_path):
@@ -507,11 +517,10 @@ def cnnrun_row(a, netdef, extra, weights, data, n, validate, precision, tag, mem
     times = next((x for x in j.get("notes", []) if x.startswith("--repeat")), "")
     ts = [float(v) for v in times.split("(ms)")[1].split(";")[0].split()] if "(ms)" in times else []
     v = j.get("validation", {})
-    rels = [c.get("max_rel", 0.0) for c in v.get("layers", []) if "max_rel" in c]
     row.update({
         "median_ms": j["times"]["forward_s"] * 1e3, "min_ms": min(ts) if ts else None,
         "max_ms": max(ts) if ts else None, "runs": len(ts), "images": j.get("images"),
-        "validate_max_rel": max(rels) if rels else None, "validate_pass": bool(v.get("pass")),
+        "validate_max_rel": validation_max_rel(v), "validate_pass": bool(v.get("pass")),
         "validate_tolerance": v.get("tolerance"), "validate_images": v.get("images"),
         "algos": algo_summary(j), "version": j.get("cnnrun_version"),
         "resident": any("input resident on GPU" in x for x in j.get("notes", [])),

@@ -31,7 +31,12 @@ import zoo_bench
 note = 'gpu: setup (weights, workspaces, algorithm search, upload of the resident pixels) 3361.316 ms, not in the forward time'
 assert zoo_bench.setup_seconds(['gpu: 3 blocks', note]) == 3.361316, 'setup note not parsed'
 assert zoo_bench.setup_seconds(['gpu: 3 blocks']) is None
-" || { echo "FAIL: setup_seconds"; exit 1; }
+# A validation whose layer error is NaN (JSON null) is a NaN row, not a crash of the whole network.
+import math
+assert zoo_bench.validation_max_rel({'layers': [{'max_rel': 0.5}, {'name': 'f'}, {'max_rel': 0.25}]}) == 0.5
+assert math.isnan(zoo_bench.validation_max_rel({'layers': [{'max_rel': 0.5}, {'max_rel': None}]}))
+assert zoo_bench.validation_max_rel({}) is None
+" || { echo "FAIL: setup_seconds or validation_max_rel"; exit 1; }
 grep -q '"gpu: setup (weights, workspaces, algorithm search, "' "$src/engine/report.cpp" &&
   grep -q '", not in the forward time"' "$src/engine/report.cpp" ||
   { echo "FAIL: engine/report.cpp's setup note changed: update bench/zoo_bench.py's setup_seconds"; exit 1; }
