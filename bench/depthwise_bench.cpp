@@ -16,7 +16,9 @@
 // tKpP (the tile kernel wherever it runs, at most K KiB of shared memory, P pixels a lane), pool
 // (auto, then the whole-plane average pool pass over its output: a squeeze-and-excitation block's)
 // mean (auto computing that mean itself where depthwise_nhwc_mean_slots allows, else as pool) or
-// meanall (mean with DepthwiseNhwcKnobs::mean_everywhere: the strip and vector kernels' too);
+// meanall (mean with DepthwiseNhwcKnobs::mean_everywhere: the strip and vector kernels' too) or
+// bytes (no kernel: the layer's input + output bytes moved by a device-to-device copy, the bound
+// a kernel that reads each input and writes each output once would approach);
 // one column each. Channels last, each variant's output is compared with the vector kernel's (1 pixel
 // a thread) and a difference printed after the line.
 #include <algorithm>
@@ -113,7 +115,8 @@ int main(int argc, char** argv) {
     std::string label;
     int nchw_tile = 0;
     DepthwiseNhwcKnobs kn;
-    int se = 0;  // 1: then the pool pass; 2: the mean in the kernel (else the pool pass)
+    int se = 0;          // 1: then the pool pass; 2: the mean in the kernel (else the pool pass)
+    bool bytes = false;  // no kernel: a device-to-device copy of the layer's input + output bytes
   };
   std::vector<Variant> tiles;
   bool tiles_ok = true;
@@ -122,7 +125,9 @@ int main(int argc, char** argv) {
     for (std::string t; std::getline(in, t, ',');) {
       Variant v;
       v.label = t;
-      if (!nhwc) {
+      if (t == "bytes") {
+        v.bytes = true;
+      } else if (!nhwc) {
         v.nchw_tile = std::atoi(t.c_str());
         tiles_ok &= v.nchw_tile >= 32;
       } else if (t == "pool" || t == "mean" || t == "meanall") {
@@ -154,7 +159,7 @@ int main(int argc, char** argv) {
   if (images < 1 || input < 8 || repeats < 1 || tiles.empty() || !tiles_ok || !format_ok || !net_ok) {
     std::fprintf(stderr,
                  "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...] | nhwc: "
-                 "auto|1|2|4|s4|s7|s8|tKpP|pool|mean|meanall[,...]] "
+                 "auto|1|2|4|s4|s7|s8|tKpP|pool|mean|meanall|bytes[,...]] "
                  "[FORMAT=nchw|fp16|bf16|fp32-nhwc] [NET=mobilenet_v2|efficientnet_b0]\n",
                  argv[0]);
     return 2;
@@ -242,7 +247,20 @@ int main(int argc, char** argv) {
       Pool2dArgs pa;
       pa.channels = l.c, pa.in_h = a.out_h, pa.in_w = a.out_w, pa.out_h = pa.out_w = 1, pa.is_max = false;
       pa.adaptive = true;
+      // "bytes": half the layer's input + output bytes copied device to device (the copy reads and
+      // writes them), from x into a scratch buffer: the time those bytes take at copy speed.
+      const size_t moved = (hx.size() + outs) * size_t(nhwc ? sb : int64_t(sizeof(float))) / 2;
+      DevBuf scratch;
       for (size_t k = 0; k < tiles.size(); ++k) {
+        if (tiles[k].bytes) {
+          if (!scratch.get()) scratch.alloc(moved);
+          const void* from = nhwc ? xs.get() : x.get();
+          t_dw.push_back(time_ms(s, repeats, [&] {
+            CUDA_CHECK(cudaMemcpyAsync(scratch.get(), from, moved, cudaMemcpyDeviceToDevice, s));
+          }));
+          tot_dw[k] += t_dw[k];
+          continue;
+        }
         const DepthwiseConfig cfg = depthwise_config(a, nhwc ? kDepthwiseTileOutputs : tiles[k].nchw_tile);
         const int slots = nhwc ? depthwise_nhwc_mean_slots(a, st, tiles[k].kn) : 0;
         const int se = tiles[k].se == 2 && slots == 0 ? 1 : tiles[k].se;
