@@ -679,14 +679,14 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   // 46 KiB hold 11 staged rows of 32 x 128 bytes: 7 output rows a tile, 28 rows as 4 x 7.
   CHECK(t28.tile_h == 7);
   CHECK(t28.row_tiles == 4);
-  CHECK(t28.smem == size_t(11) * 32 * 128);
+  CHECK(t28.smem == size_t(11) * 32 * 128);  // 7 strips of 4: no strip reads past the row
   CHECK(t28.pixels == 4);
   DepthwiseNhwcKnobs large;  // 100 KiB (opted in above 48): 25 rows, 21 outputs, 28 as 2 x 14
   large.tile_smem = size_t(100) << 10, large.tile_pixels = 8;
   const DepthwiseTile t28l = depthwise_nhwc_tile(a, Storage::kBf16, large);
   CHECK(t28l.tile_h == 14);
   CHECK(t28l.row_tiles == 2);
-  CHECK(t28l.smem == size_t(18) * 32 * 128);
+  CHECK(t28l.smem == size_t(18) * 32 * 128 + 4 * 128);  // 4 strips of 8: 4 pixels past the row
   CHECK(t28l.pixels == 8);
   large.tile_pixels = 2;  // not a width the kernel is built for
   CHECK(depthwise_nhwc_tile(a, Storage::kBf16, large).smem == 0);
@@ -697,11 +697,21 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   a.channels = a.filters = 96;  // fewer than 128 channels: measured slower, unless everywhere
   CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
   a.channels = a.filters = 192;
-  a.out_h = a.out_w = 56;  // measured slower there, unless everywhere
+  a.out_h = a.out_w = 112;  // measured slower there, unless everywhere
   CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
+  a.out_h = a.out_w = 7;  // 5x5 windows on a 7x7 map: faster since Session 23; 3x3 ones not
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16).tile_w == 7);
+  a.kernel_h = a.kernel_w = 3;
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
+  a.out_h = a.out_w = 28, a.stride_h = a.stride_w = 2;  // 3x3 of stride 2: slower
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
+  a.kernel_h = a.kernel_w = 5;                                // 5x5 of stride 2: faster
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16).tile_w == 14);  // 28 outputs as 2 x 14
+  a.stride_h = a.stride_w = 1;
+  a.out_h = a.out_w = 56;
   DepthwiseNhwcKnobs everywhere;
   everywhere.tile_everywhere = true;
-  const DepthwiseTile t56 = depthwise_nhwc_tile(a, Storage::kF16, everywhere);
+  const DepthwiseTile t56 = depthwise_nhwc_tile(a, Storage::kF16);
   CHECK(t56.col_tiles == 2);  // 56 as 2 x 28
   CHECK(t56.tile_w == 28);
   a.stride_h = a.stride_w = 2;
@@ -731,19 +741,24 @@ TEST_CASE("depthwise: where the channels-last kernels compute the whole-plane me
   // (FP32): 224 items a row, one chunk.
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, all) == 14);
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kF32, all) == 14);
-  // 56x56x144, 3x3: the strip kernel, 14 strips x 36 vectors a row: 2 chunks of 7 row blocks.
-  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF16, all) == 14);
+  // 56x56x144, 3x3: the tile kernel, 2 column tiles of 28 x 6 row tiles (12 staged rows of 30 x
+  // 128 bytes in 46 KiB: 10 output rows a tile); the strip kernel at FP32, 7 strips x 72 filter
+  // pairs a row: 2 chunks of 7 row blocks.
+  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF16, all) == 12);
+  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF32, all) == 14);
   // 112 -> 56, 96 channels, stride 2: the vector kernel, 56 x 12 vectors a row in 3 chunks.
   CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16, all) == 7 * 3);
   // 28x28x240, 5x5: the tile kernel, 4 row tiles of 7 rows x 1 column tile.
   CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16, all) == 4);
   // 14x14x480, 3x3: one 14x14 tile.
   CHECK(depthwise_nhwc_mean_slots(dw(480, 14, 3, 1), Storage::kF16, all) == 1);
-  // 7x7x1152: the vector kernel at 16-bit storage, one row block of 4 chunks; the strip kernel at
-  // FP32, one strip of 7 pixels a row of 576 filter pairs, 3 chunks.
-  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 5, 1), Storage::kBf16, all) == 4);
+  // 7x7x1152: 5x5 windows, the tile kernel, one tile; 3x3, the strip kernel, one row block of 3
+  // chunks (16-bit storage: 2 strips of 4 pixels x 288 filter quads a row; FP32: one strip of 7
+  // pixels x 576 filter pairs). 14 -> 7, 5x5 of stride 2: one tile.
+  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 5, 1), Storage::kBf16, all) == 1);
+  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 3, 1), Storage::kBf16, all) == 3);
   CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 3, 1), Storage::kF32, all) == 3);
-  CHECK(depthwise_nhwc_mean_slots(dw(672, 14, 5, 2), Storage::kBf16, all) == 3);
+  CHECK(depthwise_nhwc_mean_slots(dw(672, 14, 5, 2), Storage::kBf16, all) == 1);
   // Partial sums over a quarter of the output's bytes: a 2x2 map's one slot of 16-bit values
   // (16 bytes a filter against 8), not of FP32 ones (16 against 16).
   CHECK(depthwise_nhwc_mean_slots(dw(64, 4, 3, 2), Storage::kBf16, all) == 0);

@@ -623,6 +623,12 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kTileChannels = 64;
 constexpr size_t kMaxTileSmem = size_t(227) << 10;  // sm_90's most for a block, opted in above 48 KiB
 
+// The staged pixels a tile's last strip reads past its row (outputs past the tile, not stored):
+// the patch is followed by that many, so that the last row's reads stay in shared memory.
+__host__ __device__ constexpr int tile_overreach(int tile_w, int p, int s) {
+  return ((tile_w + p - 1) / p * p - tile_w) * s;
+}
+
 // MEAN: the block's partial sums for the whole-plane mean go to its image's slot
 // row tile * col_tiles + column tile in part, through 8 x kTileChannels floats of shared memory
 // after the patch.
@@ -644,13 +650,27 @@ __global__ void __launch_bounds__(kThreads)
   const int vecs = cc / 8;  // 16-byte pieces of a staged pixel
   const int ph = (th - 1) * S + K, pw = (tw - 1) * S + K;
   const T* xi = x + int64_t(img) * a.in_h * a.in_w * a.channels + c0;
-  for (int i = static_cast<int>(threadIdx.x); i < ph * pw * vecs; i += kThreads) {
-    const int pix = i / vecs, v = i - pix * vecs;
-    const int r = pix / pw, q = pix - r * pw;
+  auto stage = [&](int r, int q, int v) {
     const int iy = iy0 + r, ix = ix0 + q;
     const bool in = iy >= 0 && iy < a.in_h && ix >= 0 && ix < a.in_w;
     cp_async16(patch + (r * patch_w + q) * kTileChannels + v * 8,
                in ? xi + (int64_t(iy) * a.in_w + ix) * a.channels + v * 8 : x, in);
+  };
+  if (kThreads % vecs == 0) {
+    // A thread keeps its 16-byte piece v and steps kThreads / vecs pixels at a time, carrying its
+    // (row, column): no division a copy.
+    const int v = static_cast<int>(threadIdx.x) % vecs, step = kThreads / vecs;
+    int pix = static_cast<int>(threadIdx.x) / vecs, r = pix / pw, q = pix - r * pw;
+    for (; pix < ph * pw; pix += step) {
+      stage(r, q, v);
+      for (q += step; q >= pw && r < ph; q -= pw) ++r;
+    }
+  } else {
+    for (int i = static_cast<int>(threadIdx.x); i < ph * pw * vecs; i += kThreads) {
+      const int pix = i / vecs, v = i - pix * vecs;
+      const int r = pix / pw;
+      stage(r, pix - r * pw, v);
+    }
   }
   cp_async_commit();
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
@@ -669,8 +689,11 @@ __global__ void __launch_bounds__(kThreads)
   constexpr int kCols = (P - 1) * S + K;  // the input columns a strip's windows span
   const int strips = (tw + P - 1) / P;
   float msum[2] = {0.f, 0.f};
-  for (int it = warp; active && it < th * strips; it += kThreads / 32) {
-    const int r = it / strips, sx = (it - r * strips) * P;
+  // The warp's strips, kThreads / 32 apart, as (row, first pixel) carried from one to the next.
+  int r = warp / strips, sx = (warp - r * strips) * P;
+  for (; active && r < th; sx += kThreads / 32 * P) {
+    while (sx >= strips * P) sx -= strips * P, ++r;
+    if (r >= th) break;
     float acc[P][2];
 #pragma unroll
     for (int p = 0; p < P; ++p) acc[p][0] = acc[p][1] = 0.f;
@@ -680,12 +703,10 @@ __global__ void __launch_bounds__(kThreads)
       float v[kCols][2];
 #pragma unroll
       for (int q = 0; q < kCols; ++q) {
-        if (sx * S + q < pw) {  // a row's last strip may run past the staged columns
-          const Vec<T, 2> e = *reinterpret_cast<const Vec<T, 2>*>(prow + q * kTileChannels);
-          v[q][0] = ld(e.v[0]), v[q][1] = ld(e.v[1]);
-        } else {
-          v[q][0] = v[q][1] = 0.f;
-        }
+        // A row's last strip may read past its staged columns (the next row's, or the slack
+        // after the patch): those feed only outputs past the tile, which are not stored.
+        const Vec<T, 2> e = *reinterpret_cast<const Vec<T, 2>*>(prow + q * kTileChannels);
+        v[q][0] = ld(e.v[0]), v[q][1] = ld(e.v[1]);
       }
 #pragma unroll
       for (int kx = 0; kx < K; ++kx)
@@ -707,8 +728,9 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   if constexpr (MEAN) {  // the warps' sums, added in warp order
-    float* red = reinterpret_cast<float*>(dw_tile_smem + size_t(((tile_h - 1) * S + K) * patch_w) *
-                                                             kTileChannels * sizeof(T));
+    float* red = reinterpret_cast<float*>(
+        dw_tile_smem +
+        size_t(((tile_h - 1) * S + K) * patch_w + tile_overreach(tile_w, P, S)) * kTileChannels * sizeof(T));
     red[warp * kTileChannels + 2 * lane] = msum[0];
     red[warp * kTileChannels + 2 * lane + 1] = msum[1];
     __syncthreads();
@@ -900,23 +922,29 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
       a.stride_h != a.stride_w || (a.stride_w != 1 && a.stride_w != 2) || a.dilation_h != 1 ||
       a.dilation_w != 1 || kn.tile_smem == 0 || !pixels_ok)
     return d;
-  // Where it won against the vector and strip kernels (docs/performance.md, Session 20): unit
-  // stride on rows of 14 to 28 outputs of 128 channels or more. On wider maps, with stride 2, on
-  // 7x7 and smaller maps and with fewer channels (half a warp's lanes idle) the others were faster.
-  if (!kn.tile_everywhere && (a.stride_w != 1 || a.out_w < 14 || a.out_w > 28 || a.channels < 128)) return d;
+  // Where it won against the vector and strip kernels (docs/performance.md, Sessions 20 and 23):
+  // 128 channels or more on rows of at most 56 outputs, 5x5 windows on rows of 7 or more at either
+  // stride, 3x3 ones of unit stride on rows of 14 or more. On 112-wide rows, with 3x3 windows of
+  // stride 2 or on 7x7 maps, and with fewer channels (half a warp's lanes idle) the others were
+  // faster.
+  const bool won = a.channels >= 128 && a.out_w <= 56 &&
+                   (a.kernel_w == 5 ? a.out_w >= 7 : a.stride_w == 1 && a.out_w >= 14);
+  if (!kn.tile_everywhere && !won) return d;
   const int k = a.kernel_w, s = a.stride_w;
   const size_t pixel = size_t(kTileChannels) * storage_bytes(t);
   // Columns: rows of up to 32 / S outputs, split evenly (112 as 4 x 28).
   const int max_w = 32 / s;
   d.col_tiles = (a.out_w + max_w - 1) / max_w;
   d.tile_w = (a.out_w + d.col_tiles - 1) / d.col_tiles;
-  const size_t row_bytes = size_t((d.tile_w - 1) * s + k) * pixel;
-  const int patch_rows = static_cast<int>(std::min(kn.tile_smem, kMaxTileSmem) / row_bytes);
+  const size_t row_bytes = size_t((d.tile_w - 1) * s + k) * pixel,
+               slack = size_t(tile_overreach(d.tile_w, kn.tile_pixels, s)) * pixel;
+  const size_t budget = std::min(kn.tile_smem, kMaxTileSmem);
+  const int patch_rows = budget > slack ? static_cast<int>((budget - slack) / row_bytes) : 0;
   if (patch_rows < k) return DepthwiseTile{};
   const int max_h = std::min((patch_rows - k) / s + 1, a.out_h);
   d.row_tiles = (a.out_h + max_h - 1) / max_h;
   d.tile_h = (a.out_h + d.row_tiles - 1) / d.row_tiles;
-  d.smem = size_t((d.tile_h - 1) * s + k) * row_bytes;
+  d.smem = size_t((d.tile_h - 1) * s + k) * row_bytes + slack;
   d.pixels = kn.tile_pixels;
   return d;
 }

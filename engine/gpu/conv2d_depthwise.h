@@ -101,7 +101,8 @@ int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const Depthwise
 // The staged tile the tile kernel computes (smem 0 where it does not run): 16-bit storage, one
 // filter per channel, channels a multiple of 8, 3x3 or 5x5 windows of equal stride 1 or 2 both
 // ways, no dilation, and (unless tile_everywhere) where it was measured to win; tile_h x tile_w
-// outputs of 64 channels a block, its input patch at most tile_smem bytes of shared memory. A
+// outputs of 64 channels a block, its input patch and the few pixels a row's last strip reads past
+// it (tile_overreach) at most tile_smem bytes of shared memory. A
 // grid beyond CUDA's limits (2^31 - 1 blocks of images x row tiles, 65535 of channel chunks x
 // column tiles) runs the other kernels instead.
 struct DepthwiseTile {
