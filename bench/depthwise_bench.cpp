@@ -6,7 +6,8 @@
 // per layer and the totals; bench/depthwise_torch.py prints PyTorch's times for the same layers, so the two
 // can be read side by side (docs/performance.md). Built with the GPU executor (CMake target depthwise_bench):
 //   build-gpu/depthwise_bench [IMAGES=256] [INPUT=224] [REPEATS=20] [TILES=4096[,2048...]] [FORMAT=nchw]
-//                             [NET=mobilenet_v2]
+//                             [NET=mobilenet_v2] [ACT=relu6]
+// ACT: the activation in the epilogue, relu6 (MobileNetV2's) or silu (EfficientNet-B0's).
 // TILES: the NCHW kernel's outputs per thread block (depthwise_config's tile_outputs), one column
 // each; the ratio is cuDNN's time over the first. FORMAT fp16, bf16 or fp32-nhwc: channels last in
 // that storage format instead (--layout nhwc): the channels-last kernel against cuDNN's grouped
@@ -107,6 +108,8 @@ int main(int argc, char** argv) {
   const std::string format = argc > 5 ? argv[5] : "nchw";
   const bool nhwc = format != "nchw";
   const std::string net = argc > 6 ? argv[6] : "mobilenet_v2";
+  const std::string act_name = argc > 7 ? argv[7] : "relu6";
+  const bool act_ok = act_name == "relu6" || act_name == "silu";
   // Variants, one column each: NCHW, the tile outputs; channels last, "1", "2" or "4" (the vector
   // kernel's row_pixels, no strip or tile kernel), "sN" (the strip kernel at up to N pixels where it
   // runs, else the vector kernel), "tKpP" (the tile kernel wherever it runs, at most K KiB of
@@ -156,11 +159,12 @@ int main(int argc, char** argv) {
                                             : Precision::kFp32;
   const bool format_ok = format == "nchw" || format == "fp16" || format == "bf16" || format == "fp32-nhwc";
   const bool net_ok = net == "mobilenet_v2" || net == "efficientnet_b0";
-  if (images < 1 || input < 8 || repeats < 1 || tiles.empty() || !tiles_ok || !format_ok || !net_ok) {
+  if (images < 1 || input < 8 || repeats < 1 || tiles.empty() || !tiles_ok || !format_ok || !net_ok ||
+      !act_ok) {
     std::fprintf(stderr,
                  "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...] | nhwc: "
                  "auto|1|2|4|s4|s7|s8|tKpP|pool|mean|meanall|bytes[,...]] "
-                 "[FORMAT=nchw|fp16|bf16|fp32-nhwc] [NET=mobilenet_v2|efficientnet_b0]\n",
+                 "[FORMAT=nchw|fp16|bf16|fp32-nhwc] [NET=mobilenet_v2|efficientnet_b0] [ACT=relu6|silu]\n",
                  argv[0]);
     return 2;
   }
@@ -171,8 +175,9 @@ int main(int argc, char** argv) {
     CudnnHandle h;
     const size_t ws_bytes = 256u << 20;
     DevBuf ws(ws_bytes);
-    std::printf("%s depthwise + ReLU6, %d images at %dx%d, %s, median of %d (ms)\n",
-                net == "mobilenet_v2" ? "MobileNetV2" : "EfficientNet-B0", images, input, input,
+    std::printf("%s depthwise + %s, %d images at %dx%d, %s, median of %d (ms)\n",
+                net == "mobilenet_v2" ? "MobileNetV2" : "EfficientNet-B0",
+                act_name == "silu" ? "SiLU" : "ReLU6", images, input, input,
                 nhwc ? (std::string(storage_name(st)) + " NHWC").c_str() : "fp32 NCHW", repeats);
     std::printf("%-4s %5s %4s %2s %2s |", "#", "ch", "in", "s", "k");
     for (const Variant& v : tiles) std::printf(" %9s", ((nhwc ? "" : "dw@") + v.label).c_str());
@@ -218,7 +223,7 @@ int main(int argc, char** argv) {
       a.in_h = a.in_w = l.h;
       a.out_h = a.out_w = static_cast<int>(p.out_h);
       a.kernel_h = a.kernel_w = l.k, a.stride_h = a.stride_w = l.stride, a.pad_h = a.pad_w = l.k / 2;
-      const ActFn relu6{Act::kRelu6};
+      const ActFn epi_act{act_name == "silu" ? Act::kSilu : Act::kRelu6};  // the epilogue's activation (ACT)
       const size_t outs = size_t(images) * l.c * p.out_h * p.out_w;
       // Channels last, the vector kernel's output (1 pixel a thread) as FP32, for the comparisons.
       auto nhwc_out = [&] {
@@ -233,7 +238,7 @@ int main(int argc, char** argv) {
         DepthwiseNhwcKnobs vector_only;
         vector_only.strip_pixels = 0, vector_only.tile_smem = 0;
         launch_conv_depthwise_nhwc(a, xs.get(), st, w_taps.as<float>(), b.as<float>(), ys.get(), images,
-                                   relu6, s, vector_only);
+                                   epi_act, s, vector_only);
         vector_out = nhwc_out();
       }
       std::vector<float> t_dw;
@@ -269,11 +274,11 @@ int main(int argc, char** argv) {
         t_dw.push_back(time_ms(s, repeats, [&] {
           if (nhwc) {
             launch_conv_depthwise_nhwc(a, xs.get(), st, w_taps.as<float>(), b.as<float>(), ys.get(), images,
-                                       relu6, s, tiles[k].kn, mean);
+                                       epi_act, s, tiles[k].kn, mean);
             if (se == 1) launch_pool2d_nhwc(ys.get(), pooled.get(), st, images, pa, s);
           } else
             launch_conv_depthwise(cfg, a, x.as<float>(), w.as<float>(), b.as<float>(), y.as<float>(), images,
-                                  relu6, s);
+                                  epi_act, s);
         }));
         tot_dw[k] += t_dw[k];
         if (nhwc) {
@@ -284,7 +289,7 @@ int main(int argc, char** argv) {
             differs += " variant " + std::to_string(k) + ": " + std::to_string(bad) + " outputs differ";
         }
       }
-      CudnnConv conv(p, relu6);
+      CudnnConv conv(p, epi_act);
       conv.set_format(prec, nhwc);
       const void* cx = nhwc ? xs.get() : x.get();
       const void* cw = nhwc ? ws_t.get() : w.get();
