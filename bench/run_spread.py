@@ -27,6 +27,8 @@ import statistics
 import subprocess
 import sys
 
+from report_notes import setup_seconds
+
 AUTO_NOTE = re.compile(r"gpu: auto (\S+) \((\d+) images\): (.*) -> (\S+)")
 CANDIDATE = re.compile(r"(\S+) ([0-9.]+) ms")
 
@@ -50,11 +52,7 @@ def auto_timings(report):
 def summary(report):
     """(forward ms, setup s or None, {layer: algo}) of one report."""
     forward_ms = report["times"]["forward_s"] * 1e3
-    setup = None
-    for note in report.get("notes", []):
-        m = re.match(r"gpu: setup \(.*\) ([0-9.]+) ms", note)
-        if m:
-            setup = float(m.group(1)) / 1e3
+    setup = setup_seconds(report.get("notes", []))
     algos = {layer["name"]: layer.get("algo", "") for layer in report.get("layers", [])}
     return forward_ms, setup, algos
 

@@ -74,6 +74,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+from report_notes import setup_seconds  # noqa: E402  (this script's own folder)
 from pytorch_crosscheck import (read_convnetjs_conv, read_convnetjs_fc, read_safetensors,  # noqa: E402
                                 write_safetensors)
 
@@ -466,17 +467,6 @@ def run_cnnrun(a, args, log, timeout):
         f.write(out)
         f.write(err)
     return rc, out, err, t0, t1
-
-
-def setup_seconds(notes):
-    """The GPU setup of the timed process's first run (weights, workspaces, the algorithm search:
-    cuDNN's graph API compiles kernels there), from its report's "gpu: setup (...) X ms" note;
-    None on the CPU."""
-    for x in notes:
-        m = re.match(r"gpu: setup \(.*\) ([0-9.]+) ms, not in the forward time", x)
-        if m:
-            return float(m.group(1)) / 1e3
-    return None
 
 
 def algo_summary(j):

@@ -34,6 +34,10 @@ grep -q "run 1: cudnn graph:eng4(fused bias)  \[auto: cudnn 0.014, gemm 0.015 ->
 grep -q "run 2: gemm(cuBLASLt, bias epilogue)  \[auto: cudnn 0.016, gemm 0.015 -> gemm\]" "$w/out" ||
   fail "run 2's pick and auto timings"
 grep -q "^- a$" "$w/out" && fail "layer a listed though both runs ran the same"
+# The auto note's wording, as engine/report.cpp's tuning_note writes it (the fixtures above copy it).
+grep -q '"gpu: auto " + t.layer + " (" + std::to_string(t.images) + " images):"' "$src/engine/report.cpp" &&
+  grep -q '" -> " + t.chosen' "$src/engine/report.cpp" ||
+  fail "engine/report.cpp's auto note changed: update bench/run_spread.py's AUTO_NOTE"
 echo '{"layers": []}' >"$w/bad.json"
 $py "$src/bench/run_spread.py" --from "$w/a.json" "$w/bad.json" >"$w/out" 2>&1 && fail "a report without times accepted"
 grep -q "not a cnnrun report" "$w/out" || fail "the refusal names what is wrong"

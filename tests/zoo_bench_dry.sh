@@ -39,7 +39,7 @@ assert zoo_bench.validation_max_rel({}) is None
 " || { echo "FAIL: setup_seconds or validation_max_rel"; exit 1; }
 grep -q '"gpu: setup (weights, workspaces, algorithm search, "' "$src/engine/report.cpp" &&
   grep -q '", not in the forward time"' "$src/engine/report.cpp" ||
-  { echo "FAIL: engine/report.cpp's setup note changed: update bench/zoo_bench.py's setup_seconds"; exit 1; }
+  { echo "FAIL: engine/report.cpp's setup note changed: update bench/report_notes.py's setup_seconds"; exit 1; }
 version=$("$bin" --version)
 $py - "$w/out/zoo_results.json" "$version" <<'PY'
 import json, re, sys
