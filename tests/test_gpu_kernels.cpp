@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <sstream>
 #include <vector>
@@ -138,6 +139,62 @@ TEST_CASE("gpu: activation kernels vs PyTorch's formulas" * doctest::skip(!gpu_p
   std::vector<double> want(x.size());
   for (size_t i = 0; i < x.size(); ++i) want[i] = act_ref({Act::kHardswish}, x[i]);
   check_close(download(io, x.size(), st.s), want, 1e-6, 2e-6, "hardswish in place");
+}
+
+// FP16 and BF16 storage: the activation pass and the add pass compute SiLU and sigmoid with the
+// fast exponential and division (act_eval_stored). Each output must be the exact value of the
+// stored input rounded to the storage format, give or take one unit in its last place (the fast
+// functions' few FP32 ulp may tip a rounding), with the same limits as the accurate functions:
+// infinities, NaN, zero, and values large enough to overflow the exponential.
+TEST_CASE("gpu: SiLU and sigmoid stored in fp16 and bf16 within one unit of the exact value" *
+          doctest::skip(!gpu_present())) {
+  Stream st;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {0.f,  -0.f,  inf,  -inf,  std::nanf(""), 1e-6f,  -1e-6f, 80.f,  -80.f, 87.f, -87.f,
+                          88.f, -88.f, 89.f, -89.f, 100.f,         -100.f, 1e4f,   -1e4f, 6e4f,  -6e4f};
+  for (float v : test::random_floats(997, 11, -20.f, 20.f)) x.push_back(v);
+  for (float v : test::random_floats(200, 12, -0.05f, 0.05f)) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  // As floats on the host, from storage t.
+  auto fetch = [&](const DevBuf& b, Storage t) {
+    DevBuf f(x.size() * sizeof(float));
+    launch_nhwc_to_nchw(b.get(), t, f.as<float>(), 1, 1, n, st.s);
+    return download(f, x.size(), st.s);
+  };
+  for (Storage t : {Storage::kF16, Storage::kBf16}) {
+    // One unit in the last place: 2^-10 (FP16) or 2^-7 (BF16) of the value's binade. Below that,
+    // FP16's subnormal step; for BF16 (FP32's range) 2^-118: from x = -88.7 the exponential
+    // overflows FP32 (the accurate functions give -0 and 0 there too), and the fast division
+    // gives 0 for a divisor above 2^126, so an exact value below 2^-118 may come out 0.
+    const double rel = t == Storage::kF16 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+    const double tiny = t == Storage::kF16 ? std::ldexp(1.0, -24) : std::ldexp(1.0, -118);
+    DevBuf xf = upload(x.data(), x.size()), xs(x.size() * 2), zero(x.size() * 2), ys(x.size() * 2);
+    launch_to_storage(xf.as<float>(), xs.get(), t, n, st.s);
+    CUDA_CHECK(cudaMemsetAsync(zero.get(), 0, x.size() * 2, st.s));
+    const std::vector<float> stored = fetch(xs, t);  // the inputs as the format holds them
+    for (const ActFn& a : {ActFn{Act::kSilu}, ActFn{Act::kSigmoid}}) {
+      for (bool add : {false, true}) {
+        if (add)
+          launch_add_storage({xs.get(), zero.get()}, ys.get(), t, n, a, st.s);
+        else
+          launch_act_storage(xs.get(), ys.get(), t, n, a, st.s);
+        const std::vector<float> got = fetch(ys, t);
+        size_t bad = x.size();
+        for (size_t i = 0; i < x.size() && bad == x.size(); ++i) {
+          const double want = act_ref(a, stored[i]);
+          if (std::isnan(want) || std::isinf(want)) {
+            if (std::isnan(want) != std::isnan(got[i]) || (std::isinf(want) && got[i] != want)) bad = i;
+          } else if (!(std::fabs(got[i] - want) <= rel * std::fabs(want) + tiny)) {
+            bad = i;
+          }
+        }
+        INFO(act_fn_name(a) << (add ? " add pass, " : " act pass, ") << storage_name(t));
+        if (bad != x.size())
+          INFO("input " << stored[bad] << ": gpu " << got[bad] << ", exact " << act_ref(a, stored[bad]));
+        CHECK(bad == x.size());
+      }
+    }
+  }
 }
 
 TEST_CASE("gpu: bias+activation epilogue kernel" * doctest::skip(!gpu_present())) {

@@ -3,7 +3,8 @@
 // kernels): hardswish is x * clamp(x + 3, 0, 6) / 6 with the multiply before the divide, SiLU
 // x / (1 + exp(-x)). The rounded intrinsics keep nvcc from contracting a multiply and an add into
 // an FMA that the CPU reference does not do; the transcendental functions are CUDA's accurate
-// ones (a few ulp), never the fast approximations.
+// ones (a few ulp), never the fast approximations, except where the value is stored in 16 bits
+// right after (act_eval_stored).
 #pragma once
 
 #include "engine/gpu/activation.h"
@@ -44,5 +45,24 @@ __device__ __forceinline__ float act_eval(Act kind, float slope, float x) {
 }
 
 __device__ __forceinline__ float act_eval(const ActFn& a, float x) { return act_eval(a.kind, a.slope, x); }
+
+// The activation of a value stored as T right after: FP32 storage the accurate act_eval; 16-bit
+// storage (FP16, BF16) SiLU and sigmoid through the fast exponential and division (__expf,
+// __fdividef: a few FP32 ulp, against the 2^-11 or 2^-8 of the rounding that follows; a third of
+// act_eval's instructions, which the depthwise and stem kernels spent most of theirs on,
+// docs/performance.md, Session 23), the rest as act_eval. Both reach the same limits: SiLU of
+// -inf is NaN, of a large negative value -0 or a tiny negative, sigmoid 0 and 1 at the ends.
+template <typename T>
+__device__ __forceinline__ float act_eval_stored(Act kind, float slope, float x) {
+  if constexpr (sizeof(T) == 2) {
+    if (kind == Act::kSilu) return __fdividef(x, __fadd_rn(1.f, __expf(-x)));
+    if (kind == Act::kSigmoid) return __fdividef(1.f, __fadd_rn(1.f, __expf(-x)));
+  }
+  return act_eval(kind, slope, x);
+}
+template <typename T>
+__device__ __forceinline__ float act_eval_stored(const ActFn& a, float x) {
+  return act_eval_stored<T>(a.kind, a.slope, x);
+}
 
 }  // namespace cnnrun::gpu

@@ -353,7 +353,7 @@ __global__ void __launch_bounds__(kThreads)
     if (ox0 + p >= a.out_w) break;
     Vec<T, V> out;
 #pragma unroll
-    for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
+    for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval_stored<T>(act, __fadd_rn(acc[p][k], b[k])));
     *reinterpret_cast<Vec<T, V>*>(y + (row * a.out_w + ox0 + p) * a.filters + f0) = out;
   }
 }
@@ -429,7 +429,7 @@ __global__ void __launch_bounds__(kThreads)
     if (ox0 + p >= a.out_w) break;
     Vec<T, V> out;
 #pragma unroll
-    for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
+    for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval_stored<T>(act, __fadd_rn(acc[p][k], b[k])));
     *reinterpret_cast<Vec<T, V>*>(yrow + int64_t(p) * a.filters) = out;
   }
 }
@@ -516,7 +516,7 @@ __global__ void __launch_bounds__(kThreads)
       if (ox0 + p >= a.out_w || !live) break;
       Vec<T, V> out;
 #pragma unroll
-      for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
+      for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval_stored<T>(act, __fadd_rn(acc[p][k], b[k])));
       *reinterpret_cast<Vec<T, V>*>(y + (row * a.out_w + ox0 + p) * a.filters + f0) = out;
 #pragma unroll
       for (int k = 0; k < V; ++k) msum[k] = __fadd_rn(msum[k], ld(out.v[k]));
@@ -600,7 +600,7 @@ __global__ void __launch_bounds__(kThreads)
       if (ox0 + p >= a.out_w || !live) break;
       Vec<T, V> out;
 #pragma unroll
-      for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval(act, __fadd_rn(acc[p][k], b[k])));
+      for (int k = 0; k < V; ++k) out.v[k] = to<T>(act_eval_stored<T>(act, __fadd_rn(acc[p][k], b[k])));
       *reinterpret_cast<Vec<T, V>*>(yrow + int64_t(p) * a.filters) = out;
 #pragma unroll
       for (int k = 0; k < V; ++k) msum[k] = __fadd_rn(msum[k], ld(out.v[k]));
@@ -721,7 +721,7 @@ __global__ void __launch_bounds__(kThreads)
       if (sx + p >= tw) break;
       Vec<T, 2> out;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) out.v[e] = to<T>(act_eval(act, __fadd_rn(acc[p][e], b[e])));
+      for (int e = 0; e < 2; ++e) out.v[e] = to<T>(act_eval_stored<T>(act, __fadd_rn(acc[p][e], b[e])));
       *reinterpret_cast<Vec<T, 2>*>(yrow + int64_t(p) * a.filters) = out;
       if constexpr (MEAN)
         msum[0] = __fadd_rn(msum[0], ld(out.v[0])), msum[1] = __fadd_rn(msum[1], ld(out.v[1]));

@@ -169,7 +169,7 @@ __device__ __forceinline__ void write_tile(const float (&acc)[2][NT][4], const f
   else if (act.kind == Act::kIdentity)
     store([](float v) { return v; });
   else
-    store([kind = act.kind, slope = act.slope](float v) { return act_eval(kind, slope, v); });
+    store([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<T>(kind, slope, v); });
   __syncthreads();
   if (g.pooled) {
     for (int v = threadIdx.x; v < g.tph * g.tpw * VP; v += kThreads) {

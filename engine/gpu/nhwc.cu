@@ -80,7 +80,7 @@ __global__ void channel_kernel(const T* in, T* out, int64_t vecs, int channels,
       float v = ld(x.v[k]);
       if (scale) v = __fmul_rn(v, scale[c0 + k]);
       if (shift) v = __fadd_rn(v, shift[c0 + k]);
-      x.v[k] = to<T>(act_eval(a, v));
+      x.v[k] = to<T>(act_eval_stored<T>(a, v));
     }
     reinterpret_cast<Vec<T, V>*>(out)[i] = x;
   }
@@ -106,7 +106,7 @@ __global__ void add_kernel(Inputs<T> in, T* out, int64_t vecs, ActFn act) {
       for (int k = 0; k < V; ++k) s[k] = __fadd_rn(s[k], ld(x.v[k]));
     }
 #pragma unroll
-    for (int k = 0; k < V; ++k) x.v[k] = to<T>(act_eval(act, s[k]));
+    for (int k = 0; k < V; ++k) x.v[k] = to<T>(act_eval_stored<T>(act, s[k]));
     reinterpret_cast<Vec<T, V>*>(out)[i] = x;
   }
 }
