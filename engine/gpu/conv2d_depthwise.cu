@@ -633,7 +633,7 @@ __host__ __device__ constexpr int tile_overreach(int tile_w, int p, int s) {
 // row tile * col_tiles + column tile in part, through 8 x kTileChannels floats of shared memory
 // after the patch.
 template <typename T, int K, int S, int P, bool MEAN>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 3)
     depthwise_tile_kernel(const T* __restrict__ x, const float* __restrict__ w,
                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int tile_h,
                           int tile_w, int row_tiles, int col_tiles, ActFn act, float* __restrict__ part) {
