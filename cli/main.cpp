@@ -52,13 +52,14 @@ struct Options {
   int64_t batch = 0;
   std::string engine = "auto";
   std::string data, data_format, weights, json, dump, conv_algo = "auto";
-  std::string gpu_off;             // --gpu-off LIST (else $CNNRUN_GPU_OFF)
-  std::string precision = "fp32";  // --precision
-  std::string layout = "auto";     // --layout
-  std::string predictions;         // --predictions FILE.csv
-  int top_k = 0;                   // --top-k; 0 = 5 with more than 10 classes, else 1
-  int decode_threads = 0;          // --decode-threads; 0 = all cores
-  bool skip_bad = false;           // --skip-bad: leave out unreadable images, counted
+  std::string gpu_off;                        // --gpu-off LIST (else $CNNRUN_GPU_OFF)
+  int cudnn_plans = GpuTuning{}.graph_plans;  // --cudnn-plans N
+  std::string precision = "fp32";             // --precision
+  std::string layout = "auto";                // --layout
+  std::string predictions;                    // --predictions FILE.csv
+  int top_k = 0;                              // --top-k; 0 = 5 with more than 10 classes, else 1
+  int decode_threads = 0;                     // --decode-threads; 0 = all cores
+  bool skip_bad = false;                      // --skip-bad: leave out unreadable images, counted
   std::vector<std::string> assets;
   std::string progress = "auto";  // --progress auto|always|never
   bool quiet = false, cycle = false, validate = false;
@@ -474,6 +475,7 @@ int run_network(const Options& o, Ranks& ranks) {
       o.pinned_memory_mib > kMaxMib ? std::numeric_limits<int64_t>::max() : o.pinned_memory_mib << 20;
   ro.conv_algo = *parse_conv_algo(o.conv_algo);  // checked by the option's validator
   ro.tuning = parse_gpu_off(o.gpu_off);
+  ro.tuning.graph_plans = o.cudnn_plans;
   ro.precision = *parse_precision(o.precision);  // checked by the option's validator
   ro.layout = *parse_layout(o.layout);
   ro.resident = o.resident;
@@ -759,6 +761,11 @@ int main(int argc, char** argv) {
   app.add_option("--repeat", o.repeat, "run the batch N times and report the median forward time (default 1)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+  app.add_option(
+         "--cudnn-plans", o.cudnn_plans,
+         "GPU, channels last: how many of cuDNN's candidate engines its graph API's search builds and "
+         "times a conv (default 2; each build compiles a kernel, which lengthens the setup)")
+      ->check(CLI::Range(1, 64));
   app.add_option(
          "--gpu-off", o.gpu_off,
          std::string("GPU: turn these optimisations off, to measure what they gain (comma-separated: ") +

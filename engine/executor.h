@@ -33,6 +33,11 @@ struct GpuTuning {
   bool graph_first = false;
   bool share_buffers = true;  // share: run() lets buffers never in use at the same step share memory
                               // (engine/gpu/plan.h, share_groups)
+  // --cudnn-plans: how many of cuDNN's heuristic candidates the graph API's search builds and
+  // times a conv. Each build compiles a kernel (NVRTC, 0.2-0.9 s), which dominates the setup; on
+  // ResNet-18 and GoogLeNet the first two gave the forward times of the first four within noise,
+  // at about 60 % of the setup (docs/performance.md, Session 10).
+  int graph_plans = 2;
   bool operator==(const GpuTuning& o) const;
   bool operator!=(const GpuTuning& o) const { return !(*this == o); }
 };

@@ -2,6 +2,7 @@
 // the report, JSON and .npy outputs, convert, and one-line errors with non-zero exits.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "engine/executor.h"
@@ -408,6 +409,26 @@ TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF 
                 "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share --conv-algo im2col");
   CHECK(opt.rc == 0);
   CHECK(opt.text == ok.text);
+}
+
+TEST_CASE("cli: --cudnn-plans takes 1 to 64 candidates; the CPU engine runs the same with any") {
+  for (const char* bad : {"0", "65", "-1", "two"}) {
+    INFO(bad);
+    Out b = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --cudnn-plans " + bad);
+    CHECK(b.rc == 2);
+    CHECK(b.text.rfind("cnnrun: --cudnn-plans: ", 0) == 0);
+    CHECK(std::count(b.text.begin(), b.text.end(), '\n') == 1);  // one line
+  }
+  Out two = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet");
+  Out eight =
+      run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet --cudnn-plans 8");
+  CHECK(two.rc == 0);
+  CHECK(eight.rc == 0);
+  CHECK(eight.text == two.text);
+  GpuTuning t;
+  CHECK(t.graph_plans == 2);
+  t.graph_plans = 8;
+  CHECK(t != GpuTuning{});  // a different count is a different tuning: the executor searches again
 }
 
 TEST_CASE("parse_gpu_off: each name turns one switch off; empty names are skipped") {

@@ -260,6 +260,34 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
   }
 }
 
+// --cudnn-plans (GpuTuning::graph_plans): the graph API's search builds and times 1 or 6 of
+// cuDNN's candidates a conv; with the graph API taken wherever it runs (graph_first) both counts
+// give validated outputs, and changing the count searches again on the same executor.
+TEST_CASE("gpu: cuDNN's graph API with 1 and 6 candidate plans a conv, vs reference" *
+          doctest::skip(!gpu_present())) {
+  Network net = parse_netdef_string(kMixed, "nhwc");
+  random_weights(net, 78);
+  const int64_t n = 21;
+  Dataset data = gpu_random_data(net.input, n, 10, 6);
+  auto gpu = make_gpu_executor(net);
+  auto cpu = make_cpu_executor(net);
+  for (int plans : {1, 6, 1}) {
+    INFO(plans << " plans");
+    RunOptions o;
+    o.batch = n;
+    o.layout = Layout::kNhwc;
+    o.precision = Precision::kFp16;
+    o.conv_algo = ConvAlgo::kCudnn;
+    o.tuning.graph_first = true;
+    o.tuning.graph_plans = plans;
+    const RunResult r = gpu->run(data, o);
+    int graphs = 0;
+    for (const LayerTime& t : r.layers) graphs += t.type == "conv" && t.algo.find("cudnn graph:") == 0;
+    CHECK((kHaveGraphApi ? graphs > 0 : graphs == 0));
+    CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
+  }
+}
+
 // VGG's head at 32x32: the features end at 1x1, the adaptive pool makes 7x7 copies of it, the fc
 // reads 49 times the values it needs; a 3x3 conv on the 1x1 map reads padding with 8 of its 9
 // taps. Folded at load (fold_pools_into_fcs, drop_padding_taps), the fc reads the 1x1 features

@@ -70,18 +70,13 @@ std::string cudnn_version_string() {
   return "cuDNN " + fmt(v) + " (built with " + fmt(CUDNN_VERSION) + ")";
 }
 
-// How many of cuDNN's heuristic candidates the graph API's search builds and times per layer.
-// Each build compiles a kernel (NVRTC, 0.2-0.9 s), which dominates the setup; on ResNet-18 and
-// GoogLeNet the first two gave the forward times of the first four within noise, at about 60 %
-// of the setup (docs/performance.md, Session 10).
-constexpr int kGraphPlans = 2;
-
 struct CudnnConv::Impl {
   ConvParams p;
   ActFn act;  // after the bias (and the residual add)
   bool residual = false;
   bool split = false;  // split_operands
   GraphUse graph_use = GraphUse::kTimed;
+  int graph_plans = 2;  // the graph API's candidates built and timed (GpuTuning::graph_plans's default)
   std::unique_ptr<CudnnGraphConv> graph;  // find chose cuDNN's graph API (channels last)
   std::unique_ptr<CudnnGraphConv> cand;   // prepared for the next find
   std::string graph_note;                 // why not, when it was tried
@@ -311,7 +306,7 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
   // cuDNN's graph API on the same buffers: its fastest engine against the legacy way just chosen.
   auto g =
       m.cand ? std::move(m.cand) : std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec, m.split);
-  const float graph_ms = g->tune(h.get(), s, n, GraphConvIo{x, w, bias, z, y}, ws, ws_bytes, kGraphPlans);
+  const float graph_ms = g->tune(h.get(), s, n, GraphConvIo{x, w, bias, z, y}, ws, ws_bytes, m.graph_plans);
   if (graph_ms < 0) {
     m.graph_note = g->why();
     return;
@@ -333,10 +328,12 @@ void CudnnConv::set_format(Precision p, bool nhwc) {
   m.describe();
 }
 
-bool CudnnConv::set_graph_use(GraphUse u) {
+bool CudnnConv::set_graph_use(GraphUse u, int plans) {
   Impl& m = *impl_;
-  if (u == m.graph_use) return false;
+  if (plans < 1) throw Error("cuDNN's graph API: " + std::to_string(plans) + " candidate plans (at least 1)");
+  if (u == m.graph_use && plans == m.graph_plans) return false;
   m.graph_use = u;
+  m.graph_plans = plans;
   m.found = false;
   m.graph.reset();
   m.cand.reset();
@@ -347,11 +344,11 @@ void CudnnConv::prepare(const CudnnHandle& h, int64_t n, size_t ws_bytes) {
   Impl& m = *impl_;
   if (!m.nhwc || m.graph_use == GraphUse::kOff || !CudnnGraphConv::built()) return;
   if (m.found) {
-    if (m.graph) m.graph->prepare(h.get(), n, ws_bytes, kGraphPlans);
+    if (m.graph) m.graph->prepare(h.get(), n, ws_bytes, m.graph_plans);
     return;
   }
   if (!m.cand) m.cand = std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec, m.split);
-  m.cand->prepare(h.get(), n, ws_bytes, kGraphPlans);
+  m.cand->prepare(h.get(), n, ws_bytes, m.graph_plans);
 }
 
 bool CudnnConv::uses_graph() const { return impl_->graph != nullptr; }

@@ -74,10 +74,11 @@ class CudnnConv {
   void set_format(Precision p, bool nhwc);
   // Channels last, whether find tries cuDNN's graph API: kOff never; kTimed when its fastest
   // engine is faster than the legacy call (GpuTuning::cudnn_graph); kFirst whenever it runs
-  // (GpuTuning::graph_first: tests). The next forward searches again; false when u was already
-  // in use (nothing changed).
+  // (GpuTuning::graph_first: tests); and how many of cuDNN's heuristic candidates it builds and
+  // times (GpuTuning::graph_plans, at least 1). The next forward searches again; false when both
+  // were already in use (nothing changed).
   enum class GraphUse { kOff, kTimed, kFirst };
-  bool set_graph_use(GraphUse u);
+  bool set_graph_use(GraphUse u, int plans);
   bool uses_graph() const;  // find chose the graph API
   // The host work of cuDNN's graph API for n images, ahead of find (its candidate engines) or of
   // a forward on a batch size not run before (the chosen engine's plan): building a plan

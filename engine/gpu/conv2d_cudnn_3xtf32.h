@@ -41,7 +41,7 @@ class Cudnn3xTf32Conv {
  public:
   Cudnn3xTf32Conv(const ConvParams& p, ActFn act, bool residual);
   // The graph API's use for the stacked conv (CudnnConv::set_graph_use); false: unchanged.
-  bool set_graph_use(CudnnConv::GraphUse u) { return conv_.set_graph_use(u); }
+  bool set_graph_use(CudnnConv::GraphUse u, int plans) { return conv_.set_graph_use(u, plans); }
   // y = act(conv(x, w) + bias [+ z]) for n images, all FP32 channels last: x [n, H, W, C], w
   // [K, R, S, C], y and z [n, out_h, out_w, K]; x3: n*H*W*3C floats for the split input. The
   // filters are split on the first call (not inside a stream capture), which also runs cuDNN's

@@ -241,10 +241,11 @@ class GpuExecutor : public Executor {
                               opt.conv_algo == ConvAlgo::kAuto &&
                               net_.layers[static_cast<size_t>(st.layer)]->algo == ConvAlgo::kAuto &&
                               conv_cannot_run(st.conv, ConvAlgo::kCutlass, 1, prec_, true).empty();
-      changed = conv_weights(st.layer).cudnn->set_graph_use(to_cutlass ? CudnnConv::GraphUse::kOff : use) ||
+      changed = conv_weights(st.layer).cudnn->set_graph_use(to_cutlass ? CudnnConv::GraphUse::kOff : use,
+                                                            opt.tuning.graph_plans) ||
                 changed;
       if (conv_weights(st.layer).tf32x3)
-        changed = conv_weights(st.layer).tf32x3->set_graph_use(use) || changed;
+        changed = conv_weights(st.layer).tf32x3->set_graph_use(use, opt.tuning.graph_plans) || changed;
     }
     if (changed) {  // cuDNN's search again, before any capture
       pipeline_->drop_graphs();
