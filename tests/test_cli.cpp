@@ -3,7 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "engine/executor.h"
 #include "engine/io/assets.h"
@@ -466,4 +468,39 @@ TEST_CASE("parse_gpu_off: each name turns one switch off; empty names are skippe
   CHECK_FALSE(parse_conv_algo("").has_value());
   for (ConvAlgo a : {ConvAlgo::kAuto, ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn})
     CHECK(parse_conv_algo(conv_algo_name(a)) == a);
+}
+
+// The README's option table is the user's reference: every option `cnnrun --help` lists (and
+// each subcommand's) must be named there. --cudnn-plans was missing from it for a session.
+TEST_CASE("cli: every option the help lists is in the README") {
+  const std::string readme = read_file(src("README.md"));
+  REQUIRE(!readme.empty());
+  size_t seen = 0;
+  for (const std::string cmd : {"--help", "convert --help", "import --help"}) {
+    Out o = run(cmd);
+    INFO(cmd << ":\n" << o.text);
+    REQUIRE(o.rc == 0);
+    std::istringstream lines(o.text);
+    for (std::string line; std::getline(lines, line);) {
+      // An option line: "  --name ..." or "  -h,--name ...".
+      size_t p = line.find_first_not_of(' ');
+      if (p == std::string::npos || p == 0 || line.compare(p, 1, "-") != 0) continue;
+      if (const size_t comma = line.find(",--", p); comma != std::string::npos && comma < p + 4)
+        p = comma + 1;
+      if (line.compare(p, 2, "--") != 0) continue;
+      const size_t end = line.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-", p + 2);
+      const std::string name = line.substr(p, end == std::string::npos ? std::string::npos : end - p);
+      if (name == "--help") continue;
+      ++seen;
+      // Named as itself, not as the start of a longer option (--validate in --validate-images).
+      bool found = false;
+      for (size_t at = readme.find(name); at != std::string::npos && !found; at = readme.find(name, at + 1)) {
+        const size_t after = at + name.size();
+        found = after >= readme.size() ||
+                !(std::isalnum(static_cast<unsigned char>(readme[after])) || readme[after] == '-');
+      }
+      CHECK_MESSAGE(found, name << " (" << cmd << ") is not in README.md");
+    }
+  }
+  CHECK(seen >= 30);  // the parse found the options (the main command alone has more than 30)
 }
