@@ -11,6 +11,7 @@
 
 #include <algorithm>
 
+#include "engine/executor.h"
 #include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn_graph.h"
@@ -76,10 +77,10 @@ struct CudnnConv::Impl {
   bool residual = false;
   bool split = false;  // split_operands
   GraphUse graph_use = GraphUse::kTimed;
-  int graph_plans = 2;  // the graph API's candidates built and timed (GpuTuning::graph_plans's default)
-  std::unique_ptr<CudnnGraphConv> graph;  // find chose cuDNN's graph API (channels last)
-  std::unique_ptr<CudnnGraphConv> cand;   // prepared for the next find
-  std::string graph_note;                 // why not, when it was tried
+  int graph_plans = GpuTuning{}.graph_plans;  // the graph API's candidates built and timed (set_graph_use)
+  std::unique_ptr<CudnnGraphConv> graph;      // find chose cuDNN's graph API (channels last)
+  std::unique_ptr<CudnnGraphConv> cand;       // prepared for the next find
+  std::string graph_note;                     // why not, when it was tried
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
   cudnnTensorDescriptor_t bt = nullptr;  // the bias in the tensors' format (channels last)
   cudnnFilterDescriptor_t w = nullptr;
