@@ -281,6 +281,28 @@ TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" *
     // and says so: it must not happen for these layers and algorithms).
     REQUIRE(r.gpu);
     CHECK_MESSAGE(r.gpu->graphs == GpuRunFacts::Graphs::kCaptured, r.gpu->graph_error);
+    // A short last block runs its own graph (every image above was checked, so it computed
+    // the right thing); with equal blocks there is none.
+    const int64_t short_n = v.batch % r.gpu->block;
+    CHECK_MESSAGE(r.gpu->short_graph == short_n, r.gpu->short_graph_error);
+    // CUDA graphs off: every block launches directly (a short one also once before the clock,
+    // whose count must not reach the result); the same outputs and a count that agrees with them.
+    RunOptions direct = o;
+    direct.tuning.graphs = false;
+    direct.progress = {};
+    RunResult d = gpu->run(data, direct);
+    REQUIRE(d.gpu);
+    CHECK(d.gpu->graphs == GpuRunFacts::Graphs::kOff);
+    CHECK(d.gpu->short_graph == 0);
+    REQUIRE(d.probs.size() == r.probs.size());
+    int64_t good_direct = 0;
+    for (int64_t i = 0; i < v.batch; ++i) {
+      const size_t j = static_cast<size_t>(i % count);
+      if (d.predictions[static_cast<size_t>(i)] == data.labels[j]) ++good_direct;
+      test::Compare cmp = test::compare(d.probs.data() + i * 10, ref.probs.data() + j * 10, 10, kAtol, kRtol);
+      CHECK_MESSAGE(cmp.ok, "graphs off, image " << i << " max abs error " << cmp.max_abs);
+    }
+    CHECK(d.correct == good_direct);
   }
 
   RunOptions bad;

@@ -1054,9 +1054,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   const int held = static_cast<int>(std::count_if(slots[0]->bufs.begin(), slots[0]->bufs.end(),
                                                   [](const DevBuf& b) { return b.bytes() > 0; }));
   facts.buffers = {pipeline_->buffer_bytes_per_image(), held, pipeline_->buffer_allocations()};
-  // Equal blocks but the last; every full block runs the slot's captured graph. (Not a short
-  // first block so that compute starts after a shorter copy: one more block, and two that run
-  // outside the graphs, cost more than it saves; docs/performance.md.)
+  // Equal blocks but the last; every full block runs the slot's captured graph, the last one
+  // its own. (Not a short first block so that compute starts after a shorter copy: one more
+  // block cost more than it saved; docs/performance.md.)
   const int64_t nblocks = (batch + block - 1) / block;
   const Layer& out_layer = *net_.layers[static_cast<size_t>(net_.output)];
   const int64_t out_size = out_layer.out_shape.size();
@@ -1122,7 +1122,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     warmed_gen_ = pipeline_->generation();
     warmed_block_ = block;
   }
-  // The short last block's plans too, before the clock (it runs outside the CUDA graphs).
+  // The short last block's plans too, before the clock (its graph is captured from them, or it
+  // launches directly).
   if (last != block) prepare_graphs(last, slots[0]->cudnn_ws.bytes());
   if (cudnn)
     for (auto& sp : slots)
@@ -1160,13 +1161,42 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, sp->ev[2], sp->ev[L + 4]));
       }
-      CUDA_CHECK(cudaMemset(correct.get(), 0, 2 * sizeof(unsigned long long)));
       facts.graphs = GpuRunFacts::Graphs::kCaptured;
+      // The short last block: its own graph on the slot it runs on, tried the same way. If that
+      // fails, the full blocks keep theirs and the short one launches directly (the report says).
+      if (last != block) {
+        Slot& ls = *slots[static_cast<size_t>((nblocks - 1) % S)];
+        try {
+          BlockPipeline::capture(
+              ls, last, [&](Slot& s) { enqueue_compute(s, last, bo); }, true);
+          CUDA_CHECK(cudaGraphLaunch(ls.exec_short, ls.stream));
+          CUDA_CHECK(cudaStreamSynchronize(ls.stream));
+          float ms = 0;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, ls.ev[2], ls.ev[L + 4]));
+          facts.short_graph = last;
+        } catch (const Error& e) {
+          if (ls.exec_short) cudaGraphExecDestroy(ls.exec_short);
+          ls.exec_short = nullptr;
+          ls.exec_short_n = 0;
+          facts.short_graph_error = e.what();
+        }
+      }
+      CUDA_CHECK(cudaMemset(correct.get(), 0, 2 * sizeof(unsigned long long)));
     } catch (const Error& e) {
       pipeline_->drop_graphs();
       facts.graphs = GpuRunFacts::Graphs::kCaptureFailed;
       facts.graph_error = e.what();
     }
+  }
+  // A short last block without its own graph (graphs off, or its capture failed) runs once here
+  // all the same, so that the first launches of the plans made for its size come before the
+  // clock (with a short last block launched directly, the first timed run was 7-12x the others
+  // at 32x32: docs/performance.md, Session 24). Its count of right predictions is reset after.
+  if (last != block && facts.short_graph == 0) {
+    Slot& ls = *slots[static_cast<size_t>((nblocks - 1) % S)];
+    enqueue_compute(ls, last, bo);
+    CUDA_CHECK(cudaStreamSynchronize(ls.stream));
+    CUDA_CHECK(cudaMemset(correct.get(), 0, 2 * sizeof(unsigned long long)));
   }
   const double setup_s = seconds_since(setup_t0);
 
@@ -1224,8 +1254,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
       d += m;
     }
     CUDA_CHECK(cudaEventRecord(s.ev[1], s.stream));
-    if (s.exec && s.exec_n == n)
-      CUDA_CHECK(cudaGraphLaunch(s.exec, s.stream));
+    if (cudaGraphExec_t g = s.graph_for(n))
+      CUDA_CHECK(cudaGraphLaunch(g, s.stream));
     else
       enqueue_compute(s, n, bo);
     s.first = first;
