@@ -30,6 +30,19 @@ constexpr int tc_threads() {
   return 32 * 32 / tc_gpw<NT>();
 }
 
+// The average pool's window: act of each of its four values (x00, x01 the first row), summed
+// row by row as the CPU's average pool sums them, divided by 4 (a multiply by 0.25: the same
+// rounding). Not inlined: act_eval's eleven activations, inlined at each of the epilogue's
+// unrolled filters, made the kernels' code half the binary.
+static __device__ __noinline__ float act_avg4(int kind, float slope, float x00, float x01, float x10,
+                                              float x11) {
+  const Act k = static_cast<Act>(kind);
+  const float s = __fadd_rn(
+      __fadd_rn(__fadd_rn(act_eval(k, slope, x00), act_eval(k, slope, x01)), act_eval(k, slope, x10)),
+      act_eval(k, slope, x11));
+  return __fmul_rn(s, 0.25f);
+}
+
 // Two blocks per SM (128 registers) only where the accumulators fit: at most 16 filters with a
 // flush every k-step.
 // PK (FP32 only): the last n-tile holds at most 4 filters, its B columns 0-3 their tf32 high
@@ -37,8 +50,7 @@ constexpr int tc_threads() {
 // that B) give all of a_hi*b_hi + a_lo*b_hi + a_hi*b_lo + a_lo*b_lo once columns c and c + 4
 // are added in the epilogue: 2 mma for that n-tile instead of 3 (conv2 and conv3 of the CIFAR
 // net: 20 filters, 8 mma per k-step instead of 9).
-// AVG: each window's four values are act(accumulator + bias), summed row by row as the CPU's
-// average pool sums them and divided by 4 (a multiply by 0.25: the same rounding).
+// AVG: the average pool of act(accumulator + bias) over each window (act_avg4).
 template <int NT, bool U8, int PREC, int FL, bool PK, bool AVG>
 __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
     conv_tc_pool_kernel(ImplArgs a) {
@@ -265,14 +277,13 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
             const bool mine = !(PK && nt == NT - 1) || (lane & 3) < 2;  // PK: lanes of columns 0-3
             if constexpr (AVG) {
               // acc[q][dx][nt][h + 2 * dy] is the window's pixel (dy, dx).
-              const Act kind = static_cast<Act>(a.act);
               auto px = [&](int dx, int dy) {
                 const float m = acc[q][dx][nt][h + 2 * dy];
-                return act_eval(kind, a.act_slope,
-                                __fadd_rn(PREC == kTcX16 ? m * a.out_scale : m, bias_s[f]));
+                return __fadd_rn(PREC == kTcX16 ? m * a.out_scale : m, bias_s[f]);
               };
-              const float sum = __fadd_rn(__fadd_rn(__fadd_rn(px(0, 0), px(1, 0)), px(0, 1)), px(1, 1));
-              if (ok && mine && f < a.F) out[static_cast<int64_t>(f) * pplane] = __fmul_rn(sum, 0.25f);
+              if (ok && mine && f < a.F)
+                out[static_cast<int64_t>(f) * pplane] =
+                    act_avg4(a.act, a.act_slope, px(0, 0), px(1, 0), px(0, 1), px(1, 1));
             } else {
               const float m = fmaxf(fmaxf(acc[q][0][nt][h], acc[q][0][nt][2 + h]),
                                     fmaxf(acc[q][1][nt][h], acc[q][1][nt][2 + h]));
