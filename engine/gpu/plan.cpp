@@ -79,11 +79,12 @@ Plan make_plan(const Network& net) {
         const Layer& pl = *net.layers[static_cast<size_t>(k)];
         ImplicitFusion f;
         f.pool = true;
-        f.avg_pool = f.tensor_core = pl.kind == LayerKind::kAvgpool;
-        st.pool_avg = f.avg_pool;
+        const bool avg = pl.kind == LayerKind::kAvgpool;
+        f.avg_pool = f.tensor_core = avg;
         st.pool_implicit =
-            (f.avg_pool || fusions.relu[i] >= 0) && is_pool_2x2_s2(pl) && implicit_config(st.conv, 1, f).ok;
-        st.pool_stem = !st.pool_avg && stem_pool_cannot_run(st.conv, stem_pool(net, k)).empty();
+            (avg || fusions.relu[i] >= 0) && is_pool_2x2_s2(pl) && implicit_config(st.conv, 1, f).ok;
+        st.pool_stem = !avg && stem_pool_cannot_run(st.conv, stem_pool(net, k)).empty();
+        st.pool_avg = avg && st.pool_implicit;
         if (st.pool_implicit || st.pool_stem) {
           st.pool_layer = k;
           steps[static_cast<size_t>(k)].pool_conv = static_cast<int>(i);
