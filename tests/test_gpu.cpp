@@ -406,9 +406,11 @@ struct AvgCase {
   int c, h, w, f1, k1, s1, p1, f2, k2, p2, n;
   const char* act;
   bool expect_pool1;
+  bool exact = false;  // preprocessing with exact offsets: conv1 on exact pixels (FP16 products)
 };
 const AvgCase kAvgCases[] = {
     {1, 28, 28, 6, 5, 1, 2, 16, 5, 0, 5, "tanh", true},                            // LeNet-5
+    {1, 28, 28, 6, 5, 1, 2, 16, 5, 0, 5, "tanh", true, true},                      // ... on exact pixels
     {3, 13, 11, 7, 3, 1, 1, 5, 3, 0, 3, "sigmoid", true},                          // odd outputs, W % 4 != 0
     {2, 12, 16, 12, 3, 1, 1, 8, 3, 1, 4, "{type: leaky_relu, slope: 0.2}", true},  // negative values kept
     {1, 20, 20, 9, 5, 1, 2, 24, 3, 1, 3, "silu", true},                            // 24 filters: 3 n-tiles
@@ -421,7 +423,8 @@ std::string avg_netdef(const AvgCase& k) {
                                           : "type: " + std::string(k.act);
   std::ostringstream o;
   o << "name: avgtest\ninput: {channels: " << k.c << ", height: " << k.h << ", width: " << k.w << "}\n"
-    << "preprocess: {mean: 0.1307, std: 0.3081}\nclasses: " << classes(10) << "\nlayers:\n"
+    << "preprocess: {mean: " << (k.exact ? "0.3" : "0.1307") << ", std: " << (k.exact ? "0.2" : "0.3081")
+    << "}\nclasses: " << classes(10) << "\nlayers:\n"
     << "  - {name: conv1, type: conv, filters: " << k.f1 << ", kernel: " << k.k1 << ", stride: " << k.s1
     << ", pad: " << k.p1 << "}\n"
     << "  - {name: act1, " << act << "}\n"
@@ -479,6 +482,8 @@ TEST_CASE(
       CHECK(gpu->fused_into(1, o) == (pool1 ? "pool1" : ""));
       CHECK(r.layers[2].algo == (pool1 ? "fused into conv1" : ""));
       CHECK((r.layers[0].algo.find("avgpool epilogue") != std::string::npos) == pool1);
+      // Exact offsets: conv1 reads the bytes and multiplies exact pixels (FP16 products).
+      CHECK((r.layers[0].algo.find("exact pixels") != std::string::npos) == (pool1 && k.exact));
       // Fused, the activation is in the epilogue, not a pass after it.
       CHECK((r.layers[0].algo.find(" pass") != std::string::npos) ==
             (!pool1 && std::string(k.act) != "relu"));
