@@ -20,7 +20,7 @@ namespace cnnrun {
 // benches); all on by default, and every combination computes the same network. The CLI fills
 // it once, from --gpu-off LIST (or CNNRUN_GPU_OFF); the library reads no environment for it.
 struct GpuTuning {
-  bool fuse_pool = true;     // pool: the implicit or stem kernel computes the max-pool after it
+  bool fuse_pool = true;     // pool: the implicit or stem kernel computes the pool after it
   bool fuse_mean = true;     // mean: the depthwise kernel computes the whole-plane average pool of its output
   bool fuse_u8 = true;       // u8: the first conv reads the uint8 pixels (no preprocess pass)
   bool row_copies = true;    // rows: the implicit kernel stages whole input rows, 16 bytes at a time

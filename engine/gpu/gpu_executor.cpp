@@ -282,7 +282,8 @@ class GpuExecutor : public Executor {
   // What the implicit kernel fuses for conv step `st` run with `algo`.
   ImplicitFusion implicit_fusion(const Step& st, ConvAlgo algo) const {
     ImplicitFusion f;
-    f.relu_pool = fuses_pool(st, algo, tuning_);
+    f.pool = fuses_pool(st, algo, tuning_);
+    f.avg_pool = f.pool && st.pool_avg;
     f.u8_input = fuses_u8(st, algo, tuning_);
     f.tensor_core = uses_tc(st, algo);
     f.precision = prec_;
@@ -432,14 +433,14 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       if (f.u8_exact)
         io.scale = weights_->exact_scale().as<float>(), io.shift = weights_->exact_shift().as<float>(),
         io.out_scale = c.x16_scale;
-      io.y = f.relu_pool ? s.bufs[static_cast<size_t>(step(st.pool_layer).out)].as<float>() : y;
+      io.y = f.pool ? s.bufs[static_cast<size_t>(step(st.pool_layer).out)].as<float>() : y;
       const DevBuf& wt = f.u8_exact ? c.wt_x16 : f.tensor_core ? c.wt_tc[static_cast<int>(prec_)] : c.wt;
-      // The kernel's epilogue applies a ReLU (its tuned paths stay as they are); any other
-      // activation is one in-place pass after it.
-      const bool relu = conv_act.kind == Act::kRelu;
+      // The kernel's epilogue applies a ReLU (its tuned paths stay as they are), or with the
+      // average pool any activation; otherwise the activation is one in-place pass after it.
+      const bool in_kernel = conv_act.kind == Act::kRelu || f.avg_pool;
       launch_conv_implicit(cfg, st.conv, io, wt.as<float>(), c.bias.as<float>(), n,
-                           relu ? ActKind::kRelu : ActKind::kNone, s.stream);
-      if (!relu && conv_act.kind != Act::kIdentity)
+                           in_kernel ? conv_act : ActFn{}, s.stream);
+      if (!in_kernel && conv_act.kind != Act::kIdentity)
         launch_act(y, y, n * st.conv.filters * st.conv.out_h * st.conv.out_w, conv_act, s.stream);
       add_residual();
       return;
@@ -863,9 +864,11 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                          (st.act.kind == ActKind::kNone ? std::string() : "+" + act_fn_name(act_fn(st.act))) +
                          " pass"
                    : "";
-      const bool relu = act.kind == Act::kRelu, other = !relu && act.kind != Act::kIdentity;
-      std::string epi = relu ? "+relu" : "";
-      if (fuses_pool(st, a, tuning_)) epi += "+maxpool";
+      // The implicit kernel's average pool takes any activation into its epilogue.
+      const bool avg = fuses_pool(st, a, tuning_) && st.pool_avg;
+      const bool relu = act.kind == Act::kRelu, other = !relu && !avg && act.kind != Act::kIdentity;
+      std::string epi = relu ? "+relu" : avg && act.kind != Act::kIdentity ? "+" + act_fn_name(act) : "";
+      if (fuses_pool(st, a, tuning_)) epi += avg ? "+avgpool" : "+maxpool";
       if (a == ConvAlgo::kImplicit) {
         const char* tc = "3xTF32 tensor cores, ";
         switch (prec_) {
