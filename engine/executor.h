@@ -20,7 +20,7 @@ namespace cnnrun {
 // benches); all on by default, and every combination computes the same network. The CLI fills
 // it once, from --gpu-off LIST (or CNNRUN_GPU_OFF); the library reads no environment for it.
 struct GpuTuning {
-  bool fuse_pool = true;     // pool: the implicit or stem kernel computes the max-pool after it
+  bool fuse_pool = true;     // pool: the implicit or stem kernel computes the pool after it
   bool fuse_mean = true;     // mean: the depthwise kernel computes the whole-plane average pool of its output
   bool fuse_u8 = true;       // u8: the first conv reads the uint8 pixels (no preprocess pass)
   bool row_copies = true;    // rows: the implicit kernel stages whole input rows, 16 bytes at a time
@@ -158,8 +158,10 @@ struct GpuRunFacts {
   int64_t cap_total_bytes = 0;     // ... of this whole cap (more when resident images took some)
   std::vector<ConvTuning> tuning;  // auto's searches, in layer order
   enum class Graphs { kOff, kCaptured, kCaptureFailed } graphs = Graphs::kOff;
-  std::string graph_error;  // kCaptureFailed: why
-  int64_t block = 0;        // images per full block
+  std::string graph_error;        // kCaptureFailed: why
+  int64_t short_graph = 0;        // > 0: the short last block's images, run as its own graph
+  std::string short_graph_error;  // kCaptured, a short last block launched directly: why
+  int64_t block = 0;              // images per full block
   int64_t blocks = 0;
   BufferFacts buffers;                 // a slot's activation buffers (GpuTuning::share_buffers: shared)
   int64_t cudnn_workspace_bytes = -1;  // each stream's cuDNN workspace as run (-1: no cuDNN)

@@ -389,10 +389,12 @@ std::vector<std::string> merge_concat_convs(Network& net) {
 
 namespace {
 
-bool is_fixed_maxpool(const Layer& l) {
-  if (l.kind != LayerKind::kMaxpool) return false;
+// A max or average pool of fixed windows (not global, not adaptive) that computes something
+// (not an identity pool, which aliases its input).
+bool is_fixed_pool(const Layer& l) {
+  if (l.kind != LayerKind::kMaxpool && l.kind != LayerKind::kAvgpool) return false;
   const PoolParams& p = layer_as<PoolLayer>(l).p;
-  return !p.global && !p.adaptive;
+  return !p.global && !p.adaptive && !pool_is_identity(l);
 }
 
 // Fusions::residual for conv i whose value, through `chain`, reaches layer j.
@@ -464,7 +466,7 @@ Fusions find_fusions(const Network& net) {
     if (net.layers[static_cast<size_t>(j)]->kind == LayerKind::kRelu) f.relu[i] = j;
     if (l.kind != LayerKind::kConv || rd.count(j) != 1 || j == net.output) continue;
     const int k = rd.of[static_cast<size_t>(j)][0];
-    if (is_fixed_maxpool(*net.layers[static_cast<size_t>(k)])) f.pool[i] = k;
+    if (is_fixed_pool(*net.layers[static_cast<size_t>(k)])) f.pool[i] = k;
   }
   return f;
 }

@@ -104,10 +104,11 @@ struct Fusions {
   // relu[i] >= 0: act[i] when that activation is a ReLU (the one every library epilogue has).
   std::vector<int> relu;
   // pool[i] >= 0: layer i is a conv with act[i] >= 0, that activation is not the output, and its
-  // only reader is this max-pool of fixed windows (not global, not adaptive; any size, stride,
-  // padding, ceil_mode). Which kernels can compute it is the GPU planner's to say (the implicit
-  // kernel: a 2x2 stride-2 pool without padding that floors, after a ReLU; the stem kernel: any
-  // window of at most its tile).
+  // only reader is this max or average pool of fixed windows (not global, not adaptive, not an
+  // identity pool; any size, stride, padding, ceil_mode). Which kernels can compute it is the GPU
+  // planner's to say (the implicit kernel: a 2x2 stride-2 pool without padding that floors, a
+  // max-pool after a ReLU or an average pool after any activation; the stem kernel: a max-pool
+  // of any window of at most its tile).
   std::vector<int> pool;
   // residual[i] >= 0: layer i is a conv, not the output, with no activation of its own
   // (act[i] < 0), whose value (through identity layers as above, each the only reader of the one

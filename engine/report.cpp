@@ -152,8 +152,14 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
       out.push_back("gpu: CUDA graphs off (CNNRUN_GPU_OFF=graph)");
       break;
     case GpuRunFacts::Graphs::kCaptured:
-      out.push_back("gpu: each full block (" + std::to_string(g.block) +
-                    " images) after its H2D copy is one CUDA graph launch (captured per stream)");
+      out.push_back(
+          "gpu: each full block (" + std::to_string(g.block) +
+          " images) after its H2D copy is one CUDA graph launch (captured per stream)" +
+          (g.short_graph > 0 ? ", the short last block (" + std::to_string(g.short_graph) +
+                                   " images) one more (captured on its stream)"
+           : g.short_graph_error.empty()
+               ? std::string()
+               : "; the short last block launches directly, its capture failed: " + g.short_graph_error));
       break;
     case GpuRunFacts::Graphs::kCaptureFailed:
       out.push_back("gpu: CUDA graph capture failed, launching directly: " + g.graph_error);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/network.h"
+#include "engine/report.h"
 #include "reference/cpu_executor.h"
 #include "tests/test_util.h"
 
@@ -290,6 +291,37 @@ TEST_CASE("median_run: the median forward time, the run nearest it, and the firs
   CHECK(r.forward_seconds == 0.7);
   CHECK_FALSE(r.gpu.has_value());
   CHECK_THROWS_AS(median_run({}), Error);
+}
+
+TEST_CASE("report: the CUDA graph note names the short last block's graph, or why it launched directly") {
+  Report rep;
+  GpuRunFacts& g = rep.run.gpu.emplace();
+  g.graphs = GpuRunFacts::Graphs::kCaptured;
+  g.block = 3334;
+  auto graph_note = [&] {
+    for (const std::string& n : report_notes(rep))
+      if (n.find("CUDA graph") != std::string::npos) return n;
+    return std::string();
+  };
+  // Equal blocks: the full blocks' graphs only.
+  CHECK(
+      graph_note() ==
+      "gpu: each full block (3334 images) after its H2D copy is one CUDA graph launch (captured per stream)");
+  g.short_graph = 3332;
+  CHECK(
+      graph_note() ==
+      "gpu: each full block (3334 images) after its H2D copy is one CUDA graph launch (captured per stream), "
+      "the short last block (3332 images) one more (captured on its stream)");
+  g.short_graph = 0;
+  g.short_graph_error = "CUDA error: operation not permitted when stream is capturing";
+  CHECK(
+      graph_note() ==
+      "gpu: each full block (3334 images) after its H2D copy is one CUDA graph launch (captured per stream); "
+      "the short last block launches directly, its capture failed: CUDA error: operation not permitted when "
+      "stream is capturing");
+  g.graphs = GpuRunFacts::Graphs::kCaptureFailed;
+  g.graph_error = "out of memory";
+  CHECK(graph_note() == "gpu: CUDA graph capture failed, launching directly: out of memory");
 }
 
 }  // namespace cnnrun::test

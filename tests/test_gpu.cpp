@@ -281,6 +281,28 @@ TEST_CASE("gpu: run() over blocks, streams and cycling matches the reference" *
     // and says so: it must not happen for these layers and algorithms).
     REQUIRE(r.gpu);
     CHECK_MESSAGE(r.gpu->graphs == GpuRunFacts::Graphs::kCaptured, r.gpu->graph_error);
+    // A short last block runs its own graph (every image above was checked, so it computed
+    // the right thing); with equal blocks there is none.
+    const int64_t short_n = v.batch % r.gpu->block;
+    CHECK_MESSAGE(r.gpu->short_graph == short_n, r.gpu->short_graph_error);
+    // CUDA graphs off: every block launches directly (a short one also once before the clock,
+    // whose count must not reach the result); the same outputs and a count that agrees with them.
+    RunOptions direct = o;
+    direct.tuning.graphs = false;
+    direct.progress = {};
+    RunResult d = gpu->run(data, direct);
+    REQUIRE(d.gpu);
+    CHECK(d.gpu->graphs == GpuRunFacts::Graphs::kOff);
+    CHECK(d.gpu->short_graph == 0);
+    REQUIRE(d.probs.size() == r.probs.size());
+    int64_t good_direct = 0;
+    for (int64_t i = 0; i < v.batch; ++i) {
+      const size_t j = static_cast<size_t>(i % count);
+      if (d.predictions[static_cast<size_t>(i)] == data.labels[j]) ++good_direct;
+      test::Compare cmp = test::compare(d.probs.data() + i * 10, ref.probs.data() + j * 10, 10, kAtol, kRtol);
+      CHECK_MESSAGE(cmp.ok, "graphs off, image " << i << " max abs error " << cmp.max_abs);
+    }
+    CHECK(d.correct == good_direct);
   }
 
   RunOptions bad;
@@ -395,6 +417,104 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
     }
   }
   MESSAGE("fused conv+relu+pool / uint8 input: max abs error " << err.abs << " (" << err.where << ")");
+}
+
+namespace {
+
+// conv1 -> act -> 2x2/2 average pool -> conv2 -> act -> 2x2/2 average pool -> fc, as LeNet-5
+// (tanh) and with other activations: the implicit kernel's tensor cores average act(conv + bias)
+// over each window where the shape allows (expect_pool1: for conv1).
+struct AvgCase {
+  int c, h, w, f1, k1, s1, p1, f2, k2, p2, n;
+  const char* act;
+  bool expect_pool1;
+  bool exact = false;  // preprocessing with exact offsets: conv1 on exact pixels (FP16 products)
+};
+const AvgCase kAvgCases[] = {
+    {1, 28, 28, 6, 5, 1, 2, 16, 5, 0, 5, "tanh", true},                            // LeNet-5
+    {1, 28, 28, 6, 5, 1, 2, 16, 5, 0, 5, "tanh", true, true},                      // ... on exact pixels
+    {3, 13, 11, 7, 3, 1, 1, 5, 3, 0, 3, "sigmoid", true},                          // odd outputs, W % 4 != 0
+    {2, 12, 16, 12, 3, 1, 1, 8, 3, 1, 4, "{type: leaky_relu, slope: 0.2}", true},  // negative values kept
+    {1, 20, 20, 9, 5, 1, 2, 24, 3, 1, 3, "silu", true},                            // 24 filters: 3 n-tiles
+    {1, 20, 20, 40, 3, 1, 1, 8, 3, 1, 3, "tanh", false},  // 40 filters: no tensor cores
+    {3, 16, 16, 8, 3, 2, 1, 8, 3, 1, 4, "relu", false},   // stride-2 conv: no fusion
+};
+
+std::string avg_netdef(const AvgCase& k) {
+  const std::string act = k.act[0] == '{' ? std::string(k.act).substr(1, std::string(k.act).size() - 2)
+                                          : "type: " + std::string(k.act);
+  std::ostringstream o;
+  o << "name: avgtest\ninput: {channels: " << k.c << ", height: " << k.h << ", width: " << k.w << "}\n"
+    << "preprocess: {mean: " << (k.exact ? "0.3" : "0.1307") << ", std: " << (k.exact ? "0.2" : "0.3081")
+    << "}\nclasses: " << classes(10) << "\nlayers:\n"
+    << "  - {name: conv1, type: conv, filters: " << k.f1 << ", kernel: " << k.k1 << ", stride: " << k.s1
+    << ", pad: " << k.p1 << "}\n"
+    << "  - {name: act1, " << act << "}\n"
+    << "  - {name: pool1, type: avgpool, size: 2, stride: 2}\n"
+    << "  - {name: conv2, type: conv, filters: " << k.f2 << ", kernel: " << k.k2 << ", pad: " << k.p2 << "}\n"
+    << "  - {name: act2, " << act << "}\n"
+    << "  - {name: pool2, type: avgpool, size: 2, stride: 2}\n"
+    << "  - {name: fc, type: fc, outputs: 10}\n";
+  return o.str();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "gpu: conv + any activation + 2x2 average pool fused into the implicit kernel's tensor cores, vs "
+    "reference" *
+    doctest::skip(!gpu_present())) {
+  MaxErr err;
+  uint32_t seed = 900;
+  for (const AvgCase& k : kAvgCases) {
+    // The default (tensor cores: the pool fused), and the FFMA kernel ("tc" off: it has no
+    // average pool, so the activation and the pool are passes after it).
+    for (const char* variant : {"implicit", "implicit-ffma"}) {
+      const std::string v = variant;
+      Network net = parse_netdef_string(avg_netdef(k), "avgtest");
+      random_weights(net, seed);
+      Dataset data = gpu_random_data(net.input, k.n + 2, 10, seed);
+      auto gpu = make_gpu_executor(net);
+      auto cpu = make_cpu_executor(net);
+      std::ostringstream what;
+      what << variant << " " << k.act << " C" << k.c << " " << k.h << "x" << k.w << " F" << k.f1 << " k"
+           << k.k1 << " s" << k.s1 << " p" << k.p1 << " / F" << k.f2 << " k" << k.k2 << " p" << k.p2;
+      INFO(what.str());
+      RunOptions o;
+      o.batch = 2 * k.n + 1;
+      o.cycle = true;
+      o.block = 3;
+      o.streams = 2;
+      o.conv_algo = algo_of("implicit");
+      o.tuning = parse_gpu_off(v == "implicit-ffma" ? "tc" : "");
+      o.want_probs = true;
+      RunResult r = gpu->run(data, o);
+      RunOptions co;
+      co.batch = data.count;
+      co.want_probs = true;
+      RunResult ref = cpu->run(data, co);
+      for (int64_t i = 0; i < o.batch; ++i) {
+        const int64_t j = i % data.count;
+        test::Compare cmp =
+            test::compare(r.probs.data() + i * 10, ref.probs.data() + j * 10, 10, kAtol, kRtol);
+        CHECK_MESSAGE(cmp.ok, "image " << i << " max abs error " << cmp.max_abs);
+      }
+      const bool pool1 = k.expect_pool1 && v == "implicit";
+      CHECK(gpu->fused_into(0, o) == (pool1 ? "pool1" : "act1"));
+      CHECK(gpu->fused_into(1, o) == (pool1 ? "pool1" : ""));
+      CHECK(r.layers[2].algo == (pool1 ? "fused into conv1" : ""));
+      CHECK((r.layers[0].algo.find("avgpool epilogue") != std::string::npos) == pool1);
+      // Exact offsets: conv1 reads the bytes and multiplies exact pixels (FP16 products).
+      CHECK((r.layers[0].algo.find("exact pixels") != std::string::npos) == (pool1 && k.exact));
+      // Fused, the activation is in the epilogue, not a pass after it.
+      CHECK((r.layers[0].algo.find(" pass") != std::string::npos) ==
+            (!pool1 && std::string(k.act) != "relu"));
+      if (pool1) CHECK(r.layers[2].seconds == 0.0);
+      compare_layers(net, *gpu, *cpu, data, 1, k.n, what.str(), err, o);
+      seed += 3;
+    }
+  }
+  MESSAGE("fused conv+act+avgpool: max abs error " << err.abs << " (" << err.where << ")");
 }
 
 TEST_CASE("gpu: an image that cannot fit in GPU memory is a clear error" * doctest::skip(!gpu_present())) {

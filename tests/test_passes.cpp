@@ -477,6 +477,31 @@ TEST_CASE("passes: find_fusions finds conv+relu(+max-pool), fc+relu, and the inp
   CHECK(g.relu[static_cast<size_t>(idx(two, "c1"))] == -1);
 }
 
+TEST_CASE(
+    "passes: find_fusions takes an average pool of fixed windows after any activation, not an identity one") {
+  Network net = parse(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
+  - {name: t1, type: tanh}
+  - {name: p1, type: avgpool, size: 2, stride: 2}
+  - {name: c2, type: conv, filters: 4, kernel: 1}
+  - {name: r2, type: relu}
+  - {name: p2, type: avgpool, size: 1}
+  - {name: c3, type: conv, filters: 4, kernel: 1}
+  - {name: s3, type: sigmoid}
+  - {name: p3, type: avgpool, global: true}
+  - {name: f, type: flatten}
+  - {name: out, type: fc, outputs: 4}
+)");
+  const Fusions f = find_fusions(net);
+  auto at = [&](const std::vector<int>& v, const char* layer) {
+    return v[static_cast<size_t>(idx(net, layer))];
+  };
+  CHECK(at(f.act, "c1") == idx(net, "t1"));
+  CHECK(at(f.pool, "c1") == idx(net, "p1"));
+  CHECK(at(f.act, "c2") == idx(net, "r2"));
+  CHECK(at(f.pool, "c2") == -1);  // a 1x1 window of stride 1: an identity, nothing to compute
+  CHECK(at(f.pool, "c3") == -1);  // global
+}
+
 TEST_CASE("passes: find_fusions takes any activation into a conv or fc, and a max-pool of fixed windows") {
   Network net = parse(R"(  - {name: c1, type: conv, filters: 4, kernel: 3, pad: 1}
   - {name: a1, type: relu6}

@@ -4,6 +4,7 @@
 #ifdef CNNRUN_HAVE_GPU
 #include <doctest/doctest.h>
 
+#include "engine/gpu/conv2d_implicit.h"
 #include "engine/gpu/conv2d_stem.h"
 #include "engine/gpu/plan.h"
 #include "engine/network.h"
@@ -160,6 +161,41 @@ layers:
   CHECK(stem_pool_cannot_run(c1.conv, StemPool{2, 4, 2, 4, 0, 0, 8, 4}).empty());
   t.fuse_pool = false;
   CHECK_FALSE(fuses_pool(c1, ConvAlgo::kStem, t));
+}
+
+TEST_CASE("plan: LeNet-5's average pools go to the implicit kernel's tensor cores, after its tanh") {
+  Network net = parse_netdef_file(std::string(CNNRUN_SOURCE_DIR) + "/netdefs/lenet5.yaml");
+  const Plan plan = make_plan(net);
+  const Step &c1 = plan.steps[0], &c2 = plan.steps[3], &fc1 = plan.steps[6];
+  GpuTuning t;
+  for (const Step* c : {&c1, &c2}) {
+    INFO(net.layers[static_cast<size_t>(c->layer)]->name);
+    CHECK(c->pool_layer == c->layer + 2);
+    CHECK(c->pool_implicit);
+    CHECK(c->pool_avg);
+    CHECK_FALSE(c->pool_stem);  // the stem kernel's pool is a max
+    CHECK(plan.steps[static_cast<size_t>(c->pool_layer)].pool_conv == c->layer);
+    CHECK(fuses_pool(*c, ConvAlgo::kImplicit, t));
+    CHECK_FALSE(fuses_pool(*c, ConvAlgo::kCudnn, t));
+  }
+  // conv1 reads the bytes with its pool fused (one channel of 28, a multiple of 4).
+  CHECK(c1.u8_input_pool);
+  CHECK(fc1.pool_layer == -1);
+  // Without tensor cores the FFMA kernel has no average pool: the pool is a pass again.
+  t.tensor_cores = false;
+  CHECK_FALSE(fuses_pool(c1, ConvAlgo::kImplicit, t));
+  t = GpuTuning{};
+  t.fuse_pool = false;
+  CHECK_FALSE(fuses_pool(c2, ConvAlgo::kImplicit, t));
+  // The kernel's planner: the average pool needs its tensor cores (at most 32 filters).
+  ImplicitFusion f;
+  f.pool = f.avg_pool = true;
+  CHECK(implicit_config(c1.conv, 64, f).why.find("tensor-core") != std::string::npos);
+  f.tensor_core = true;
+  CHECK(implicit_config(c1.conv, 64, f).ok);
+  ConvParams wide = c2.conv;
+  wide.filters = 40;
+  CHECK_FALSE(implicit_config(wide, 64, f).ok);
 }
 
 TEST_CASE("plan: ResNet-18's buffers in use at once are a fraction of all its buffers") {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/core/precision.h"
+#include "engine/gpu/activation.h"
 #include "engine/layers/activation.h"
 #include "engine/layers/conv.h"
 
@@ -18,15 +19,20 @@ namespace cnnrun::gpu {
 // What the kernel fuses around the convolution. Both are optional; implicit_config says
 // whether a convolution and block size allow them (ok == false and why otherwise).
 struct ImplicitFusion {
-  // ReLU, then a 2x2 stride-2 max-pool without padding: each thread's 4 pixels are one pool
-  // window, and only the pooled values are written ([n, F, OH/2, OW/2], floor as the CPU
+  // The activation, then a 2x2 stride-2 pool without padding: each thread's 4 pixels are one
+  // pool window, and only the pooled values are written ([n, F, OH/2, OW/2], floor as the CPU
   // does: an odd last row or column of the convolution is never computed). Stride-1 only.
-  bool relu_pool = false;
+  // A max-pool after a ReLU; with avg_pool the average of the window's four activated values.
+  bool pool = false;
+  // With pool and tensor_core: the pool averages act(conv + bias) over its window (any
+  // activation, summed in the CPU reference's order: row by row, then divided by 4), as after
+  // LeNet-5's tanh. The FFMA kernel does not have it.
+  bool avg_pool = false;
   // The input is the network's uint8 pixels ([n, C, H, W] bytes), normalised as
   // float(byte) * scale[c] + shift[c] while it is staged (padding stays 0, as after
   // normalisation). Needs whole images per tile, one channel chunk, and W % 4 == 0.
   bool u8_input = false;
-  // With relu_pool, at most 32 filters: the 3xTF32 tensor-core kernel (weights from
+  // With pool, at most 32 filters: the 3xTF32 tensor-core kernel (weights from
   // implicit_weights_tc) instead of FFMAs; about FP32 accuracy.
   bool tensor_core = false;
   // With tensor_core: the operands' format. FP32 is 3xTF32 as above; TF32 one product of
@@ -54,9 +60,9 @@ struct ImplicitConfig {
   int bm = 0;       // filters per thread block (every thread computes all of them)
   int m_tiles = 0;  // thread blocks along the filters
   int images = 0;   // images per thread block (G)
-  int rows = 0;     // output rows per thread block (R; even with relu_pool)
+  int rows = 0;     // output rows per thread block (R; even with pool)
   int row_tiles = 0;
-  int out_h = 0, out_w = 0;  // convolution outputs computed (relu_pool: even, what the pool reads)
+  int out_h = 0, out_w = 0;  // convolution outputs computed (pool: even, what the pool reads)
   int chunk_c = 0;           // input channels staged in shared memory at a time
   int chunks = 0;            // chunk_c-channel chunks per tile
   int patch_h = 0, patch_w = 0;
@@ -98,7 +104,7 @@ int implicit_bm(int64_t filters);
 
 // What the kernel reads and writes. x is float NCHW, or with fuse.u8_input x_u8 (bytes) with
 // scale/shift (one per input channel, on the device). y is [n, F, OH, OW], or with
-// fuse.relu_pool the pooled [n, F, OH/2, OW/2].
+// fuse.pool the pooled [n, F, OH/2, OW/2].
 struct ImplicitIo {
   const float* x = nullptr;
   const uint8_t* x_u8 = nullptr;
@@ -108,10 +114,11 @@ struct ImplicitIo {
   float out_scale = 1.f;  // fuse.u8_exact: what the accumulators are scaled by (implicit_weights_x16)
 };
 
-// y = act(conv(x) + bias) for n images, act kNone or kRelu (the ReLU the executor fuses;
-// tanh and sigmoid run as their own pass), then the pool when cfg.fuse.relu_pool (act must
-// be kRelu); wt from implicit_weights(); bias: `filters` values.
+// y = act(conv(x) + bias) for n images, then the pool when cfg.fuse.pool; wt from
+// implicit_weights() (or the tensor-core layouts); bias: `filters` values. act: identity or
+// ReLU (the other activations run as their own pass after it), ReLU with the max-pool, any with
+// the average pool.
 void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const ImplicitIo& io,
-                          const float* wt, const float* bias, int64_t n, ActKind act, cudaStream_t s);
+                          const float* wt, const float* bias, int64_t n, const ActFn& act, cudaStream_t s);
 
 }  // namespace cnnrun::gpu

@@ -52,7 +52,8 @@ void DeviceWeights::upload(const Network& net, const Plan& plan, Precision preci
       }
       if (st.pool_implicit) {
         ImplicitFusion f;
-        f.relu_pool = f.tensor_core = true;
+        f.pool = f.tensor_core = true;
+        f.avg_pool = st.pool_avg;
         c.tc_ok = implicit_config(p, 1, f).ok;
         f.u8_input = true;
         c.tc_ok_u8 = st.u8_input_pool && implicit_config(p, 1, f).ok;

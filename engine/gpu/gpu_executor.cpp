@@ -282,7 +282,8 @@ class GpuExecutor : public Executor {
   // What the implicit kernel fuses for conv step `st` run with `algo`.
   ImplicitFusion implicit_fusion(const Step& st, ConvAlgo algo) const {
     ImplicitFusion f;
-    f.relu_pool = fuses_pool(st, algo, tuning_);
+    f.pool = fuses_pool(st, algo, tuning_);
+    f.avg_pool = f.pool && st.pool_avg;
     f.u8_input = fuses_u8(st, algo, tuning_);
     f.tensor_core = uses_tc(st, algo);
     f.precision = prec_;
@@ -432,14 +433,14 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       if (f.u8_exact)
         io.scale = weights_->exact_scale().as<float>(), io.shift = weights_->exact_shift().as<float>(),
         io.out_scale = c.x16_scale;
-      io.y = f.relu_pool ? s.bufs[static_cast<size_t>(step(st.pool_layer).out)].as<float>() : y;
+      io.y = f.pool ? s.bufs[static_cast<size_t>(step(st.pool_layer).out)].as<float>() : y;
       const DevBuf& wt = f.u8_exact ? c.wt_x16 : f.tensor_core ? c.wt_tc[static_cast<int>(prec_)] : c.wt;
-      // The kernel's epilogue applies a ReLU (its tuned paths stay as they are); any other
-      // activation is one in-place pass after it.
-      const bool relu = conv_act.kind == Act::kRelu;
+      // The kernel's epilogue applies a ReLU (its tuned paths stay as they are), or with the
+      // average pool any activation; otherwise the activation is one in-place pass after it.
+      const bool in_kernel = conv_act.kind == Act::kRelu || f.avg_pool;
       launch_conv_implicit(cfg, st.conv, io, wt.as<float>(), c.bias.as<float>(), n,
-                           relu ? ActKind::kRelu : ActKind::kNone, s.stream);
-      if (!relu && conv_act.kind != Act::kIdentity)
+                           in_kernel ? conv_act : ActFn{}, s.stream);
+      if (!in_kernel && conv_act.kind != Act::kIdentity)
         launch_act(y, y, n * st.conv.filters * st.conv.out_h * st.conv.out_w, conv_act, s.stream);
       add_residual();
       return;
@@ -863,9 +864,11 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                          (st.act.kind == ActKind::kNone ? std::string() : "+" + act_fn_name(act_fn(st.act))) +
                          " pass"
                    : "";
-      const bool relu = act.kind == Act::kRelu, other = !relu && act.kind != Act::kIdentity;
-      std::string epi = relu ? "+relu" : "";
-      if (fuses_pool(st, a, tuning_)) epi += "+maxpool";
+      // The implicit kernel's average pool takes any activation into its epilogue.
+      const bool avg = fuses_pool(st, a, tuning_) && st.pool_avg;
+      const bool relu = act.kind == Act::kRelu, other = !relu && !avg && act.kind != Act::kIdentity;
+      std::string epi = relu ? "+relu" : avg && act.kind != Act::kIdentity ? "+" + act_fn_name(act) : "";
+      if (fuses_pool(st, a, tuning_)) epi += avg ? "+avgpool" : "+maxpool";
       if (a == ConvAlgo::kImplicit) {
         const char* tc = "3xTF32 tensor cores, ";
         switch (prec_) {
@@ -1054,9 +1057,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   const int held = static_cast<int>(std::count_if(slots[0]->bufs.begin(), slots[0]->bufs.end(),
                                                   [](const DevBuf& b) { return b.bytes() > 0; }));
   facts.buffers = {pipeline_->buffer_bytes_per_image(), held, pipeline_->buffer_allocations()};
-  // Equal blocks but the last; every full block runs the slot's captured graph. (Not a short
-  // first block so that compute starts after a shorter copy: one more block, and two that run
-  // outside the graphs, cost more than it saves; docs/performance.md.)
+  // Equal blocks but the last; every full block runs the slot's captured graph, the last one
+  // its own. (Not a short first block so that compute starts after a shorter copy: one more
+  // block cost more than it saved; docs/performance.md.)
   const int64_t nblocks = (batch + block - 1) / block;
   const Layer& out_layer = *net_.layers[static_cast<size_t>(net_.output)];
   const int64_t out_size = out_layer.out_shape.size();
@@ -1122,7 +1125,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     warmed_gen_ = pipeline_->generation();
     warmed_block_ = block;
   }
-  // The short last block's plans too, before the clock (it runs outside the CUDA graphs).
+  // The short last block's plans too, before the clock (its graph is captured from them, or it
+  // launches directly).
   if (last != block) prepare_graphs(last, slots[0]->cudnn_ws.bytes());
   if (cudnn)
     for (auto& sp : slots)
@@ -1160,13 +1164,42 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
         float ms = 0;
         CUDA_CHECK(cudaEventElapsedTime(&ms, sp->ev[2], sp->ev[L + 4]));
       }
-      CUDA_CHECK(cudaMemset(correct.get(), 0, 2 * sizeof(unsigned long long)));
       facts.graphs = GpuRunFacts::Graphs::kCaptured;
+      // The short last block: its own graph on the slot it runs on, tried the same way. If that
+      // fails, the full blocks keep theirs and the short one launches directly (the report says).
+      if (last != block) {
+        Slot& ls = *slots[static_cast<size_t>((nblocks - 1) % S)];
+        try {
+          BlockPipeline::capture(
+              ls, last, [&](Slot& s) { enqueue_compute(s, last, bo); }, true);
+          CUDA_CHECK(cudaGraphLaunch(ls.exec_short, ls.stream));
+          CUDA_CHECK(cudaStreamSynchronize(ls.stream));
+          float ms = 0;
+          CUDA_CHECK(cudaEventElapsedTime(&ms, ls.ev[2], ls.ev[L + 4]));
+          facts.short_graph = last;
+        } catch (const Error& e) {
+          if (ls.exec_short) cudaGraphExecDestroy(ls.exec_short);
+          ls.exec_short = nullptr;
+          ls.exec_short_n = 0;
+          facts.short_graph_error = e.what();
+        }
+      }
+      CUDA_CHECK(cudaMemset(correct.get(), 0, 2 * sizeof(unsigned long long)));
     } catch (const Error& e) {
       pipeline_->drop_graphs();
       facts.graphs = GpuRunFacts::Graphs::kCaptureFailed;
       facts.graph_error = e.what();
     }
+  }
+  // A short last block without its own graph (graphs off, or its capture failed) runs once here
+  // all the same, so that the first launches of the plans made for its size come before the
+  // clock (with a short last block launched directly, the first timed run was 7-12x the others
+  // at 32x32: docs/performance.md, Session 24). Its count of right predictions is reset after.
+  if (last != block && facts.short_graph == 0) {
+    Slot& ls = *slots[static_cast<size_t>((nblocks - 1) % S)];
+    enqueue_compute(ls, last, bo);
+    CUDA_CHECK(cudaStreamSynchronize(ls.stream));
+    CUDA_CHECK(cudaMemset(correct.get(), 0, 2 * sizeof(unsigned long long)));
   }
   const double setup_s = seconds_since(setup_t0);
 
@@ -1224,8 +1257,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
       d += m;
     }
     CUDA_CHECK(cudaEventRecord(s.ev[1], s.stream));
-    if (s.exec && s.exec_n == n)
-      CUDA_CHECK(cudaGraphLaunch(s.exec, s.stream));
+    if (cudaGraphExec_t g = s.graph_for(n))
+      CUDA_CHECK(cudaGraphLaunch(g, s.stream));
     else
       enqueue_compute(s, n, bo);
     s.first = first;

@@ -7,8 +7,9 @@ namespace cnnrun::gpu {
 
 void Slot::drop_graph() {
   if (exec) cudaGraphExecDestroy(exec);
-  exec = nullptr;
-  exec_n = 0;
+  if (exec_short) cudaGraphExecDestroy(exec_short);
+  exec = exec_short = nullptr;
+  exec_n = exec_short_n = 0;
 }
 
 Slot::~Slot() {
@@ -193,9 +194,17 @@ void BlockPipeline::copy_in(Slot& s, const Dataset& data, int64_t first, int64_t
 
 // The slot's buffers and events are its own, so one graph serves every full block on it: one
 // launch per block instead of ~3 per layer. Weights, algorithms and kernel configurations are
-// fixed by then (warm-up done).
-void BlockPipeline::capture(Slot& s, int64_t n, const std::function<void(Slot&)>& enqueue) {
-  s.drop_graph();
+// fixed by then (warm-up done). The short last block gets a second graph on its slot: launched
+// from the host, its layers would wait for the host wherever their kernels are shorter than the
+// launches (small maps, docs/performance.md, Session 24).
+void BlockPipeline::capture(Slot& s, int64_t n, const std::function<void(Slot&)>& enqueue, bool short_block) {
+  if (!short_block) {
+    s.drop_graph();
+  } else if (s.exec_short) {
+    cudaGraphExecDestroy(s.exec_short);
+    s.exec_short = nullptr;
+    s.exec_short_n = 0;
+  }
   cudaGraph_t g = nullptr;
   CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
   try {
@@ -211,8 +220,8 @@ void BlockPipeline::capture(Slot& s, int64_t n, const std::function<void(Slot&)>
   const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
   cudaGraphDestroy(g);
   CUDA_CHECK(e);
-  s.exec = exec;
-  s.exec_n = n;
+  (short_block ? s.exec_short : s.exec) = exec;
+  (short_block ? s.exec_short_n : s.exec_n) = n;
 }
 
 }  // namespace cnnrun::gpu

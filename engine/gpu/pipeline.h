@@ -44,12 +44,18 @@ struct Slot {
   DevBuf labels;                   // the block's labels (so a captured graph needs no per-block argument)
   cudaGraphExec_t exec = nullptr;  // the block's launches after its H2D copy, for blocks of exec_n
   int64_t exec_n = 0;
+  cudaGraphExec_t exec_short = nullptr;  // the same for the short last block of exec_short_n
+  int64_t exec_short_n = 0;
   int64_t first = -1, n = 0;  // block in flight (first < 0: none)
 
   Slot() = default;
   Slot(const Slot&) = delete;
   Slot& operator=(const Slot&) = delete;
-  void drop_graph();
+  void drop_graph();  // both
+  // The graph for a block of n images (null: none, launch directly).
+  cudaGraphExec_t graph_for(int64_t n) const {
+    return exec && exec_n == n ? exec : exec_short && exec_short_n == n ? exec_short : nullptr;
+  }
   ~Slot();
 };
 
@@ -108,8 +114,10 @@ class BlockPipeline {
   // from `resident`, which holds images 0..min(batch, count)-1.
   static void copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged,
                       const uint8_t* resident = nullptr);
-  // enqueue(s) captured once as the slot's CUDA graph, for blocks of n images.
-  static void capture(Slot& s, int64_t n, const std::function<void(Slot&)>& enqueue);
+  // enqueue(s) captured once as the slot's CUDA graph for blocks of n images: the full blocks'
+  // (replacing both of the slot's graphs) or, with `short_block`, the short last block's.
+  static void capture(Slot& s, int64_t n, const std::function<void(Slot&)>& enqueue,
+                      bool short_block = false);
 
  private:
   std::string device_;

@@ -10,7 +10,8 @@ namespace cnnrun::gpu {
 
 namespace {
 
-// The pool the implicit kernel computes after its ReLU: 2x2, stride 2, no padding, flooring.
+// The pool the implicit kernel computes after its activation: 2x2, stride 2, no padding, flooring
+// (a max or an average: with no padding the average's divisor is 4 either way).
 bool is_pool_2x2_s2(const Layer& l) {
   const PoolParams& p = layer_as<PoolLayer>(l).p;
   return !p.ceil_mode && p.size_h == 2 && p.size_w == 2 && p.stride_h == 2 && p.stride_w == 2 &&
@@ -70,15 +71,20 @@ Plan make_plan(const Network& net) {
       st.fused_consumer = j;
       steps[static_cast<size_t>(j)].op = Op::kFused;
       steps[static_cast<size_t>(j)].fused_producer = static_cast<int>(i);
-      // ... and the max-pool that is that activation's only reader can follow it into the
-      // implicit kernel (a 2x2 stride-2 pool after a ReLU, stride-1 convs; the kernel floors odd
-      // sizes as the pool does) or into the stem kernel (any window of at most its tile).
+      // ... and the pool that is that activation's only reader can follow it into the implicit
+      // kernel (a 2x2 stride-2 max-pool after a ReLU, or on its tensor cores an average pool
+      // after any activation; stride-1 convs; the kernel floors odd sizes as the pool does) or a
+      // max-pool into the stem kernel (any window of at most its tile).
       if (const int k = fusions.pool[i]; k >= 0) {
+        const Layer& pl = *net.layers[static_cast<size_t>(k)];
         ImplicitFusion f;
-        f.relu_pool = true;
-        st.pool_implicit = fusions.relu[i] >= 0 && is_pool_2x2_s2(*net.layers[static_cast<size_t>(k)]) &&
-                           implicit_config(st.conv, 1, f).ok;
-        st.pool_stem = stem_pool_cannot_run(st.conv, stem_pool(net, k)).empty();
+        f.pool = true;
+        const bool avg = pl.kind == LayerKind::kAvgpool;
+        f.avg_pool = f.tensor_core = avg;
+        st.pool_implicit =
+            (avg || fusions.relu[i] >= 0) && is_pool_2x2_s2(pl) && implicit_config(st.conv, 1, f).ok;
+        st.pool_stem = !avg && stem_pool_cannot_run(st.conv, stem_pool(net, k)).empty();
+        st.pool_avg = avg && st.pool_implicit;
         if (st.pool_implicit || st.pool_stem) {
           st.pool_layer = k;
           steps[static_cast<size_t>(k)].pool_conv = static_cast<int>(i);
@@ -120,7 +126,8 @@ Plan make_plan(const Network& net) {
       ImplicitFusion f;
       f.u8_input = true;
       st.u8_input = implicit_config(st.conv, 1, f).ok;
-      f.relu_pool = true;
+      f.pool = true;
+      f.avg_pool = f.tensor_core = st.pool_avg;
       st.u8_input_pool = st.pool_implicit && implicit_config(st.conv, 1, f).ok;
     }
     st.out = new_buf(l.out_shape);
@@ -203,8 +210,10 @@ bool is_whole_plane_mean(const Layer& l) {
 }
 
 bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t) {
+  // The average pool is the tensor-core kernel's only (GpuTuning::tensor_cores).
   return st.pool_layer >= 0 && t.fuse_pool &&
-         ((algo == ConvAlgo::kImplicit && st.pool_implicit) || (algo == ConvAlgo::kStem && st.pool_stem));
+         ((algo == ConvAlgo::kImplicit && st.pool_implicit && (!st.pool_avg || t.tensor_cores)) ||
+          (algo == ConvAlgo::kStem && st.pool_stem));
 }
 
 bool fuses_u8(const Step& st, ConvAlgo algo, const GpuTuning& t) {

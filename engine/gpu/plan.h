@@ -47,13 +47,14 @@ struct Step {
   // conv/fc before it computes (this layer's value is never materialised)
   int fused_consumer = -1;
   int fused_producer = -1;  // kFused: the layer whose epilogue computes this one
-  // kConv: the max-pool after the fused activation (Fusions::pool) that one of the conv's
-  // kernels can compute too (then neither the conv's nor the activation's output exists): the
-  // implicit kernel's 2x2/2 pool after a ReLU (pool_implicit), the stem kernel's pool of any
-  // window of at most its tile (pool_stem); kPool: that conv.
+  // kConv: the pool after the fused activation (Fusions::pool) that one of the conv's kernels
+  // can compute too (then neither the conv's nor the activation's output exists): the implicit
+  // kernel's 2x2/2 max-pool after a ReLU or, on its tensor cores, 2x2/2 average pool after any
+  // activation (pool_implicit; pool_avg: the average), the stem kernel's max-pool of any window
+  // of at most its tile (pool_stem); kPool: that conv.
   int pool_layer = -1;
   int pool_conv = -1;
-  bool pool_implicit = false, pool_stem = false;
+  bool pool_implicit = false, pool_stem = false, pool_avg = false;
   // kConv: the only reader of the network input, and the implicit kernel can read the bytes
   // (with and without its pool fused)
   bool u8_input = false, u8_input_pool = false;

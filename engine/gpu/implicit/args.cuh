@@ -47,6 +47,8 @@ struct ImplArgs {
   FastDiv div_chw, div_hw, div_w;  // uint8 input: decoding a byte offset in the tile
   FastDiv div_w4, div_h;           // row copies: decoding a 16-byte unit in the tile
   float out_scale;                 // kTcX16: the accumulators' scale (a power of two)
+  int act;                         // the average pool's activation (an Act), before the mean
+  float act_slope;                 // ... its slope (leaky ReLU)
 };
 
 }  // namespace cnnrun::gpu::implicit

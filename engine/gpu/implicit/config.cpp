@@ -82,8 +82,8 @@ ImplicitConfig implicit_config(const ConvParams& p, int64_t n, ImplicitFusion fu
                          int64_t, int64_t, int64_t, int>;
   const Key key{p.filters, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
                 p.in_c,    p.in_h,     p.in_w,     p.out_h,    p.out_w,    n};
-  const int flags = (fuse.relu_pool ? 1 : 0) | (fuse.u8_input ? 2 : 0) | (fuse.tensor_core ? 4 : 0) |
-                    (fuse.row_copies ? 0 : 8);
+  const int flags = (fuse.pool ? 1 : 0) | (fuse.u8_input ? 2 : 0) | (fuse.tensor_core ? 4 : 0) |
+                    (fuse.row_copies ? 0 : 8) | (fuse.avg_pool ? 16 : 0);
   static std::mutex mu;
   static std::map<std::pair<Key, int>, ImplicitConfig> cache;
   {
@@ -107,7 +107,11 @@ ImplicitConfig implicit_config_uncached(const ConvParams& p, int64_t n, Implicit
   c.fuse = fuse;
   c.bm = implicit_bm(p.filters);
   c.m_tiles = static_cast<int>((p.filters + c.bm - 1) / c.bm);
-  const bool pool = fuse.relu_pool;
+  const bool pool = fuse.pool;
+  if (fuse.avg_pool && !(pool && fuse.tensor_core)) {
+    c.why = "the fused average pool is the tensor-core kernel's (pool and tensor_core)";
+    return c;
+  }
   const int64_t khkw = p.kernel_h * p.kernel_w, kk = p.in_c * khkw;
   if (fuse.tensor_core) {
     if (!pool || p.filters > 32 || kk > kTcMaxK) {
@@ -124,7 +128,7 @@ ImplicitConfig implicit_config_uncached(const ConvParams& p, int64_t n, Implicit
   int64_t g = 1, r = oh;
   if (pool) {
     if (p.stride_h != 1 || p.stride_w != 1) {
-      c.why = "the fused max-pool needs a stride-1 convolution";
+      c.why = "the fused pool needs a stride-1 convolution";
       return c;
     }
     oh = oh / 2 * 2, ow = ow / 2 * 2;  // the pool floors: an odd last row/column is never read

@@ -1,16 +1,17 @@
 // 3xTF32 tensor-core variant of the fused conv + ReLU + 2x2 max-pool (stride-1 convs, at most
-// 32 filters). Same tiles, staging and patch as the FFMA kernel; only the arithmetic differs.
-// The GEMM is M = pixels, N = filters (n-tiles of 8), K = taps (k-steps of 8), one
-// mma.sync.m16n8k8 per (m-tile, n-tile, k-step) and term. Each warp owns GPW groups of 8 pool
-// windows (a tile's 256 windows over 8 or 16 warps); a group is two m-tiles (window column dx = 0, 1) whose
-// rows 0-7 / 8-15 are the windows' dy = 0 / 1 pixels, so every thread holds all 4 pixels of one window for
-// its filters and the pool is again a max over its own registers. A is gathered from the patch (a tap is an
-// offset, from a table in shared memory); B comes pre-split into tf32 hi/lo fragments from the
-// host, one float4 per lane and n-tile. Each product is a_lo*b_hi + a_hi*b_lo + a_hi*b_hi with
-// a = a_hi + a_lo, b = b_hi + b_lo split into tf32 parts: about FP32 accuracy (what is dropped is
-// ~2^-20 relative) at tensor-core speed.
+// 32 filters); with AVG, conv + any activation + 2x2 average pool instead (LeNet-5's tanh). Same tiles,
+// staging and patch as the FFMA kernel; only the arithmetic differs. The GEMM is M = pixels, N = filters
+// (n-tiles of 8), K = taps (k-steps of 8), one mma.sync.m16n8k8 per (m-tile, n-tile, k-step) and term. Each
+// warp owns GPW groups of 8 pool windows (a tile's 256 windows over 8 or 16 warps); a group is two m-tiles
+// (window column dx = 0, 1) whose rows 0-7 / 8-15 are the windows' dy = 0 / 1 pixels, so every thread holds
+// all 4 pixels of one window for its filters and the pool is again a max over its own registers. A is
+// gathered from the patch (a tap is an offset, from a table in shared memory); B comes pre-split into tf32
+// hi/lo fragments from the host, one float4 per lane and n-tile. Each product is a_lo*b_hi + a_hi*b_lo +
+// a_hi*b_hi with a = a_hi + a_lo, b = b_hi + b_lo split into tf32 parts: about FP32 accuracy (what is dropped
+// is ~2^-20 relative) at tensor-core speed.
 #pragma once
 
+#include "engine/gpu/activation.cuh"
 #include "engine/gpu/implicit/args.cuh"
 #include "engine/gpu/implicit/mma.cuh"
 #include "engine/gpu/implicit/staging.cuh"
@@ -29,6 +30,19 @@ constexpr int tc_threads() {
   return 32 * 32 / tc_gpw<NT>();
 }
 
+// The average pool's window: act of each of its four values (x00, x01 the first row), summed
+// row by row as the CPU's average pool sums them, divided by 4 (a multiply by 0.25: the same
+// rounding). Not inlined: act_eval's eleven activations, inlined at each of the epilogue's
+// unrolled filters, made the kernels' code half the binary.
+static __device__ __noinline__ float act_avg4(int kind, float slope, float x00, float x01, float x10,
+                                              float x11) {
+  const Act k = static_cast<Act>(kind);
+  const float s = __fadd_rn(
+      __fadd_rn(__fadd_rn(act_eval(k, slope, x00), act_eval(k, slope, x01)), act_eval(k, slope, x10)),
+      act_eval(k, slope, x11));
+  return __fmul_rn(s, 0.25f);
+}
+
 // Two blocks per SM (128 registers) only where the accumulators fit: at most 16 filters with a
 // flush every k-step.
 // PK (FP32 only): the last n-tile holds at most 4 filters, its B columns 0-3 their tf32 high
@@ -36,7 +50,8 @@ constexpr int tc_threads() {
 // that B) give all of a_hi*b_hi + a_lo*b_hi + a_hi*b_lo + a_lo*b_lo once columns c and c + 4
 // are added in the epilogue: 2 mma for that n-tile instead of 3 (conv2 and conv3 of the CIFAR
 // net: 20 filters, 8 mma per k-step instead of 9).
-template <int NT, bool U8, int PREC, int FL, bool PK>
+// AVG: the average pool of act(accumulator + bias) over each window (act_avg4).
+template <int NT, bool U8, int PREC, int FL, bool PK, bool AVG>
 __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
     conv_tc_pool_kernel(ImplArgs a) {
   static_assert(!PK || PREC == kTcFp32, "packed low parts are a 3xTF32 layout");
@@ -239,7 +254,7 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
         }
     }
 
-    if (chunk == a.chunks - 1) {  // pool, bias, ReLU, store; start the next tile afresh
+    if (chunk == a.chunks - 1) {  // pool, bias, activation, store; start the next tile afresh
       const int group = fdiv(tile, a.div_row_tiles), rt = tile - group * a.row_tiles;
       const int img0 = group * a.G;
       const int ph = a.OH >> 1, pplane = ph * pw, pr0 = rt * (a.R >> 1);
@@ -259,11 +274,22 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int f = nt * 8 + 2 * (lane & 3) + h;
-            const float m = fmaxf(fmaxf(acc[q][0][nt][h], acc[q][0][nt][2 + h]),
-                                  fmaxf(acc[q][1][nt][h], acc[q][1][nt][2 + h]));
-            const float v = (PREC == kTcX16 ? m * a.out_scale : m) + bias_s[f];
             const bool mine = !(PK && nt == NT - 1) || (lane & 3) < 2;  // PK: lanes of columns 0-3
-            if (ok && mine && f < a.F) out[static_cast<int64_t>(f) * pplane] = fmaxf(v, 0.f);
+            if constexpr (AVG) {
+              // acc[q][dx][nt][h + 2 * dy] is the window's pixel (dy, dx).
+              auto px = [&](int dx, int dy) {
+                const float m = acc[q][dx][nt][h + 2 * dy];
+                return __fadd_rn(PREC == kTcX16 ? m * a.out_scale : m, bias_s[f]);
+              };
+              if (ok && mine && f < a.F)
+                out[static_cast<int64_t>(f) * pplane] =
+                    act_avg4(a.act, a.act_slope, px(0, 0), px(1, 0), px(0, 1), px(1, 1));
+            } else {
+              const float m = fmaxf(fmaxf(acc[q][0][nt][h], acc[q][0][nt][2 + h]),
+                                    fmaxf(acc[q][1][nt][h], acc[q][1][nt][2 + h]));
+              const float v = (PREC == kTcX16 ? m * a.out_scale : m) + bias_s[f];
+              if (ok && mine && f < a.F) out[static_cast<int64_t>(f) * pplane] = fmaxf(v, 0.f);
+            }
           }
 #pragma unroll
         for (int dx = 0; dx < 2; ++dx)

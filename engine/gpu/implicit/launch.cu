@@ -88,11 +88,11 @@ int blocks_per_sm(size_t smem) {
   return blocks;
 }
 
-template <int NT, bool U8, int PREC, int FL, bool PK = false>
+template <int NT, bool U8, int PREC, int FL, bool PK, bool AVG>
 void launch_tc(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
   static std::mutex mu;
   static std::map<size_t, int> cache;
-  auto kernel = conv_tc_pool_kernel<NT, U8, PREC, FL, PK>;
+  auto kernel = conv_tc_pool_kernel<NT, U8, PREC, FL, PK, AVG>;
   int blocks = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -119,37 +119,39 @@ constexpr int tc_flush() {
   return NT >= 2 ? 2 : 1;
 }
 
-template <int NT, bool U8>
+template <int NT, bool U8, bool AVG>
 void launch_tc_prec(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
   switch (cfg.fuse.precision) {
     case Precision::kTf32:
-      return launch_tc<NT, U8, kTcTf32, 1>(cfg, a, s);
+      return launch_tc<NT, U8, kTcTf32, 1, false, AVG>(cfg, a, s);
     case Precision::kFp16:
-      return launch_tc<NT, U8, kTcFp16, 1>(cfg, a, s);
+      return launch_tc<NT, U8, kTcFp16, 1, false, AVG>(cfg, a, s);
     case Precision::kBf16:
-      return launch_tc<NT, U8, kTcBf16, 1>(cfg, a, s);
+      return launch_tc<NT, U8, kTcBf16, 1, false, AVG>(cfg, a, s);
     case Precision::kFp32:
       break;
   }
   if (cfg.fuse.u8_exact) {
-    if constexpr (U8) return launch_tc<NT, true, kTcX16, 1>(cfg, a, s);
+    if constexpr (U8) return launch_tc<NT, true, kTcX16, 1, false, AVG>(cfg, a, s);
     throw Error("implicit convolution: exact products need the uint8 input");
   }
-  if (tc_packs_lo(a.F, cfg.fuse.pack_low)) return launch_tc<NT, U8, kTcFp32, tc_flush<NT>(), true>(cfg, a, s);
-  launch_tc<NT, U8, kTcFp32, tc_flush<NT>(), false>(cfg, a, s);
+  if (tc_packs_lo(a.F, cfg.fuse.pack_low))
+    return launch_tc<NT, U8, kTcFp32, tc_flush<NT>(), true, AVG>(cfg, a, s);
+  launch_tc<NT, U8, kTcFp32, tc_flush<NT>(), false, AVG>(cfg, a, s);
 }
 
+template <bool AVG>
 void launch_tc_nt(const ImplicitConfig& cfg, const ImplArgs& a, cudaStream_t s) {
   const bool u8 = cfg.fuse.u8_input;
   switch (cfg.tc_nt) {
     case 1:
-      return u8 ? launch_tc_prec<1, true>(cfg, a, s) : launch_tc_prec<1, false>(cfg, a, s);
+      return u8 ? launch_tc_prec<1, true, AVG>(cfg, a, s) : launch_tc_prec<1, false, AVG>(cfg, a, s);
     case 2:
-      return u8 ? launch_tc_prec<2, true>(cfg, a, s) : launch_tc_prec<2, false>(cfg, a, s);
+      return u8 ? launch_tc_prec<2, true, AVG>(cfg, a, s) : launch_tc_prec<2, false, AVG>(cfg, a, s);
     case 3:
-      return u8 ? launch_tc_prec<3, true>(cfg, a, s) : launch_tc_prec<3, false>(cfg, a, s);
+      return u8 ? launch_tc_prec<3, true, AVG>(cfg, a, s) : launch_tc_prec<3, false, AVG>(cfg, a, s);
     default:
-      return u8 ? launch_tc_prec<4, true>(cfg, a, s) : launch_tc_prec<4, false>(cfg, a, s);
+      return u8 ? launch_tc_prec<4, true, AVG>(cfg, a, s) : launch_tc_prec<4, false, AVG>(cfg, a, s);
   }
 }
 
@@ -195,13 +197,13 @@ void launch_bm(const ImplicitConfig& cfg, const ImplArgs& a, int epi, cudaStream
 }  // namespace implicit
 
 void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const ImplicitIo& io,
-                          const float* wt, const float* bias, int64_t n, ActKind act, cudaStream_t s) {
+                          const float* wt, const float* bias, int64_t n, const ActFn& act, cudaStream_t s) {
   using namespace implicit;
   if (!cfg.ok) throw Error("implicit convolution: " + cfg.why);
-  if (act != ActKind::kNone && act != ActKind::kRelu)
-    throw Error(std::string("implicit convolution: only a ReLU is fused into the epilogue, not ") +
-                act_name(act));
-  if (cfg.fuse.relu_pool && act != ActKind::kRelu)
+  const bool relu = act.kind == Act::kRelu;
+  if (!cfg.fuse.avg_pool && !relu && act.kind != Act::kIdentity)
+    throw Error("implicit convolution: only a ReLU is fused into the epilogue, not " + act_fn_name(act));
+  if (cfg.fuse.pool && !cfg.fuse.avg_pool && !relu)
     throw Error("implicit convolution: the fused max-pool comes after a ReLU");
   if (cfg.fuse.u8_input ? (!io.x_u8 || !io.scale || !io.shift) : !io.x)
     throw Error("implicit convolution: no input");
@@ -252,9 +254,13 @@ void launch_conv_implicit(const ImplicitConfig& cfg, const ConvParams& p, const 
              make_fastdiv(static_cast<unsigned>(p.in_w)),
              make_fastdiv(static_cast<unsigned>(std::max<int64_t>(1, p.in_w / 4))),
              make_fastdiv(static_cast<unsigned>(p.in_h)),
-             io.out_scale};
-  const int epi = cfg.fuse.relu_pool ? kEpiReluPool : act == ActKind::kRelu ? kEpiRelu : kEpiNone;
-  if (cfg.tc_nt) return launch_tc_nt(cfg, a, s);
+             io.out_scale,
+             static_cast<int>(act.kind),
+             act.slope};
+  const int epi = cfg.fuse.pool ? kEpiReluPool : relu ? kEpiRelu : kEpiNone;
+  if (cfg.tc_nt) return cfg.fuse.avg_pool ? launch_tc_nt<true>(cfg, a, s) : launch_tc_nt<false>(cfg, a, s);
+  if (cfg.fuse.avg_pool)
+    throw Error("implicit convolution: the fused average pool needs the tensor-core kernel");
   switch (cfg.bm) {
     case 8:
       launch_bm<8>(cfg, a, epi, s);
