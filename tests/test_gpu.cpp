@@ -16,6 +16,7 @@
 #include "engine/io/dataset.h"
 #include "engine/network.h"
 #include "engine/report.h"
+#include "engine/validate.h"
 #include "reference/cpu_executor.h"
 #include "tests/test_util.h"
 
@@ -511,6 +512,22 @@ TEST_CASE(
             (!pool1 && std::string(k.act) != "relu"));
       if (pool1) CHECK(r.layers[2].seconds == 0.0);
       compare_layers(net, *gpu, *cpu, data, 1, k.n, what.str(), err, o);
+      // TF32, FP16 and BF16: the same fusion (their tanh is the hardware's tanh.approx.f32), every
+      // layer within the precision's tolerance of the reference.
+      if (v == "implicit")
+        for (Precision prec : {Precision::kTf32, Precision::kFp16, Precision::kBf16}) {
+          INFO(precision_name(prec));
+          RunOptions p = o;
+          p.precision = prec;
+          const RunResult rp = gpu->run(data, p);
+          CHECK((rp.layers[0].algo.find("avgpool epilogue") != std::string::npos) == pool1);
+          const Validation val = validate(*gpu, *cpu, net, data, k.n, p);
+          for (const LayerCheck& c : val.layers) {
+            INFO(c.name << ": max rel " << c.max_rel << " (fused into '" << c.fused_into << "')");
+            CHECK(c.pass);
+          }
+          CHECK(val.pass);
+        }
       seed += 3;
     }
   }

@@ -4,7 +4,7 @@
 // x / (1 + exp(-x)). The rounded intrinsics keep nvcc from contracting a multiply and an add into
 // an FMA that the CPU reference does not do; the transcendental functions are CUDA's accurate
 // ones (a few ulp), never the fast approximations, except where the value is stored in 16 bits
-// right after (act_eval_stored).
+// right after (act_eval_stored) or the kernel runs at TF32, FP16 or BF16 (tanh_approx).
 #pragma once
 
 #include "engine/gpu/activation.h"
@@ -45,6 +45,15 @@ __device__ __forceinline__ float act_eval(Act kind, float slope, float x) {
 }
 
 __device__ __forceinline__ float act_eval(const ActFn& a, float x) { return act_eval(a.kind, a.slope, x); }
+
+// The hardware's tanh (tanh.approx.f32, sm_75 on): one instruction, relative error about 2^-11
+// (PTX ISA), the size of one rounding to TF32 or FP16 (BF16: 2^-8). Only in kernels run at
+// those precisions (kernel_tc.cuh's tanh_avg4); act_eval keeps tanhf.
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 // The activation of a value stored as T right after: FP32 storage the accurate act_eval; 16-bit
 // storage (FP16, BF16) SiLU and sigmoid through the fast exponential and division (__expf,

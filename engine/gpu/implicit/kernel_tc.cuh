@@ -33,7 +33,9 @@ constexpr int tc_threads() {
 // The average pool's window: act of each of its four values (x00, x01 the first row), summed
 // row by row as the CPU's average pool sums them, divided by 4 (a multiply by 0.25: the same
 // rounding). Not inlined: act_eval's eleven activations, inlined at each of the epilogue's
-// unrolled filters, made the kernels' code half the binary.
+// unrolled filters, made the kernels' code half the binary. The call is dear (tanh through it
+// made LeNet-5's conv1 1.5x slower than tanh_avg4 inline), so tanh, the activation the average
+// pool's networks use, has its own inline path below.
 static __device__ __noinline__ float act_avg4(int kind, float slope, float x00, float x01, float x10,
                                               float x11) {
   const Act k = static_cast<Act>(kind);
@@ -43,16 +45,32 @@ static __device__ __noinline__ float act_avg4(int kind, float slope, float x00, 
   return __fmul_rn(s, 0.25f);
 }
 
+// The same for tanh (LeNet-5's), inline: the four values' tanh interleave and there is no call or
+// switch. The TF32, FP16 and BF16 kernels, whose operands are rounded to 11 bits or fewer, take
+// the hardware's tanh.approx.f32 (tanh_approx: one instruction, about 2^-11 relative, within
+// those precisions' validation tolerance of 16 such units); FP32 and exact products keep CUDA's
+// accurate tanhf. Summed and divided as act_avg4.
+template <int PREC>
+__device__ __forceinline__ float tanh_avg4(float x00, float x01, float x10, float x11) {
+  constexpr bool approx = PREC == kTcTf32 || PREC == kTcFp16 || PREC == kTcBf16;
+  auto t = [](float x) { return approx ? tanh_approx(x) : tanhf(x); };
+  const float s = __fadd_rn(__fadd_rn(__fadd_rn(t(x00), t(x01)), t(x10)), t(x11));
+  return __fmul_rn(s, 0.25f);
+}
+
 // Two blocks per SM (128 registers) only where the accumulators fit: at most 16 filters with a
-// flush every k-step.
+// flush every k-step; three (80 registers) for at most 8 filters (LeNet-5's conv1, a few bytes of
+// spill in some variants: faster all the same, docs/performance.md, Session 25).
 // PK (FP32 only): the last n-tile holds at most 4 filters, its B columns 0-3 their tf32 high
 // parts and 4-7 their low parts (implicit_weights_tc), so two products (a_hi and a_lo times
 // that B) give all of a_hi*b_hi + a_lo*b_hi + a_hi*b_lo + a_lo*b_lo once columns c and c + 4
 // are added in the epilogue: 2 mma for that n-tile instead of 3 (conv2 and conv3 of the CIFAR
 // net: 20 filters, 8 mma per k-step instead of 9).
-// AVG: the average pool of act(accumulator + bias) over each window (act_avg4).
+// AVG: the average pool of act(accumulator + bias) over each window (tanh_avg4, else act_avg4).
 template <int NT, bool U8, int PREC, int FL, bool PK, bool AVG>
-__global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
+__global__ void __launch_bounds__(tc_threads<NT>(), NT == 1 && FL == 1   ? 3
+                                                    : NT <= 2 && FL == 1 ? 2
+                                                                         : 1)
     conv_tc_pool_kernel(ImplArgs a) {
   static_assert(!PK || PREC == kTcFp32, "packed low parts are a 3xTF32 layout");
   static_assert(PREC != kTcX16 || (U8 && FL == 1), "exact products need the uint8 input");
@@ -283,7 +301,9 @@ __global__ void __launch_bounds__(tc_threads<NT>(), NT <= 2 && FL == 1 ? 2 : 1)
               };
               if (ok && mine && f < a.F)
                 out[static_cast<int64_t>(f) * pplane] =
-                    act_avg4(a.act, a.act_slope, px(0, 0), px(1, 0), px(0, 1), px(1, 1));
+                    a.act == static_cast<int>(Act::kTanh)
+                        ? tanh_avg4<PREC>(px(0, 0), px(1, 0), px(0, 1), px(1, 1))
+                        : act_avg4(a.act, a.act_slope, px(0, 0), px(1, 0), px(0, 1), px(1, 1));
             } else {
               const float m = fmaxf(fmaxf(acc[q][0][nt][h], acc[q][0][nt][2 + h]),
                                     fmaxf(acc[q][1][nt][h], acc[q][1][nt][2 + h]));
