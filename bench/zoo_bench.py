@@ -25,8 +25,9 @@ changed by rewriting its `input:` block into a copy (docs/netdef.md: the netdef 
 Per (network, input): the probe (cnnrun --engine cpu on PROBE images against the PyTorch model on
 the CPU in float32: the "x-check" column, max |difference| over max |value| of the outputs), then
 per precision:
-- cnnrun: --engine gpu --resident --batch N --cycle --repeat R --precision P (default algorithm
-  choice), --validate --validate-images V: the median forward time (input already on the GPU,
+- cnnrun: --engine gpu --resident --batch N --cycle --warmup 2 --repeat R --precision P (default
+  algorithm choice), --validate --validate-images V: the median forward time of the R runs after
+  two warm-up runs, as PyTorch's below (input already on the GPU,
   predictions copied back), its first run's GPU setup (weights, workspaces and the algorithm
   search, where cuDNN's graph API compiles kernels; not in the forward time), the validation's
   max relative error over all layers against the CPU reference at that precision's tolerance,
@@ -488,11 +489,27 @@ def validation_max_rel(v):
     return max(rels) if rels else None
 
 
+_HAS_WARMUP = {}
+
+
+def has_warmup(binary):
+    """Whether this cnnrun knows --warmup (baselines may be older)."""
+    if binary not in _HAS_WARMUP:
+        try:
+            text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=60).stdout
+        except (OSError, subprocess.SubprocessError):
+            text = ""
+        _HAS_WARMUP[binary] = "--warmup" in text
+    return _HAS_WARMUP[binary]
+
+
 def cnnrun_row(a, netdef, extra, weights, data, n, validate, precision, tag, mem):
     j_path = os.path.join(a.logs, f"cnnrun_{tag}_{precision}.json")
     if os.path.exists(j_path):
         os.remove(j_path)
-    args = [netdef, "--batch", str(n), "--cycle", "--repeat", str(a.repeats), "--precision", precision,
+    # Two warm-up runs, as PyTorch's Timer makes; a binary from before --warmup has none.
+    warm = ["--warmup", "2"] if has_warmup(a.cnnrun) else []
+    args = [netdef, "--batch", str(n), "--cycle"] + warm + ["--repeat", str(a.repeats), "--precision", precision,
             "--validate", "--validate-images", str(validate), "--weights", weights, "--data", data,
             "--json", j_path, "--quiet"] + extra + shlex.split(a.cnnrun_args)
     args += ["--engine", "cpu"] if a.dry else ["--engine", "gpu", "--resident"]
@@ -972,7 +989,11 @@ def main():
               f"cnnrun {version} commit {commit}; PyTorch {torch.__version__}"
               f"{', cuDNN ' + str(torch.backends.cudnn.version()) if cuda else ''}")
     where = "on the CPU (dry run: cnnrun --engine cpu)" if a.dry else "input already on the GPU (cnnrun `--resident`)"
-    notes = [f"Medians of {a.repeats} runs; {where}, cnnrun's default algorithm "
+    warm_note = "after two warm-up runs on both sides" if has_warmup(a.cnnrun) else \
+        "after PyTorch's two warm-up runs (cnnrun's include its first run: this binary has no --warmup)"
+    if a.baseline and not has_warmup(a.baseline):
+        warm_note += "; the baseline's include its first run (no --warmup)"
+    notes = [f"Medians of {a.repeats} runs {warm_note}; {where}, cnnrun's default algorithm "
              "choice; ratio = PyTorch / cnnrun (above 1: cnnrun faster). PyTorch's fastest way at each "
              "precision of eager NCHW / channels_last, `.half()`/`.bfloat16()` / autocast, and a CUDA graph of the "
              f"fastest{' and torch.compile' if a.compile else ''}; fp32 with TF32 off."]

@@ -70,6 +70,7 @@ struct Options {
   int64_t pinned_memory_mib = 0;  // --pinned-memory; 0 = half of the host memory available
   int streams = 0, threads = 0;
   int repeat = 1;  // timed runs; the report keeps the median
+  int warmup = 0;  // runs before those, not in the median
   // What an ONNX model does not carry (cnnrun import, or running an .onnx directly).
   std::string mean, std, scale, shift, classes, name;
 };
@@ -452,10 +453,11 @@ int run_network(const Options& o, Ranks& ranks) {
   rep.labelled = src->labelled();
   const int64_t count = src->count();
   const Dataset* whole = src->whole();
-  if (!whole && (o.repeat > 1 || o.resident || o.cycle))
-    throw Error(std::string(o.repeat > 1 ? "--repeat"
-                            : o.resident ? "--resident"
-                                         : "--cycle") +
+  if (!whole && (o.repeat > 1 || o.warmup > 0 || o.resident || o.cycle))
+    throw Error(std::string(o.repeat > 1   ? "--repeat"
+                            : o.warmup > 0 ? "--warmup"
+                            : o.resident   ? "--resident"
+                                           : "--cycle") +
                 " needs a data set in memory; " + src->description() + " is streamed from its files");
 
   outs.check_not_inputs();  // every input is open by now: refused before the run, not after
@@ -512,19 +514,21 @@ int run_network(const Options& o, Ranks& ranks) {
   rep.run = run_source(*ex, *src, ro, need_values, stream_block_images(net.input), on_block, &rep.stream);
   rep.scores = scorer.scores();
   rep.class_names = net.classes;
-  if (o.repeat > 1) {
+  if (o.repeat > 1 || o.warmup > 0) {
     const Dataset& data = *whole;
     // The first run did the executor's one-time work (weights, algorithm search); each run also
-    // warms up on its first block off the clock. The report is the run with the median time and
-    // the first run's setup.
+    // warms up on its first block off the clock. --warmup's runs come first and stay out of the
+    // median (as a benchmark's warm-up calls: bench/zoo_bench.py gives PyTorch two). The report
+    // is the timed run with the median time and the first run's setup.
     std::vector<RunResult> runs;
     runs.push_back(std::move(rep.run));
     ro.progress = {};
-    for (int i = 1; i < o.repeat; ++i) runs.push_back(ex->run(data, ro));
+    for (int i = 1; i < o.warmup + o.repeat; ++i) runs.push_back(ex->run(data, ro));
     std::vector<double> t;
     for (const RunResult& r : runs) t.push_back(r.forward_seconds);
-    rep.run = median_run(std::move(runs));
-    rep.repeat_seconds = t;
+    rep.run = median_run(std::move(runs), static_cast<size_t>(o.warmup));
+    rep.warmup_seconds.assign(t.begin(), t.begin() + o.warmup);
+    rep.repeat_seconds.assign(t.begin() + o.warmup, t.end());
   }
 
   if (rep.run.nonfinite_images > 0) {
@@ -760,6 +764,11 @@ int main(int argc, char** argv) {
                "needs --engine gpu");
   app.add_option("--repeat", o.repeat, "run the batch N times and report the median forward time (default 1)")
       ->check(CLI::Range(1, 1000));
+  app.add_option(
+         "--warmup", o.warmup,
+         "run the batch N more times before those of --repeat, left out of the median (default 0; the "
+         "report lists their times)")
+      ->check(CLI::Range(0, 1000));
   app.add_option("--threads", o.threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   app.add_option(
          "--cudnn-plans", o.cudnn_plans,

@@ -35,10 +35,11 @@ std::optional<Layout> parse_layout(const std::string& s) {
   return std::nullopt;
 }
 
-RunResult median_run(std::vector<RunResult> runs) {
-  if (runs.empty()) throw Error("median_run: no runs");
+RunResult median_run(std::vector<RunResult> runs, size_t warmup) {
+  if (runs.size() <= warmup)
+    throw Error("median_run: no runs after the " + std::to_string(warmup) + " warm-up runs");
   std::vector<double> t;
-  for (const RunResult& r : runs) t.push_back(r.forward_seconds);
+  for (size_t i = warmup; i < runs.size(); ++i) t.push_back(runs[i].forward_seconds);
   std::vector<double> sorted = t;
   std::sort(sorted.begin(), sorted.end());
   const size_t mid = sorted.size() / 2;
@@ -48,7 +49,7 @@ RunResult median_run(std::vector<RunResult> runs) {
     if (std::abs(t[i] - median) < std::abs(t[pick] - median)) pick = i;
   const std::optional<double> first_setup =
       runs[0].gpu ? std::optional<double>(runs[0].gpu->setup_seconds) : std::nullopt;
-  RunResult r = std::move(runs[pick]);
+  RunResult r = std::move(runs[warmup + pick]);
   r.forward_seconds = median;
   if (r.gpu && first_setup) r.gpu->setup_seconds = *first_setup;
   return r;

@@ -192,11 +192,11 @@ struct RunResult {
   std::optional<GpuRunFacts> gpu;
 };
 
-// The runs of --repeat (at least one; the first did the executor's one-time work: weights,
-// algorithm search) as one: the run whose forward time is nearest the median, with the median as
-// its forward_seconds and, on the GPU, the first run's setup_seconds (the later runs' setups
-// only check what the first made).
-RunResult median_run(std::vector<RunResult> runs);
+// The runs of --warmup and --repeat (the first did the executor's one-time work: weights,
+// algorithm search) as one: of the runs after the first `warmup` (at least one), the run whose
+// forward time is nearest their median, with that median as its forward_seconds and, on the GPU,
+// the first run's setup_seconds (the later runs' setups only check what the first made).
+RunResult median_run(std::vector<RunResult> runs, size_t warmup = 0);
 
 class Executor {
  public:

@@ -229,6 +229,12 @@ std::vector<std::string> report_notes(const Report& r) {
   if (r.stream.block_images > 0)
     out.push_back("streamed in " + std::to_string(r.stream.blocks) + " blocks of up to " +
                   std::to_string(r.stream.block_images) + " images, each decoded while the one before ran");
+  if (!r.warmup_seconds.empty()) {
+    std::string all;
+    for (double t : r.warmup_seconds) all += (all.empty() ? "" : " ") + std::to_string(t * 1e3);
+    out.push_back("--warmup " + std::to_string(r.warmup_seconds.size()) + ": forward times (ms) " + all +
+                  "; run before the timed runs, not in the median");
+  }
   if (!r.repeat_seconds.empty()) {
     std::string all;
     for (double t : r.repeat_seconds) all += (all.empty() ? "" : " ") + std::to_string(t * 1e3);

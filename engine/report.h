@@ -32,6 +32,7 @@ struct Report {
   bool validated_by_itself = false;     // --validate with the CPU engine
   int64_t validated_stream_images = 0;  // --validate on a streamed data set: its first N images only
   std::vector<double> repeat_seconds;  // --repeat: every run's forward time (run.forward_seconds: the median)
+  std::vector<double> warmup_seconds;  // --warmup: the runs before those, not in the median
   double load_data_s = 0, build_net_s = 0, load_weights_s = 0, total_s = 0;
   int64_t distinct_images = 0;  // < images when cycling
   bool labelled = true;         // false: the data set has no labels, so no accuracy

@@ -413,6 +413,42 @@ TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF 
   CHECK(opt.text == ok.text);
 }
 
+TEST_CASE("cli: --repeat and --warmup: the median of the timed runs only, every run's time in the report") {
+  std::string dir = temp_dir("cli-warmup");
+  const std::string base = src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 40 --quiet";
+  Out o = run(base + " --repeat 3 --warmup 2 --json " + dir + "/r.json");
+  INFO(o.text);
+  REQUIRE(o.rc == 0);
+  auto j = nlohmann::json::parse(read_file(dir + "/r.json"));
+  // "--warmup N: forward times (ms) a b; ..." and "--repeat N: ...": N values each.
+  auto times = [&](const std::string& prefix) {
+    std::vector<double> t;
+    for (const auto& n : j["notes"]) {
+      const std::string s = n.get<std::string>();
+      if (s.rfind(prefix, 0) != 0) continue;
+      std::istringstream in(s.substr(s.find("(ms)") + 4, s.find(';') - s.find("(ms)") - 4));
+      for (double v; in >> v;) t.push_back(v);
+    }
+    return t;
+  };
+  const std::vector<double> warm = times("--warmup 2: forward times (ms) ");
+  std::vector<double> timed = times("--repeat 3: forward times (ms) ");
+  CHECK(warm.size() == 2);
+  REQUIRE(timed.size() == 3);
+  std::sort(timed.begin(), timed.end());
+  CHECK(j["times"]["forward_s"].get<double>() * 1e3 == doctest::Approx(timed[1]).epsilon(1e-4));
+  CHECK(j["images"] == 40);
+  // One timed run after a warm-up; a negative count is refused.
+  o = run(base + " --warmup 1 --json " + dir + "/w.json");
+  REQUIRE(o.rc == 0);
+  j = nlohmann::json::parse(read_file(dir + "/w.json"));
+  CHECK(times("--warmup 1: forward times (ms) ").size() == 1);
+  CHECK(times("--repeat 1: forward times (ms) ").size() == 1);
+  o = run(base + " --warmup -1");
+  CHECK(o.rc != 0);
+  CHECK(o.text.find("--warmup") != std::string::npos);
+}
+
 TEST_CASE("cli: --cudnn-plans takes 1 to 64 candidates; the CPU engine runs the same with any") {
   for (const char* bad : {"0", "65", "-1", "two"}) {
     INFO(bad);

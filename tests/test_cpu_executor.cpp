@@ -291,6 +291,14 @@ TEST_CASE("median_run: the median forward time, the run nearest it, and the firs
   CHECK(r.forward_seconds == 0.7);
   CHECK_FALSE(r.gpu.has_value());
   CHECK_THROWS_AS(median_run({}), Error);
+  // Warm-up runs (--warmup): out of the median and never picked, though the first one's setup
+  // is kept. Counted, the 9.0 s run would make the median 0.5 and pick it.
+  r = median_run(
+      {make(9.0, 7.0, 0), make(0.5, 0.01, 1), make(0.1, 0.02, 2), make(0.3, 0.03, 3), make(0.2, 0.04, 4)}, 2);
+  CHECK(r.forward_seconds == 0.2);
+  CHECK(r.predictions == std::vector<int32_t>{4});
+  CHECK(r.gpu->setup_seconds == 7.0);
+  CHECK_THROWS_AS(median_run({make(0.1, 1.0, 0), make(0.2, 1.0, 1)}, 2), Error);
 }
 
 TEST_CASE("report: the CUDA graph note names the short last block's graph, or why it launched directly") {

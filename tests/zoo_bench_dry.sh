@@ -4,7 +4,8 @@
 # validated against the reference, matched PyTorch on the same weights and images (x-check), the
 # fp16 rows carry cnnrun's own refusal (the CPU computes in FP32), and the header names the
 # commit the binary says it was built from; the GPU setup column's parser reads the report's
-# note as engine/report.cpp writes it. Times are printed by the script, never checked.
+# note as engine/report.cpp writes it; both sides had two warm-up runs. Times are printed by the
+# script, never checked.
 # Skipped (77) without a python3 that imports torch and torchvision.
 #   tests/zoo_bench_dry.sh CNNRUN_BINARY SOURCE_DIR
 set -uo pipefail
@@ -23,6 +24,11 @@ fi
 cat "$w/out/zoo_table.md"
 grep -q "| cnnrun img/s | cnnrun setup s | validation max rel" "$w/out/zoo_table.md" ||
   { echo "FAIL: the table's header lacks its columns"; exit 1; }
+# Both sides' medians come after two warm-up runs: cnnrun's with --warmup 2, in its report.
+grep -q "after two warm-up runs on both sides" "$w/out/zoo_table.md" ||
+  { echo "FAIL: the table does not say that both sides had two warm-up runs"; exit 1; }
+grep -q '"--warmup 2: forward times (ms) ' "$w/work/logs/cnnrun_lenet5_28_fp32.json" ||
+  { echo "FAIL: cnnrun's report of the lenet5 fp32 row has no --warmup 2 note"; exit 1; }
 # The GPU setup column's parser, on the report note's exact wording (engine/report.cpp).
 $py -c "
 import sys
