@@ -78,8 +78,8 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 from report_notes import setup_seconds  # noqa: E402  (this script's own folder)
 from pytorch_crosscheck import (read_convnetjs_conv, read_convnetjs_fc, read_safetensors,  # noqa: E402
                                 write_safetensors)
+from zoo_table import DEFAULT_NETS, NETS, PRECISIONS, table  # noqa: E402  (this script's own folder)
 
-PRECISIONS = ["fp32", "tf32", "fp16", "bf16"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,21 +136,6 @@ class LeNet5(nn.Module):
         return F.softmax(self.fc3(x), dim=1)
 
 
-# key, title, netdef name (lower case, letters and digits only), torchvision or not; the zoo of
-# issue 13, then networks run only when NETS names them
-NETS = [
-    ("thesis", "thesis CIFAR-10 net", "cifar10", False),
-    ("fashion", "Fashion-MNIST net", "fashionmnist", False),
-    ("lenet5", "LeNet-5", "lenet5", False),
-    ("resnet18", "ResNet-18", "resnet18", True),
-    ("vgg11_bn", "VGG-11-BN", "vgg11bn", True),
-    ("squeezenet1_1", "SqueezeNet 1.1", "squeezenet11", True),
-    ("googlenet", "GoogLeNet", "googlenet", True),
-    ("mobilenet_v2", "MobileNetV2", "mobilenetv2", True),
-    ("efficientnet_b0", "EfficientNet-B0", "efficientnetb0", True),
-    ("mobilenet_v3_small", "MobileNetV3-Small", "mobilenetv3small", True),
-]
-DEFAULT_NETS = NETS[:9]
 
 
 def seed_of(key):
@@ -516,7 +501,7 @@ def cnnrun_row(a, netdef, extra, weights, data, n, validate, precision, tag, mem
     base = mem.now() if mem.ok() else None
     rc, out, err, t0, t1 = run_cnnrun(a, args, os.path.join(a.logs, f"cnnrun_{tag}_{precision}.log"),
                                       a.timeout())
-    row = {"rc": rc, "wall_s": round(t1 - t0, 2)}
+    row = {"rc": rc, "wall_s": round(t1 - t0, 2), "warmup": 2 if warm else 0}
     if rc not in (0, 3) or not os.path.exists(j_path):
         row["error"] = first_error(err + "\n" + out)
         return row
@@ -716,80 +701,6 @@ def torch_context_mib(mem, dev):
     torch.cuda.empty_cache()
     after = mem.now()
     return max(0.0, after - before) if before is not None and after is not None else 0.0
-
-
-# ---------------------------------------------------------------------------------------------
-# The table.
-
-
-def fmt_ms(v):
-    return "-" if v is None else (f"{v:.2f}" if v < 100 else f"{v:.1f}")
-
-
-def fmt_rate(n, ms):
-    if not ms:
-        return "-"
-    r = n / (ms / 1e3)
-    return f"{r / 1e6:.2f}M" if r >= 1e6 else f"{r / 1e3:.1f}k" if r >= 1e3 else f"{r:.0f}"
-
-
-def table(a, rows, header):
-    mem_col = "peak GPU MiB cnnrun / PyTorch"
-    out = [f"## Model zoo: {header}", "",
-           "| network | input | images | precision | cnnrun ms | PyTorch ms (fastest way) | ratio | cnnrun img/s "
-           f"| cnnrun setup s | validation max rel (tolerance) | {mem_col} | x-check | cnnrun conv/fc algorithms |",
-           "| --- | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | --- | --- | --- | --- |"]
-    if a.baseline:  # one more column: the earlier binary's median, and this one's speedup over it
-        out[2] = out[2].replace("| ratio |", "| ratio | baseline ms (speedup) |")
-        out[3] = out[3].replace("| ---: | ---: | ---: |", "| ---: | ---: | ---: | ---: |", 1)
-    for r in rows:
-        if "unavailable" in r:
-            out.append(f"| {r['title']} | {r['input']} | - | - | {r['unavailable']} | | | | | | | | |" +
-                       (" |" if a.baseline else ""))
-            continue
-        c, t = r["cnnrun"], r.get("torch") or {}
-        best = t.get("best")
-        if "error" in c:
-            cn = f"failed (exit {c['rc']}): {c['error']}"
-        elif "skipped" in c:
-            cn = c["skipped"]
-        else:
-            cn = fmt_ms(c["median_ms"]) + ("" if a.dry or c.get("resident") else " (NOT resident: see its log)")
-        if best:
-            tv = f"{fmt_ms(best['median_ms'])} ({best['way']})"
-        elif t.get("skipped"):
-            tv = t["skipped"]
-        else:
-            errs = "; ".join(f"{w['way']}: {w.get('error')}" for w in t.get("ways", []))
-            tv = f"no way ran ({errs[:200]})" if errs else "-"
-        ok = best and "median_ms" in c
-        ratio = f"{best['median_ms'] / c['median_ms']:.2f}x" if ok else "-"
-        rate = fmt_rate(r["images"], c.get("median_ms"))
-        if c.get("validate_max_rel") is not None:
-            val = (f"{c['validate_max_rel']:.1e} ({c['validate_tolerance']:.1e}, "
-                   f"{'pass' if c['validate_pass'] else 'FAIL'}, {c['validate_images']} img)")
-        else:
-            val = "-"
-        cm = c.get("peak_mib")
-        tm = best.get("peak_mib") if best else None
-        mem = f"{cm:.0f} / {tm:.0f}" if cm is not None and tm is not None else (
-            f"{cm:.0f} / -" if cm is not None else "-")
-        xc = "-" if r.get("xcheck") is None else f"{r['xcheck']:.1e}"
-        if r.get("xcheck") is not None and not r["xcheck"] <= 1e-4:  # NaN: output shapes differ
-            xc += " MISMATCH"
-        setup = "-" if c.get("setup_s") is None else f"{c['setup_s']:.1f}"
-        if a.baseline:
-            b = c.get("baseline") or {}
-            ratio += " | " + (f"{fmt_ms(b['median_ms'])} ({b['median_ms'] / c['median_ms']:.2f}x)"
-                              if "median_ms" in b and "median_ms" in c else
-                              f"failed (exit {b.get('rc')}): {str(b.get('error'))[:120]}" if "error" in b else "-")
-        out.append(f"| {r['title']} | {r['input']} | {r['images']} | {r['precision']} | {cn} | {tv} | {ratio} | "
-                   f"{rate} | {setup} | {val} | {mem} | {xc} | {c.get('algos', '-') or '-'} |")
-    out += ["", a.notes_text, ""]
-    return "\n".join(out)
-
-
-# ---------------------------------------------------------------------------------------------
 
 
 def main():

@@ -4,8 +4,9 @@
 # validated against the reference, matched PyTorch on the same weights and images (x-check), the
 # fp16 rows carry cnnrun's own refusal (the CPU computes in FP32), and the header names the
 # commit the binary says it was built from; the GPU setup column's parser reads the report's
-# note as engine/report.cpp writes it; both sides had two warm-up runs. Times are printed by the
-# script, never checked.
+# note as engine/report.cpp writes it; both sides had two warm-up runs. Then bench/zoo_merge.py joins
+# it with a second run (the thesis network) into one table and refuses what it must. Times are
+# printed by the script, never checked.
 # Skipped (77) without a python3 that imports torch and torchvision.
 #   tests/zoo_bench_dry.sh CNNRUN_BINARY SOURCE_DIR
 set -uo pipefail
@@ -78,3 +79,45 @@ for e in errors:
 print("zoo_bench dry run:", "ok" if not errors else f"{len(errors)} failures")
 sys.exit(1 if errors else 0)
 PY
+[ $? -eq 0 ] || exit 1
+# bench/zoo_merge.py: a second run (the thesis network) and the first as one table, in the zoo's
+# order, naming what the zoo still misses; refused for a row in two runs and for two commits.
+if ! DRY=1 CNNRUN="$bin" NETS="thesis" PRECISIONS="fp32" PYTHON=$py WORK="$w/work2" OUT="$w/out2" COMMIT= \
+  bash "$src/bench/zoo_bench.sh" >"$w/log2" 2>&1; then
+  cat "$w/log2"
+  echo "FAIL: bench/zoo_bench.sh (thesis) exited non-zero"
+  exit 1
+fi
+$py "$src/bench/zoo_merge.py" "$w/out/zoo_results.json" "$w/out2/zoo_results.json" --out "$w/merged" >"$w/m.log" 2>&1 ||
+  { cat "$w/m.log"; echo "FAIL: zoo_merge.py exited non-zero"; exit 1; }
+cat "$w/merged/zoo_table.md"
+$py - "$w/merged/zoo_table.md" <<'PY' || exit 1
+import sys
+t = open(sys.argv[1]).read()
+rows = [l.split("|")[1].strip() + " " + l.split("|")[4].strip() for l in t.splitlines()
+        if l.startswith("| ") and not l.startswith("| network") and "---" not in l]
+want = ["thesis CIFAR-10 net fp32", "LeNet-5 fp32", "LeNet-5 fp16", "ResNet-18 fp32", "ResNet-18 fp16"]
+missing = next((l for l in t.splitlines() if l.startswith("- Missing from the zoo: ")), "")
+errors = []
+if rows != want:
+    errors.append(f"rows {rows}, expected {want} (the zoo's order)")
+for m in ("LeNet-5 tf32/bf16", "ResNet-18 32x32 tf32/bf16", "ResNet-18 224x224 fp32/tf32/fp16/bf16",
+          "VGG-11-BN 32x32", "thesis CIFAR-10 net tf32/fp16/bf16", "Fashion-MNIST net fp32/tf32/fp16/bf16"):
+    if m not in missing:
+        errors.append(f"the missing rows' note lacks '{m}': {missing!r}")
+if "after two warm-up runs on both sides" not in t:
+    errors.append("the merged notes do not say both sides had two warm-up runs")
+for e in errors:
+    print("FAIL (zoo_merge):", e)
+sys.exit(1 if errors else 0)
+PY
+$py "$src/bench/zoo_merge.py" "$w/out/zoo_results.json" "$w/out/zoo_results.json" >"$w/m2.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "is in both" "$w/m2.log" ||
+  { cat "$w/m2.log"; echo "FAIL: zoo_merge.py took a row from two runs (exit $rc)"; exit 1; }
+sed 's/ commit \([^;]*\);/ commit someother;/' "$w/out2/zoo_results.json" >"$w/other.json"
+$py "$src/bench/zoo_merge.py" "$w/out/zoo_results.json" "$w/other.json" >"$w/m3.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "cnnrun commit 'someother'" "$w/m3.log" ||
+  { cat "$w/m3.log"; echo "FAIL: zoo_merge.py merged runs of two commits (exit $rc)"; exit 1; }
+echo "zoo_merge: ok"

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""One model-zoo table from several bench/zoo_bench.py runs (issue 13): each device call holds a
+few networks (BUDGET), so the whole zoo takes several runs; this joins their zoo_results.json into
+the table one long run would print, in the zoo's order, and says which rows of the zoo are missing.
+
+Refused (exit 2, one line): runs of different cnnrun commits, GPUs (with their drivers) or PyTorch
+versions, since their ratios could not stand in one table; and a row (network, input, precision)
+present in two runs, since which one counts would be a choice the table hides.
+
+  bench/zoo_merge.py RUN1/zoo_results.json RUN2/zoo_results.json ... [--out DIR] [--sizes "32 224"]
+"""
+import argparse
+import json
+import os
+import re
+import sys
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from zoo_table import DEFAULT_NETS, NETS, PRECISIONS, table  # noqa: E402
+
+
+class MergeError(Exception):
+    pass
+
+
+def header_parts(header):
+    """(device, date, commit, PyTorch) of zoo_bench.py's header: 'DEVICE[, driver D]; DATE; cnnrun V
+    commit C; PyTorch P[, cuDNN N]'."""
+    parts = [p.strip() for p in header.split(";")]
+    m = re.search(r"\bcommit ([^;\s]+)", header)
+    t = re.search(r"\bPyTorch (\S+?)(,|$)", parts[-1]) if parts else None
+    if len(parts) < 4 or not m or not t:
+        raise MergeError(f"not a zoo_bench.py header: {header!r}")
+    return parts[0], parts[1], m.group(1), parts[-1]
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        raise MergeError(f"{path}: cannot read it as JSON: {e}") from None
+    if not isinstance(d, dict) or "header" not in d or not isinstance(d.get("results"), list):
+        raise MergeError(f"{path}: not a zoo_results.json (no header and results)")
+    return d
+
+
+def merge(paths, sizes):
+    runs = [(p, load(p)) for p in paths]
+    first_path, first = runs[0]
+    dev0, _, commit0, torch0 = header_parts(first["header"])
+    for p, d in runs[1:]:
+        dev, _, commit, tv = header_parts(d["header"])
+        for what, a, b in (("cnnrun commit", commit0, commit), ("device", dev0, dev), ("PyTorch", torch0, tv)):
+            if a != b:
+                raise MergeError(f"{p}: {what} '{b}', but {first_path} has '{a}': one table needs one of each")
+    titles = {k: t for k, t, _, _ in NETS}
+    order = {k: i for i, (k, *_) in enumerate(NETS)}
+    found, seen = [], {}
+    for p, d in runs:
+        for r in d["results"]:
+            key, inp = r.get("net"), r.get("input")
+            if key not in titles:
+                raise MergeError(f"{p}: unknown network '{key}'")
+            if "probe_error" in r:
+                found.append((key, inp, "", {"title": titles[key], "input": inp,
+                                             "unavailable": f"not expressible yet: {r['probe_error']}"}))
+                continue
+            for prec, c in r.get("cnnrun", {}).items():
+                where = seen.get((key, inp, prec))
+                if where:
+                    raise MergeError(f"{titles[key]} {inp} {prec} is in both {where} and {p}: merge one of them")
+                seen[(key, inp, prec)] = p
+                found.append((key, inp, prec, {
+                    "title": titles[key], "input": inp, "images": r.get("images"), "precision": prec, "cnnrun": c,
+                    "torch": (r.get("torch") or {}).get(prec, {"skipped": "not run"}),
+                    "xcheck": r.get("xcheck_max_rel")}))
+
+    def size_of(inp):
+        m = re.match(r"\d+x(\d+)x\d+", inp or "")
+        return int(m.group(1)) if m else 0
+
+    prec_order = {q: i for i, q in enumerate(PRECISIONS)}
+    found.sort(key=lambda f: (order[f[0]], size_of(f[1]), prec_order.get(f[2], -1)))
+    rows = [f[3] for f in found]
+    # What the zoo has that no run measured: the default networks, torchvision's at each size.
+    have = {(k, size_of(i), q) for k, i, q, _ in found}
+    have_net = {(k, size_of(i)) for k, i, q, _ in found if not q}  # a probe failure covers its input
+    missing = []
+    for k, t, _, tv in DEFAULT_NETS:
+        native = {size_of(i) for kk, i, _, _ in found if kk == k} if not tv else set()
+        for s in (sizes if tv else (native or {0})):
+            if (k, s) in have_net:
+                continue
+            gone = [q for q in PRECISIONS if (k, s, q) not in have]
+            if gone:
+                missing.append(f"{t}{f' {s}x{s}' if tv else ''} {'/'.join(gone)}")
+    dates = sorted(header_parts(d["header"])[1] for _, d in runs)
+    repeats = sorted({str(d.get("args", {}).get("repeats")) for _, d in runs})
+    # Rows from before --warmup (no "warmup" key) had none: their medians include the first run.
+    warm = sorted({c.get("warmup", 0) for r in rows for c in [r.get("cnnrun", {})] if "median_ms" in c})
+    warm_text = ("after two warm-up runs on both sides" if warm == [2] else
+                 "after PyTorch's two warm-up runs; cnnrun's include each process's first run (no --warmup)"
+                 if warm == [0] else
+                 "after PyTorch's two warm-up runs; cnnrun's after two in some rows and none in others"
+                 if warm else "(no cnnrun row ran)")
+    notes = [f"Merged by bench/zoo_merge.py from {len(runs)} zoo_bench.py runs of {dates[0]} to {dates[-1]}: "
+             + ", ".join(os.path.relpath(p) for p, _ in runs) + ".",
+             f"Medians of {'/'.join(repeats)} runs {warm_text}; input already on the GPU (cnnrun `--resident`), "
+             "cnnrun's default algorithm choice; ratio = PyTorch / cnnrun (above 1: cnnrun faster); "
+             "PyTorch's fastest way at each precision (see bench/zoo_bench.py).",
+             "Missing from the zoo: " + ("; ".join(missing) if missing else "nothing") + "."]
+    header = f"{dev0}; {dates[0]} to {dates[-1]}; cnnrun commit {commit0}; {torch0}"
+    a = types.SimpleNamespace(baseline=any(d.get("args", {}).get("baseline") for _, d in runs),
+                              dry=all(d.get("args", {}).get("dry") for _, d in runs),
+                              notes_text="\n".join(f"- {x}" for x in notes))
+    return table(a, rows, header), missing
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("results", nargs="+", help="zoo_results.json files of zoo_bench.py runs")
+    ap.add_argument("--out", default="", help="also write zoo_table.md here")
+    ap.add_argument("--sizes", default="32 224", help="the torchvision input sizes the zoo has")
+    a = ap.parse_args()
+    try:
+        sizes = [int(s) for s in a.sizes.replace(",", " ").split()]
+        text, _ = merge(a.results, sizes)
+    except (MergeError, ValueError) as e:
+        print(f"zoo_merge: {e}", file=sys.stderr)
+        return 2
+    print(text)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "zoo_table.md"), "w") as f:
+            f.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
