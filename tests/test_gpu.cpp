@@ -350,6 +350,35 @@ std::string fused_netdef(const FusedCase& k) {
   return o.str();
 }
 
+// run() over small blocks (3 images) on two streams with cycling (2n + 1 images), so tiles past
+// the end of a block and the uint8 staging of every block are exercised; the values kept.
+RunOptions small_blocks(int64_t n, const char* algo, const std::string& gpu_off) {
+  RunOptions o;
+  o.batch = 2 * n + 1;
+  o.cycle = true;
+  o.block = 3;
+  o.streams = 2;
+  o.conv_algo = algo_of(algo);
+  o.tuning = parse_gpu_off(gpu_off);
+  o.want_probs = true;
+  return o;
+}
+
+// run() with `o` (want_probs), each image's 10 probabilities against the reference's (cycled).
+RunResult run_vs_reference(Executor& gpu, Executor& cpu, const Dataset& data, const RunOptions& o) {
+  RunResult r = gpu.run(data, o);
+  RunOptions co;
+  co.batch = data.count;
+  co.want_probs = true;
+  const RunResult ref = cpu.run(data, co);
+  for (int64_t i = 0; i < o.batch; ++i) {
+    const test::Compare cmp =
+        test::compare(r.probs.data() + i * 10, ref.probs.data() + (i % data.count) * 10, 10, kAtol, kRtol);
+    CHECK_MESSAGE(cmp.ok, "image " << i << " max abs error " << cmp.max_abs);
+  }
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel, vs reference" *
@@ -373,28 +402,13 @@ TEST_CASE("gpu: conv+relu+maxpool and uint8 input fused into the implicit kernel
       what << variant << " C" << k.c << " " << k.h << "x" << k.w << " F" << k.f1 << " k" << k.k1 << " s"
            << k.s1 << " p" << k.p1 << " / F" << k.f2 << " k" << k.k2 << " p" << k.p2 << " n" << k.n;
       INFO(what.str());
-      // run() over small blocks on two streams with cycling, so tiles past the end of a block and
-      // u8 staging of every block are exercised; its output values must match the reference's.
-      // forward_layers then runs with the same options.
-      RunOptions o;
-      o.batch = 2 * k.n + 1;
-      o.cycle = true;
-      o.block = 3;
-      o.streams = 2;
-      o.conv_algo = algo_of(algo);
-      o.tuning = parse_gpu_off(v == "implicit-ffma" ? "tc" : v == "implicit-3xtf32" ? "exact" : "");
-      o.want_probs = true;
-      RunResult r = gpu->run(data, o);
-      RunOptions co;
-      co.batch = data.count;
-      co.want_probs = true;
-      RunResult ref = cpu->run(data, co);
-      for (int64_t i = 0; i < o.batch; ++i) {
-        const int64_t j = i % data.count;
-        test::Compare cmp =
-            test::compare(r.probs.data() + i * 10, ref.probs.data() + j * 10, 10, kAtol, kRtol);
-        CHECK_MESSAGE(cmp.ok, "image " << i << " max abs error " << cmp.max_abs);
-      }
+      // run()'s output values must match the reference's; forward_layers then runs with the same
+      // options.
+      const RunOptions o = small_blocks(k.n, algo,
+                                        v == "implicit-ffma"     ? "tc"
+                                        : v == "implicit-3xtf32" ? "exact"
+                                                                 : "");
+      const RunResult r = run_vs_reference(*gpu, *cpu, data, o);
       const bool implicit = std::string(algo) == "implicit";
       const bool pool1 = implicit && k.expect_pool1, u8 = implicit && k.expect_u8;
       CHECK(gpu->fused_into(0, o) == (pool1 ? "pool1" : "relu1"));
@@ -481,25 +495,8 @@ TEST_CASE(
       what << variant << " " << k.act << " C" << k.c << " " << k.h << "x" << k.w << " F" << k.f1 << " k"
            << k.k1 << " s" << k.s1 << " p" << k.p1 << " / F" << k.f2 << " k" << k.k2 << " p" << k.p2;
       INFO(what.str());
-      RunOptions o;
-      o.batch = 2 * k.n + 1;
-      o.cycle = true;
-      o.block = 3;
-      o.streams = 2;
-      o.conv_algo = algo_of("implicit");
-      o.tuning = parse_gpu_off(v == "implicit-ffma" ? "tc" : "");
-      o.want_probs = true;
-      RunResult r = gpu->run(data, o);
-      RunOptions co;
-      co.batch = data.count;
-      co.want_probs = true;
-      RunResult ref = cpu->run(data, co);
-      for (int64_t i = 0; i < o.batch; ++i) {
-        const int64_t j = i % data.count;
-        test::Compare cmp =
-            test::compare(r.probs.data() + i * 10, ref.probs.data() + j * 10, 10, kAtol, kRtol);
-        CHECK_MESSAGE(cmp.ok, "image " << i << " max abs error " << cmp.max_abs);
-      }
+      const RunOptions o = small_blocks(k.n, "implicit", v == "implicit-ffma" ? "tc" : "");
+      const RunResult r = run_vs_reference(*gpu, *cpu, data, o);
       const bool pool1 = k.expect_pool1 && v == "implicit";
       CHECK(gpu->fused_into(0, o) == (pool1 ? "pool1" : "act1"));
       CHECK(gpu->fused_into(1, o) == (pool1 ? "pool1" : ""));
