@@ -524,11 +524,18 @@ int run_network(const Options& o, Ranks& ranks) {
     runs.push_back(std::move(rep.run));
     ro.progress = {};
     for (int i = 1; i < o.warmup + o.repeat; ++i) runs.push_back(ex->run(data, ro));
-    std::vector<double> t;
-    for (const RunResult& r : runs) t.push_back(r.forward_seconds);
+    std::vector<double> t, busy;
+    for (const RunResult& r : runs) {
+      t.push_back(r.forward_seconds);
+      if (r.gpu) busy.push_back(r.gpu->busy_seconds);
+    }
     rep.run = median_run(std::move(runs), static_cast<size_t>(o.warmup));
     rep.warmup_seconds.assign(t.begin(), t.begin() + o.warmup);
     rep.repeat_seconds.assign(t.begin() + o.warmup, t.end());
+    if (busy.size() == t.size()) {
+      rep.warmup_busy_seconds.assign(busy.begin(), busy.begin() + o.warmup);
+      rep.repeat_busy_seconds.assign(busy.begin() + o.warmup, busy.end());
+    }
   }
 
   if (rep.run.nonfinite_images > 0) {

@@ -229,19 +229,25 @@ std::vector<std::string> report_notes(const Report& r) {
   if (r.stream.block_images > 0)
     out.push_back("streamed in " + std::to_string(r.stream.blocks) + " blocks of up to " +
                   std::to_string(r.stream.block_images) + " images, each decoded while the one before ran");
-  if (!r.warmup_seconds.empty()) {
-    std::string all;
-    for (double t : r.warmup_seconds) all += (all.empty() ? "" : " ") + std::to_string(t * 1e3);
-    out.push_back("--warmup " + std::to_string(r.warmup_seconds.size()) + ": forward times (ms) " + all +
+  // "T1 T2 ..." in ms; with the GPU's busy times, "; GPU busy with compute (ms) B1 B2 ..." after.
+  auto times = [](const std::vector<double>& t, const std::vector<double>& busy) {
+    std::string s;
+    for (double v : t) s += (s.empty() ? "" : " ") + std::to_string(v * 1e3);
+    if (busy.size() == t.size()) {
+      s += "; GPU busy with compute (ms)";
+      for (double v : busy) s += " " + std::to_string(v * 1e3);
+    }
+    return s;
+  };
+  if (!r.warmup_seconds.empty())
+    out.push_back("--warmup " + std::to_string(r.warmup_seconds.size()) + ": forward times (ms) " +
+                  times(r.warmup_seconds, r.warmup_busy_seconds) +
                   "; run before the timed runs, not in the median");
-  }
-  if (!r.repeat_seconds.empty()) {
-    std::string all;
-    for (double t : r.repeat_seconds) all += (all.empty() ? "" : " ") + std::to_string(t * 1e3);
-    out.push_back("--repeat " + std::to_string(r.repeat_seconds.size()) + ": forward times (ms) " + all +
+  if (!r.repeat_seconds.empty())
+    out.push_back("--repeat " + std::to_string(r.repeat_seconds.size()) + ": forward times (ms) " +
+                  times(r.repeat_seconds, r.repeat_busy_seconds) +
                   "; the report shows the run nearest the median, with forward time = median " +
                   std::to_string(r.run.forward_seconds * 1e3) + " ms");
-  }
   return out;
 }
 

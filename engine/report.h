@@ -33,6 +33,9 @@ struct Report {
   int64_t validated_stream_images = 0;  // --validate on a streamed data set: its first N images only
   std::vector<double> repeat_seconds;  // --repeat: every run's forward time (run.forward_seconds: the median)
   std::vector<double> warmup_seconds;  // --warmup: the runs before those, not in the median
+  // GPU runs: each of those runs' GPU busy time (GpuRunFacts::busy_seconds), in the same order;
+  // beside the forward time it tells GPU time from host time (a slow first run: which one).
+  std::vector<double> repeat_busy_seconds, warmup_busy_seconds;
   double load_data_s = 0, build_net_s = 0, load_weights_s = 0, total_s = 0;
   int64_t distinct_images = 0;  // < images when cycling
   bool labelled = true;         // false: the data set has no labels, so no accuracy

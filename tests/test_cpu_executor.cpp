@@ -301,6 +301,34 @@ TEST_CASE("median_run: the median forward time, the run nearest it, and the firs
   CHECK_THROWS_AS(median_run({make(0.1, 1.0, 0), make(0.2, 1.0, 1)}, 2), Error);
 }
 
+TEST_CASE("report: --warmup and --repeat list every run's time, and on the GPU its busy time") {
+  Report rep;
+  rep.run.forward_seconds = 0.002;
+  rep.warmup_seconds = {0.009, 0.003};
+  rep.repeat_seconds = {0.001, 0.002, 0.004};
+  auto note = [&](const std::string& prefix) {
+    for (const std::string& n : report_notes(rep))
+      if (n.rfind(prefix, 0) == 0) return n;
+    return std::string();
+  };
+  CHECK(note("--warmup") ==
+        "--warmup 2: forward times (ms) 9.000000 3.000000; run before the timed runs, not in "
+        "the median");
+  CHECK(note("--repeat") ==
+        "--repeat 3: forward times (ms) 1.000000 2.000000 4.000000; the report shows the run "
+        "nearest the median, with forward time = median 2.000000 ms");
+  // GPU runs: the busy times after the forward times (which bench/zoo_bench.py reads up to the ';').
+  rep.warmup_busy_seconds = {0.0025, 0.0028};
+  rep.repeat_busy_seconds = {0.0009, 0.0019, 0.0021};
+  CHECK(note("--warmup") ==
+        "--warmup 2: forward times (ms) 9.000000 3.000000; GPU busy with compute (ms) "
+        "2.500000 2.800000; run before the timed runs, not in the median");
+  CHECK(note("--repeat") ==
+        "--repeat 3: forward times (ms) 1.000000 2.000000 4.000000; GPU busy with compute (ms) "
+        "0.900000 1.900000 2.100000; the report shows the run nearest the median, with forward "
+        "time = median 2.000000 ms");
+}
+
 TEST_CASE("report: the CUDA graph note names the short last block's graph, or why it launched directly") {
   Report rep;
   GpuRunFacts& g = rep.run.gpu.emplace();
