@@ -24,11 +24,12 @@
 # $OUT/table.txt (NETDEF=fashion: gpu_bench_fashion.tgz, table_fashion.txt).
 #
 # What is timed:
-# - cnnrun: `--repeat R`, each run the whole batch from the data set's uint8 pixels in pinned
-#   host memory to predictions in host memory (H2D copies, preprocess, layers, argmax, D2H), the
-#   median of R runs (each run warms up on its first block off the clock). Its error: the max
-#   relative error of `--validate --validate-images 500` over all layers (tolerance 1e-4), and
-#   the max abs difference of its output probabilities (--dump) from the CPU reference's.
+# - cnnrun: `--warmup 2 --repeat R`, each run the whole batch from the data set's uint8 pixels in
+#   pinned host memory to predictions in host memory (H2D copies, preprocess, layers, argmax, D2H),
+#   the median of R runs after two warm-up runs, as bench/pytorch_gpu.py's (each run also warms up
+#   on its first block off the clock). Its error: the max relative error of `--validate
+#   --validate-images 500` over all layers (tolerance 1e-4), and the max abs difference of its
+#   output probabilities (--dump) from the CPU reference's.
 # - cnnrun ... resident (`--resident`, "forward, input on GPU"): the same, with the distinct
 #   images' uint8 pixels uploaded to the GPU before the clock; timed: each block's device-to-device
 #   copy of its pixels, preprocess, layers, argmax, and the predictions and (--dump) the output
@@ -104,7 +105,7 @@ echo "cnnrun's cuDNN: $(ldd "$C/cnnrun" | grep -m1 libcudnn.so | awk '{print $3}
 
 # One cnnrun row: bench ALGO N NAME [--resident]; NAME: the files' name ($O/cnnrun_NAME_N.*).
 bench() {
-  "$C/cnnrun" $netdef --engine gpu --batch "$2" --cycle --conv-algo "$1" --repeat "$R" "${@:4}" \
+  "$C/cnnrun" $netdef --engine gpu --batch "$2" --cycle --conv-algo "$1" --warmup 2 --repeat "$R" "${@:4}" \
     --validate --validate-images 500 "${cn_data[@]}" --json "$O/cnnrun_$3_$2.json" \
     --dump "$O/cnnrun_$3_$2.npy" >"$O/cnnrun_$3_$2.log" 2>&1
   echo "cnnrun $3 $2: exit $?" >>"$O/status.txt"
