@@ -865,10 +865,10 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                          " pass"
                    : "";
       // The implicit kernel's average pool takes any activation into its epilogue.
-      const bool avg = fuses_pool(st, a, tuning_) && st.pool_avg;
+      const bool pool = fuses_pool(st, a, tuning_), avg = pool && st.pool_avg;
       const bool relu = act.kind == Act::kRelu, other = !relu && !avg && act.kind != Act::kIdentity;
       std::string epi = relu ? "+relu" : avg && act.kind != Act::kIdentity ? "+" + act_fn_name(act) : "";
-      if (fuses_pool(st, a, tuning_)) epi += avg ? "+avgpool" : "+maxpool";
+      if (pool) epi += avg ? "+avgpool" : "+maxpool";
       if (a == ConvAlgo::kImplicit) {
         const char* tc = "3xTF32 tensor cores, ";
         switch (prec_) {
@@ -1178,9 +1178,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
           CUDA_CHECK(cudaEventElapsedTime(&ms, ls.ev[2], ls.ev[L + 4]));
           facts.short_graph = last;
         } catch (const Error& e) {
-          if (ls.exec_short) cudaGraphExecDestroy(ls.exec_short);
-          ls.exec_short = nullptr;
-          ls.exec_short_n = 0;
+          ls.drop_short_graph();
           facts.short_graph_error = e.what();
         }
       }

@@ -7,9 +7,15 @@ namespace cnnrun::gpu {
 
 void Slot::drop_graph() {
   if (exec) cudaGraphExecDestroy(exec);
+  exec = nullptr;
+  exec_n = 0;
+  drop_short_graph();
+}
+
+void Slot::drop_short_graph() {
   if (exec_short) cudaGraphExecDestroy(exec_short);
-  exec = exec_short = nullptr;
-  exec_n = exec_short_n = 0;
+  exec_short = nullptr;
+  exec_short_n = 0;
 }
 
 Slot::~Slot() {
@@ -198,13 +204,10 @@ void BlockPipeline::copy_in(Slot& s, const Dataset& data, int64_t first, int64_t
 // from the host, its layers would wait for the host wherever their kernels are shorter than the
 // launches (small maps, docs/performance.md, Session 24).
 void BlockPipeline::capture(Slot& s, int64_t n, const std::function<void(Slot&)>& enqueue, bool short_block) {
-  if (!short_block) {
+  if (short_block)
+    s.drop_short_graph();
+  else
     s.drop_graph();
-  } else if (s.exec_short) {
-    cudaGraphExecDestroy(s.exec_short);
-    s.exec_short = nullptr;
-    s.exec_short_n = 0;
-  }
   cudaGraph_t g = nullptr;
   CUDA_CHECK(cudaStreamBeginCapture(s.stream, cudaStreamCaptureModeThreadLocal));
   try {

@@ -51,7 +51,8 @@ struct Slot {
   Slot() = default;
   Slot(const Slot&) = delete;
   Slot& operator=(const Slot&) = delete;
-  void drop_graph();  // both
+  void drop_graph();        // both
+  void drop_short_graph();  // the short last block's only
   // The graph for a block of n images (null: none, launch directly).
   cudaGraphExec_t graph_for(int64_t n) const {
     return exec && exec_n == n ? exec : exec_short && exec_short_n == n ? exec_short : nullptr;
