@@ -78,8 +78,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))
 from report_notes import setup_seconds  # noqa: E402  (this script's own folder)
 from pytorch_crosscheck import (read_convnetjs_conv, read_convnetjs_fc, read_safetensors,  # noqa: E402
                                 write_safetensors)
-from zoo_table import DEFAULT_NETS, NETS, PRECISIONS, table  # noqa: E402  (this script's own folder)
-
+from zoo_table import DEFAULT_NETS, NETS, PRECISIONS, header as make_header, table, warmup_note  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
@@ -134,8 +133,6 @@ class LeNet5(nn.Module):
         x = F.avg_pool2d(torch.tanh(self.conv2(x)), 2)
         x = torch.tanh(self.fc2(torch.tanh(self.fc1(x.flatten(1)))))
         return F.softmax(self.fc3(x), dim=1)
-
-
 
 
 def seed_of(key):
@@ -896,12 +893,11 @@ def main():
     cudnn_note = next((c.get("gpu_note") for r in rows for c in [r.get("cnnrun", {})] if c.get("gpu_note")), None)
     commit = a.commit or "unknown (set COMMIT=)"
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    header = (f"{dev_name}{', driver ' + driver if driver else ''}; {date}; "
-              f"cnnrun {version} commit {commit}; PyTorch {torch.__version__}"
-              f"{', cuDNN ' + str(torch.backends.cudnn.version()) if cuda else ''}")
+    header = make_header(f"{dev_name}{', driver ' + driver if driver else ''}", date, version, commit,
+                         f"PyTorch {torch.__version__}"
+                         f"{', cuDNN ' + str(torch.backends.cudnn.version()) if cuda else ''}")
     where = "on the CPU (dry run: cnnrun --engine cpu)" if a.dry else "input already on the GPU (cnnrun `--resident`)"
-    warm_note = "after two warm-up runs on both sides" if has_warmup(a.cnnrun) else \
-        "after PyTorch's two warm-up runs (cnnrun's include its first run: this binary has no --warmup)"
+    warm_note = warmup_note({2 if has_warmup(a.cnnrun) else 0})
     if a.baseline and not has_warmup(a.baseline):
         warm_note += "; the baseline's include its first run (no --warmup)"
     notes = [f"Medians of {a.repeats} runs {warm_note}; {where}, cnnrun's default algorithm "

@@ -17,22 +17,11 @@ import sys
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zoo_table import DEFAULT_NETS, NETS, PRECISIONS, table  # noqa: E402
+from zoo_table import DEFAULT_NETS, NETS, PRECISIONS, header, header_parts, table, warmup_note  # noqa: E402
 
 
 class MergeError(Exception):
     pass
-
-
-def header_parts(header):
-    """(device, date, commit, PyTorch) of zoo_bench.py's header: 'DEVICE[, driver D]; DATE; cnnrun V
-    commit C; PyTorch P[, cuDNN N]'."""
-    parts = [p.strip() for p in header.split(";")]
-    m = re.search(r"\bcommit ([^;\s]+)", header)
-    t = re.search(r"\bPyTorch (\S+?)(,|$)", parts[-1]) if parts else None
-    if len(parts) < 4 or not m or not t:
-        raise MergeError(f"not a zoo_bench.py header: {header!r}")
-    return parts[0], parts[1], m.group(1), parts[-1]
 
 
 def load(path):
@@ -43,18 +32,21 @@ def load(path):
         raise MergeError(f"{path}: cannot read it as JSON: {e}") from None
     if not isinstance(d, dict) or "header" not in d or not isinstance(d.get("results"), list):
         raise MergeError(f"{path}: not a zoo_results.json (no header and results)")
+    d["parts"] = header_parts(d["header"])
+    if d["parts"] is None:
+        raise MergeError(f"{path}: not a zoo_bench.py header: {d['header']!r}")
     return d
 
 
 def merge(paths, sizes):
     runs = [(p, load(p)) for p in paths]
     first_path, first = runs[0]
-    dev0, _, commit0, torch0 = header_parts(first["header"])
+    h0 = first["parts"]
     for p, d in runs[1:]:
-        dev, _, commit, tv = header_parts(d["header"])
-        for what, a, b in (("cnnrun commit", commit0, commit), ("device", dev0, dev), ("PyTorch", torch0, tv)):
-            if a != b:
-                raise MergeError(f"{p}: {what} '{b}', but {first_path} has '{a}': one table needs one of each")
+        for what, key in (("cnnrun commit", "commit"), ("device", "device"), ("PyTorch", "torch")):
+            if d["parts"][key] != h0[key]:
+                raise MergeError(f"{p}: {what} '{d['parts'][key]}', but {first_path} has '{h0[key]}': "
+                                 "one table needs one of each")
     titles = {k: t for k, t, _, _ in NETS}
     order = {k: i for i, (k, *_) in enumerate(NETS)}
     found, seen = [], {}
@@ -96,26 +88,21 @@ def merge(paths, sizes):
             gone = [q for q in PRECISIONS if (k, s, q) not in have]
             if gone:
                 missing.append(f"{t}{f' {s}x{s}' if tv else ''} {'/'.join(gone)}")
-    dates = sorted(header_parts(d["header"])[1] for _, d in runs)
+    dates = sorted(d["parts"]["date"] for _, d in runs)
     repeats = sorted({str(d.get("args", {}).get("repeats")) for _, d in runs})
     # Rows from before --warmup (no "warmup" key) had none: their medians include the first run.
-    warm = sorted({c.get("warmup", 0) for r in rows for c in [r.get("cnnrun", {})] if "median_ms" in c})
-    warm_text = ("after two warm-up runs on both sides" if warm == [2] else
-                 "after PyTorch's two warm-up runs; cnnrun's include each process's first run (no --warmup)"
-                 if warm == [0] else
-                 "after PyTorch's two warm-up runs; cnnrun's after two in some rows and none in others"
-                 if warm else "(no cnnrun row ran)")
+    warm_text = warmup_note({c.get("warmup", 0) for r in rows for c in [r.get("cnnrun", {})] if "median_ms" in c})
     notes = [f"Merged by bench/zoo_merge.py from {len(runs)} zoo_bench.py runs of {dates[0]} to {dates[-1]}: "
              + ", ".join(os.path.relpath(p) for p, _ in runs) + ".",
              f"Medians of {'/'.join(repeats)} runs {warm_text}; input already on the GPU (cnnrun `--resident`), "
              "cnnrun's default algorithm choice; ratio = PyTorch / cnnrun (above 1: cnnrun faster); "
              "PyTorch's fastest way at each precision (see bench/zoo_bench.py).",
              "Missing from the zoo: " + ("; ".join(missing) if missing else "nothing") + "."]
-    header = f"{dev0}; {dates[0]} to {dates[-1]}; cnnrun commit {commit0}; {torch0}"
+    head = header(h0["device"], f"{dates[0]} to {dates[-1]}", h0["version"], h0["commit"], h0["torch"])
     a = types.SimpleNamespace(baseline=any(d.get("args", {}).get("baseline") for _, d in runs),
                               dry=all(d.get("args", {}).get("dry") for _, d in runs),
                               notes_text="\n".join(f"- {x}" for x in notes))
-    return table(a, rows, header), missing
+    return table(a, rows, head), missing
 
 
 def main():

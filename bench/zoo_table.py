@@ -1,6 +1,7 @@
 """The model-zoo table (issue 13): the zoo's networks and precisions, and the Markdown table of
 bench/zoo_bench.py's rows, shared with bench/zoo_merge.py (which builds one table from several runs'
 zoo_results.json). No PyTorch here: merging needs only the JSON."""
+import re
 
 PRECISIONS = ["fp32", "tf32", "fp16", "bf16"]
 
@@ -19,6 +20,30 @@ NETS = [
     ("mobilenet_v3_small", "MobileNetV3-Small", "mobilenetv3small", True),
 ]
 DEFAULT_NETS = NETS[:9]
+
+
+def header(device, date, version, commit, torch_text):
+    """A table's header: 'DEVICE[, driver D]; DATE; cnnrun V commit C; PyTorch P[, cuDNN N]'."""
+    return f"{device}; {date}; cnnrun {version} commit {commit}; {torch_text}"
+
+
+def header_parts(text):
+    """header()'s fields back as a dict (device, date, version, commit, torch); None if it is not one."""
+    m = re.fullmatch(r"(?P<device>[^;]*); (?P<date>[^;]*); cnnrun (?P<version>\S+) commit (?P<commit>[^;]*); "
+                     r"(?P<torch>PyTorch [^;]*)", text)
+    return m.groupdict() if m else None
+
+
+def warmup_note(counts):
+    """What the medians come after, from the set of cnnrun's --warmup counts in the rows (PyTorch's
+    timer always makes two)."""
+    if counts == {2}:
+        return "after two warm-up runs on both sides"
+    if counts == {0}:
+        return "after PyTorch's two warm-up runs; cnnrun's include each process's first run (no --warmup)"
+    if counts:
+        return "after PyTorch's two warm-up runs; cnnrun's after two in some rows and none in others"
+    return "(no cnnrun row ran)"
 
 
 def fmt_ms(v):
