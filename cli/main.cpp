@@ -755,8 +755,12 @@ int main(int argc, char** argv) {
          "at fp32, cutlass's 3xTF32) or auto (default: nhwc for networks of wide convs, "
          "docs/performance.md)")
       ->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
-  app.add_option("--block", o.block, "images per block (default: chosen from memory)")->check(kPositiveInt);
-  app.add_option("--streams", o.streams, "GPU streams (default 3)")->check(CLI::Range(1, 64));
+  app.add_option("--block", o.block,
+                 "images per block (default: about 4096, equal blocks; with --resident the whole batch; cut "
+                 "to fit memory)")
+      ->check(kPositiveInt);
+  app.add_option("--streams", o.streams, "GPU streams (default 3; with --resident 1)")
+      ->check(CLI::Range(1, 64));
   app.add_option("--gpu-memory", o.gpu_memory_mib,
                  "GPU memory in MiB the image buffers and workspaces may use; blocks are cut to fit "
                  "(default: what is free)")

@@ -143,6 +143,22 @@ int64_t images_to_run(const Dataset& data, const RunOptions& opt) {
   return batch;
 }
 
+BlockShape block_shape(int64_t batch, const RunOptions& opt, int64_t near_block, int streams) {
+  BlockShape s;
+  s.whole_batch = opt.resident && opt.block <= 0 && opt.streams <= 0;
+  s.streams = opt.streams > 0 ? opt.streams : s.whole_batch ? 1 : streams;
+  if (batch <= 0) return s;
+  if (opt.block > 0) {
+    s.block = std::min(opt.block, batch);
+  } else if (s.whole_batch) {
+    s.block = batch;
+  } else {
+    const int64_t blocks = (batch + near_block - 1) / near_block;
+    s.block = (batch + blocks - 1) / blocks;
+  }
+  return s;
+}
+
 int64_t check_results_fit(int64_t batch, bool want_probs, int64_t out_size, const HostMemory& mem) {
   int64_t bytes = INT64_MAX;
   try {

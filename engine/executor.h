@@ -148,6 +148,7 @@ struct GpuRunFacts {
   int64_t resident_bytes = 0;      // ... and their bytes
   int64_t probs_bytes = 0;         // per image, when the output values came back (want_probs)
   int64_t block_cut_from = 0;      // > 0: the block asked for, cut to `block` to fit memory
+  bool whole_batch = false;        // --resident, no --block or --streams: one block, one stream
   int64_t host_cut_from = 0;       // > 0: the block asked for, cut to fit the host memory the
                                    // slots pin (predictions, output values, pixel staging)
   int64_t host_pinned_bytes = 0;   // ... what the cut block's slots may pin at most
@@ -233,6 +234,18 @@ void check_ready(const Network& net, const Dataset& data);
 // The number of images a run covers (opt.batch, 0 = the whole data set), checked against the
 // data set's size and opt.cycle.
 int64_t images_to_run(const Dataset& data, const RunOptions& opt);
+
+// The GPU pipeline's block and streams: RunOptions::block and ::streams where given (> 0). Left
+// to the executor (0): with the pixels resident on the GPU no copy needs a second stream to hide
+// it, so the whole batch is one block on one stream (the pipeline cuts it to what fits the
+// memory); otherwise blocks near `near_block` images, equal but the last, on `streams` streams,
+// so that each block's copies overlap the others' compute. The block is at most the batch.
+struct BlockShape {
+  int64_t block = 0;
+  int streams = 0;
+  bool whole_batch = false;  // the resident rule chose it: one block of the batch, one stream
+};
+BlockShape block_shape(int64_t batch, const RunOptions& opt, int64_t near_block, int streams);
 // The host memory a run's results take (4 bytes of prediction per image, and the output values
 // with want_probs), checked against `mem` (host_memory()) before anything is allocated: a
 // --batch of 2^62 cycled images is an error that says so, not a failed allocation. Returns the

@@ -181,6 +181,10 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
   }
   out.push_back("gpu: " + std::to_string(g.blocks) + " blocks on " + std::to_string(g.streams) +
                 " streams; " + g.cudnn_version + "; pixels from " + pixels);
+  if (g.whole_batch)
+    out.push_back(
+        "gpu: --resident without --block or --streams: the batch as one block on one stream (no "
+        "copies to overlap), cut into blocks only where the memory is short");
   out.push_back(std::string("gpu: setup (weights, workspaces, algorithm search, ") +
                 (g.resident ? "upload of the resident pixels" : "page-locking") + ") " +
                 fmt_ms(g.setup_seconds) + ", not in the forward time");

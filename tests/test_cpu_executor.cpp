@@ -265,6 +265,44 @@ TEST_CASE("cpu run: the report names each conv's algorithm (depthwise ones compu
   CHECK(r.layers[4].algo == "gemm");
 }
 
+TEST_CASE("block_shape: --block and --streams as given; --resident without them, the batch on one stream") {
+  RunOptions o;
+  auto shape = [&](int64_t batch) { return block_shape(batch, o, 4096, 3); };
+  // Host pixels: blocks near 4096, equal but the last, on the default streams.
+  BlockShape s = shape(10000);
+  CHECK(s.block == 3334);
+  CHECK(s.streams == 3);
+  CHECK_FALSE(s.whole_batch);
+  CHECK(shape(4096).block == 4096);
+  CHECK(shape(4097).block == 2049);
+  CHECK(shape(7).block == 7);
+  CHECK(shape(0).block == 0);
+  // Resident pixels: no copy to hide, so one block of the whole batch on one stream.
+  o.resident = true;
+  s = shape(10000);
+  CHECK(s.block == 10000);
+  CHECK(s.streams == 1);
+  CHECK(s.whole_batch);
+  CHECK(shape(50000).block == 50000);
+  // Either option given keeps the other's usual default.
+  o.block = 500;
+  s = shape(10000);
+  CHECK(s.block == 500);
+  CHECK(s.streams == 3);
+  CHECK_FALSE(s.whole_batch);
+  o.block = 0;
+  o.streams = 2;
+  s = shape(10000);
+  CHECK(s.block == 3334);
+  CHECK(s.streams == 2);
+  CHECK_FALSE(s.whole_batch);
+  // A block larger than the batch is the batch.
+  o.resident = false;
+  o.streams = 0;
+  o.block = 20000;
+  CHECK(shape(10000).block == 10000);
+}
+
 TEST_CASE("median_run: the median forward time, the run nearest it, and the first run's GPU setup") {
   auto make = [](double fwd, double setup, int32_t tag) {
     RunResult r;

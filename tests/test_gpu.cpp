@@ -862,6 +862,66 @@ TEST_CASE("gpu: --resident gives the same predictions as copying from host memor
   }
 }
 
+TEST_CASE("gpu: --resident without --block or --streams runs the batch as one block on one stream" *
+          doctest::skip(!gpu_present())) {
+  // The same launches as an explicit block of the batch on one stream from host memory, so the
+  // same predictions and output values; under a gpu_memory cap the block is cut, one stream kept.
+  Network net = parse_netdef_string(kSmallNet, "small");
+  random_weights(net, 29);
+  Dataset data = gpu_random_data(net.input, 37, 10, 11);
+  auto gpu = make_gpu_executor(net);
+  RunOptions host;
+  host.batch = 2000;
+  host.cycle = true;
+  host.want_probs = true;
+  host.block = 2000;
+  host.streams = 1;
+  host.conv_algo = ConvAlgo::kImplicit;  // the same kernels whatever the block
+  const RunResult a = gpu->run(data, host);
+  RunOptions res;
+  res.batch = 2000;
+  res.cycle = true;
+  res.want_probs = true;
+  res.resident = true;
+  res.conv_algo = ConvAlgo::kImplicit;
+  const RunResult b = gpu->run(data, res);
+  REQUIRE(b.gpu);
+  CHECK(b.gpu->whole_batch);
+  CHECK(b.gpu->streams == 1);
+  CHECK(b.gpu->blocks == 1);
+  CHECK(b.gpu->block == 2000);
+  CHECK(b.gpu->block_cut_from == 0);
+  CHECK(b.predictions == a.predictions);
+  REQUIRE(b.probs.size() == a.probs.size());
+  test::Compare cmp = test::compare(b.probs.data(), a.probs.data(), a.probs.size(), 0.0, 0.0);
+  CHECK_MESSAGE(cmp.ok, "output value " << cmp.worst << " differs by " << cmp.max_abs);
+  Report rep;
+  rep.run = b;
+  const std::vector<std::string> notes = report_notes(rep);
+  CHECK(std::count_if(notes.begin(), notes.end(), [](const std::string& n) {
+          return n.find("--resident without --block or --streams: the batch as one block on one stream") !=
+                 std::string::npos;
+        }) == 1);
+  // About 17 KB per image: 40 MiB less the 32 MiB cuBLASLt workspace holds a few hundred images.
+  res.gpu_memory = (int64_t{40} << 20) + 37 * data.shape.size();
+  const RunResult c = gpu->run(data, res);
+  REQUIRE(c.gpu);
+  CHECK(c.gpu->whole_batch);
+  CHECK(c.gpu->streams == 1);
+  CHECK(c.gpu->block_cut_from == 2000);
+  CHECK(c.gpu->blocks > 1);
+  CHECK(c.predictions == a.predictions);
+  // Host pixels keep several streams.
+  RunOptions plain = res;
+  plain.resident = false;
+  plain.gpu_memory = 0;
+  const RunResult d = gpu->run(data, plain);
+  REQUIRE(d.gpu);
+  CHECK_FALSE(d.gpu->whole_batch);
+  CHECK(d.gpu->streams == 3);
+  CHECK(d.predictions == a.predictions);
+}
+
 TEST_CASE("gpu: float32 values (a float .npy) run as given: the uint8 run's results, and the reference's" *
           doctest::skip(!gpu_present())) {
   // The same images twice: as uint8 pixels (preprocessed on the GPU, or by the implicit kernel

@@ -988,12 +988,9 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   auto setup_t0 = Clock::now();
   begin(opt, data);
   r.precision = prec_;
-  int64_t block = opt.block;
-  if (block == 0) {  // near kDefaultBlock, cut into equal blocks
-    int64_t nb = (batch + kDefaultBlock - 1) / kDefaultBlock;
-    block = (batch + nb - 1) / nb;
-  }
-  block = std::min(block, batch);
+  const BlockShape shape = block_shape(batch, opt, kDefaultBlock, kDefaultStreams);
+  int64_t block = shape.block;
+  facts.whole_batch = shape.whole_batch;
   {
     // Host memory the slots pin: each stream's predictions, the output values when asked, and
     // the staging copy of a block's images where they cannot be page-locked in place (counted
@@ -1003,7 +1000,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     const int64_t per_image = int64_t{sizeof(int32_t)} +
                               (opt.want_probs ? out_values * int64_t{sizeof(float)} : 0) +
                               (opt.resident ? 0 : data.bytes_per_image());
-    const int streams = opt.streams > 0 ? opt.streams : kDefaultStreams;
+    const int streams = shape.streams;
     const HostMemory mem = host_memory();
     const bool capped = opt.pinned_memory > 0 && opt.pinned_memory < mem.available / 2;
     const int64_t budget = capped ? opt.pinned_memory : mem.available / 2;
@@ -1041,8 +1038,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   DevBuf resident;
   if (opt.resident) resident = pipeline_->upload_resident(data, resident_count);
   try {
-    pipeline_->ensure_slots(slot_needs(opt.tuning.share_buffers),
-                            opt.streams > 0 ? opt.streams : kDefaultStreams, block, batch, opt.gpu_memory,
+    pipeline_->ensure_slots(slot_needs(opt.tuning.share_buffers), shape.streams, block, batch, opt.gpu_memory,
                             reserved, &facts);
   } catch (const Error& e) {
     if (!opt.resident) throw;
