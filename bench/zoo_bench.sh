@@ -6,7 +6,8 @@
 # and images, made on the spot from fixed seeds. Nothing is built here; bench/zoo_bench.py does the
 # work and says in its docstring what is timed and how.
 #
-#   bench/zoo_bench.sh                                  # everything, about 5-8 minutes on an H100
+#   bench/zoo_bench.sh                                  # everything, about 30 minutes on an H100
+#   GPUS=4 bench/zoo_bench.sh                           # the same on 4 GPUs of one host, about 7 minutes
 #   NETS="resnet18 vgg11_bn" SIZES=224 PRECISIONS="fp32 fp16" bench/zoo_bench.sh
 #   DRY=1 bench/zoo_bench.sh                            # the CPU dry run, no GPU needed
 #
@@ -37,6 +38,9 @@
 #   WORK        generated weights and images (default /tmp/zoo_bench); logs under WORK/logs
 #   OUT         (the device tool's return folder) also gets zoo_table.md, zoo_results.json and
 #               zoo_logs.tgz (logs and JSON reports, no weights or images)
+#   GPUS        run on the first GPUS GPUs of the host at once (of CUDA_VISIBLE_DEVICES if set): each
+#               network at each size a job on one GPU, one table at the end (bench/zoo_parallel.py);
+#               the whole zoo in about one device call on 4 GPUs
 #   COMMIT      the commit to name in the table's header (default: the one the binary's --version
 #               names, else git rev-parse HEAD if it works)
 set -uo pipefail
@@ -104,7 +108,11 @@ args=(--cnnrun "$BIN" --work "$W" --commit "${commit:-}" --shared "${S:-}" --rep
 [ -n "${BASELINE:-}" ] && args+=(--baseline "$BASELINE")
 [ -n "${COMPILE:-}" ] && args+=(--compile)
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && args+=(--out "$OUT")
-PYTHONUNBUFFERED=1 "$PY" bench/zoo_bench.py "${args[@]}"
+if [ -n "${GPUS:-}" ]; then
+  PYTHONUNBUFFERED=1 "$PY" bench/zoo_parallel.py --gpus "$GPUS" --python "$PY" -- "${args[@]}"
+else
+  PYTHONUNBUFFERED=1 "$PY" bench/zoo_bench.py "${args[@]}"
+fi
 rc=$?
 [ -n "${OUT:-}" ] && tar czf "$OUT/zoo_logs.tgz" -C "$W/logs" .
 exit $rc

@@ -94,7 +94,9 @@ def merge(paths, sizes):
     warm_text = warmup_note({c.get("warmup", 0) for r in rows for c in [r.get("cnnrun", {})] if "median_ms" in c})
     notes = [f"Merged by bench/zoo_merge.py from {len(runs)} zoo_bench.py runs of {dates[0]} to {dates[-1]}: "
              + ", ".join(os.path.relpath(p) for p, _ in runs) + ".",
-             f"Medians of {'/'.join(repeats)} runs {warm_text}; input already on the GPU (cnnrun `--resident`), "
+             f"Medians of {'/'.join(repeats)} runs {warm_text}; "
+             + ("on the CPU (dry run: cnnrun --engine cpu), " if all(d.get("args", {}).get("dry") for _, d in runs)
+                else "input already on the GPU (cnnrun `--resident`), ") +
              "cnnrun's default algorithm choice; ratio = PyTorch / cnnrun (above 1: cnnrun faster); "
              "PyTorch's fastest way at each precision (see bench/zoo_bench.py).",
              "Missing from the zoo: " + ("; ".join(missing) if missing else "nothing") + "."]

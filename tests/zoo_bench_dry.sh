@@ -6,7 +6,7 @@
 # commit the binary says it was built from; the GPU setup column's parser reads the report's
 # note as engine/report.cpp writes it; both sides had two warm-up runs. Then bench/zoo_merge.py joins
 # it with a second run (the thesis network) into one table and refuses what it must. Times are
-# printed by the script, never checked.
+# printed by the script, never checked. Last, GPUS=2 (bench/zoo_parallel.py) as two processes.
 # Skipped (77) without a python3 that imports torch and torchvision.
 #   tests/zoo_bench_dry.sh CNNRUN_BINARY SOURCE_DIR
 set -uo pipefail
@@ -121,3 +121,51 @@ rc=$?
 [ $rc -eq 2 ] && grep -q "cnnrun commit 'someother'" "$w/m3.log" ||
   { cat "$w/m3.log"; echo "FAIL: zoo_merge.py merged runs of two commits (exit $rc)"; exit 1; }
 echo "zoo_merge: ok"
+# GPUS=2 (bench/zoo_parallel.py): the jobs spread over two processes at once, one table of all
+# their rows with one header, a zoo_results.json that bench/zoo_merge.py reads like any run's,
+# each process's logs apart; and the plan gives each job to one GPU, longest first.
+if ! DRY=1 GPUS=2 CNNRUN="$bin" NETS="thesis lenet5 resnet18" SIZES=32 PRECISIONS="fp32" PYTHON=$py \
+  WORK="$w/work3" OUT="$w/out3" COMMIT= bash "$src/bench/zoo_bench.sh" >"$w/log3" 2>&1; then
+  cat "$w/log3"
+  echo "FAIL: GPUS=2 bench/zoo_bench.sh exited non-zero"
+  exit 1
+fi
+cat "$w/out3/zoo_table.md"
+[ -d "$w/work3/logs/gpu0" ] && [ -d "$w/work3/logs/gpu1" ] ||
+  { echo "FAIL: GPUS=2 left no logs of its own for each process"; exit 1; }
+$py - "$w/out3" "$src/bench" <<'PY' || exit 1
+import json, os, sys
+out, bench = sys.argv[1], sys.argv[2]
+sys.path.insert(0, bench)
+import zoo_parallel as zp
+t = open(os.path.join(out, "zoo_table.md")).read()
+rows = [l.split("|")[1].strip() for l in t.splitlines()
+        if l.startswith("| ") and not l.startswith("| network") and "---" not in l]
+errors = []
+if rows != ["thesis CIFAR-10 net", "LeNet-5", "ResNet-18"]:
+    errors.append(f"rows {rows}, expected the three networks once each in the zoo's order")
+if t.count("## Model zoo") != 1:
+    errors.append("not one header")
+if "Ran as 2 processes at once on the CPU" not in t:
+    errors.append("the table does not say that two ran at once")
+d = json.load(open(os.path.join(out, "zoo_results.json")))
+if sorted(r["net"] for r in d["results"]) != ["lenet5", "resnet18", "thesis"]:
+    errors.append(f"zoo_results.json has {[r['net'] for r in d['results']]}")
+# The plan: every job once, longest first onto the least loaded GPU.
+jobs = zp.jobs_of(["thesis", "resnet18", "vgg11_bn", "googlenet"], [32, 224])
+plan = zp.assign(jobs, 3)
+placed = sorted(j for js in plan.values() for j in js)
+if placed != sorted(jobs):
+    errors.append(f"plan {plan} does not hold every job once")
+loads = [sum(zp.expected(j) for j in js) for js in plan.values()]
+if plan[0][0] != ("vgg11_bn", 224) or max(loads) != zp.expected(("vgg11_bn", 224)):
+    errors.append(f"plan {plan}: VGG-11-BN at 224 (the longest) should be alone on the first GPU")
+for e in errors:
+    print("FAIL (zoo_parallel):", e)
+sys.exit(1 if errors else 0)
+PY
+$py "$src/bench/zoo_merge.py" "$w/out3/zoo_results.json" "$w/out2/zoo_results.json" >"$w/m4.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "is in both" "$w/m4.log" ||
+  { cat "$w/m4.log"; echo "FAIL: zoo_merge.py did not read GPUS=2's zoo_results.json as a run (exit $rc)"; exit 1; }
+echo "zoo_parallel: ok"
