@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
+#include <system_error>
+#include <vector>
 
 #include "engine/executor.h"
 #include "engine/gpu_api.h"
@@ -86,12 +88,34 @@ bool load_cifar_sample(Network& net, Dataset& data, const std::string& what) {
   return true;
 }
 
+namespace {
+
+// The folders temp_dir made, removed when the test process ends; only by the process that made
+// them, so that a forked child's exit cannot take its parent's files.
+struct TempDirs {
+  std::vector<std::filesystem::path> made;
+  pid_t owner = getpid();
+  ~TempDirs() {
+    if (getpid() != owner) return;
+    std::error_code ec;
+    for (const auto& p : made) std::filesystem::remove_all(p, ec);
+  }
+};
+
+TempDirs& temp_dirs() {
+  static TempDirs t;
+  return t;
+}
+
+}  // namespace
+
 std::string temp_dir(const std::string& tag) {
   static int counter = 0;
   auto p = std::filesystem::temp_directory_path() /
            ("cnnrun-test-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + tag);
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
+  temp_dirs().made.push_back(p);
   return p.string();
 }
 
