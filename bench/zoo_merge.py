@@ -4,8 +4,10 @@ few networks (BUDGET), so the whole zoo takes several runs; this joins their zoo
 the table one long run would print, in the zoo's order, and says which rows of the zoo are missing.
 
 Refused (exit 2, one line): runs of different cnnrun commits, GPUs (with their drivers) or PyTorch
-versions, since their ratios could not stand in one table; and a row (network, input, precision)
-present in two runs, since which one counts would be a choice the table hides.
+versions, since their ratios could not stand in one table, and runs whose commit is unknown (no
+COMMIT= and a binary that does not name its own), which cannot be shown to be of one commit; and a
+row (network, input, precision) present in two runs, since which one counts would be a choice the
+table hides.
 
   bench/zoo_merge.py RUN1/zoo_results.json RUN2/zoo_results.json ... [--out DIR] [--sizes "32 224"]
 """
@@ -42,6 +44,10 @@ def merge(paths, sizes):
     runs = [(p, load(p)) for p in paths]
     first_path, first = runs[0]
     h0 = first["parts"]
+    for p, d in runs:
+        if len(runs) > 1 and d["parts"]["commit"].startswith("unknown"):
+            raise MergeError(f"{p}: cnnrun commit '{d['parts']['commit']}': runs of unknown commits cannot be "
+                             "shown to be of one commit (rerun with COMMIT= set)")
     for p, d in runs[1:]:
         for what, key in (("cnnrun commit", "commit"), ("device", "device"), ("PyTorch", "torch")):
             if d["parts"][key] != h0[key]:

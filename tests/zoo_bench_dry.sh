@@ -120,6 +120,13 @@ $py "$src/bench/zoo_merge.py" "$w/out/zoo_results.json" "$w/other.json" >"$w/m3.
 rc=$?
 [ $rc -eq 2 ] && grep -q "cnnrun commit 'someother'" "$w/m3.log" ||
   { cat "$w/m3.log"; echo "FAIL: zoo_merge.py merged runs of two commits (exit $rc)"; exit 1; }
+for f in out/zoo_results.json out2/zoo_results.json; do
+  sed 's/ commit \([^;]*\);/ commit unknown (set COMMIT=);/' "$w/$f" >"$w/unknown_${f%%/*}.json"
+done
+$py "$src/bench/zoo_merge.py" "$w/unknown_out.json" "$w/unknown_out2.json" >"$w/m5.log" 2>&1
+rc=$?
+[ $rc -eq 2 ] && grep -q "runs of unknown commits cannot be shown to be of one commit" "$w/m5.log" ||
+  { cat "$w/m5.log"; echo "FAIL: zoo_merge.py merged two runs of unknown commits (exit $rc)"; exit 1; }
 echo "zoo_merge: ok"
 # GPUS=2 (bench/zoo_parallel.py): the jobs spread over two processes at once, one table of all
 # their rows with one header, a zoo_results.json that bench/zoo_merge.py reads like any run's,
