@@ -237,9 +237,10 @@ int64_t images_to_run(const Dataset& data, const RunOptions& opt);
 
 // The GPU pipeline's block and streams: RunOptions::block and ::streams where given (> 0). Left
 // to the executor (0): with the pixels resident on the GPU no copy needs a second stream to hide
-// it, so the whole batch is one block on one stream (the pipeline cuts it to what fits the
-// memory); otherwise blocks near `near_block` images, equal but the last, on `streams` streams,
-// so that each block's copies overlap the others' compute. The block is at most the batch.
+// it, so the whole batch is one block on one stream (cut later where the GPU memory or cuDNN's
+// 2^31-value tensors require); otherwise blocks near `near_block` images, equal but the last, on
+// `streams` streams, so that each block's copies overlap the others' compute. The block is at
+// most the batch.
 struct BlockShape {
   int64_t block = 0;
   int streams = 0;

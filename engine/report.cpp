@@ -184,7 +184,7 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
   if (g.whole_batch)
     out.push_back(
         "gpu: --resident without --block or --streams: the batch as one block on one stream (no "
-        "copies to overlap), cut into blocks only where the memory is short");
+        "copies to overlap), cut into blocks only where GPU memory or cuDNN's tensor size requires");
   out.push_back(std::string("gpu: setup (weights, workspaces, algorithm search, ") +
                 (g.resident ? "upload of the resident pixels" : "page-locking") + ") " +
                 fmt_ms(g.setup_seconds) + ", not in the forward time");
