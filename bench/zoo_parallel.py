@@ -110,7 +110,7 @@ def main():
     def run_gpu(g):
         for k, s in plan[g]:
             tag = f"{k}_{s}" if s is not None else k
-            out = os.path.join(z.work, f"gpu{g}", tag)
+            out = os.path.join(logs, f"gpu{g}", tag)  # the job's table, results and output, with its logs
             left = budget - (time.time() - start)
             if left <= 0:
                 with lock:
