@@ -578,18 +578,29 @@ TEST_CASE("gpu: an image that cannot fit in GPU memory is a clear error" * docte
   }
 }
 
+namespace {
+
+// 2000 images cycled from the data set as one block, on the implicit kernel, whose results do not
+// depend on the block: runs cut into other blocks or streams give the same predictions.
+RunOptions one_block_run(bool want_probs) {
+  RunOptions o;
+  o.batch = 2000;
+  o.cycle = true;
+  o.block = 2000;
+  o.want_probs = want_probs;
+  o.conv_algo = ConvAlgo::kImplicit;
+  return o;
+}
+
+}  // namespace
+
 TEST_CASE("gpu: a pinned_memory cap cuts the block to the page-locked host buffers it allows" *
           doctest::skip(!gpu_present())) {
   Network net = parse_netdef_string(kSmallNet, "small");
   random_weights(net, 17);
   Dataset data = gpu_random_data(net.input, 37, 10, 5);
   auto gpu = make_gpu_executor(net);
-  RunOptions free_run;
-  free_run.batch = 2000;
-  free_run.cycle = true;
-  free_run.block = 2000;
-  free_run.want_probs = true;
-  free_run.conv_algo = ConvAlgo::kImplicit;
+  const RunOptions free_run = one_block_run(true);
   RunResult a = gpu->run(data, free_run);
   REQUIRE(a.gpu);
   CHECK(a.gpu->host_cut_from == 0);
@@ -632,11 +643,7 @@ TEST_CASE("gpu: a gpu_memory cap cuts the block, with the same predictions; too 
     REQUIRE(r.gpu);
     return r.gpu->block_cut_from;
   };
-  RunOptions free_run;
-  free_run.batch = 2000;
-  free_run.cycle = true;
-  free_run.block = 2000;
-  free_run.conv_algo = ConvAlgo::kImplicit;
+  const RunOptions free_run = one_block_run(false);
   RunResult a = gpu->run(data, free_run);
   CHECK(cut_from(a) == 0);
   // About 17 KB per image: 40 MiB less the 32 MiB cuBLASLt workspace holds a few hundred images.
@@ -870,20 +877,12 @@ TEST_CASE("gpu: --resident without --block or --streams runs the batch as one bl
   random_weights(net, 29);
   Dataset data = gpu_random_data(net.input, 37, 10, 11);
   auto gpu = make_gpu_executor(net);
-  RunOptions host;
-  host.batch = 2000;
-  host.cycle = true;
-  host.want_probs = true;
-  host.block = 2000;
+  RunOptions host = one_block_run(true);
   host.streams = 1;
-  host.conv_algo = ConvAlgo::kImplicit;  // the same kernels whatever the block
   const RunResult a = gpu->run(data, host);
-  RunOptions res;
-  res.batch = 2000;
-  res.cycle = true;
-  res.want_probs = true;
+  RunOptions res = one_block_run(true);
+  res.block = 0;  // the executor's choice
   res.resident = true;
-  res.conv_algo = ConvAlgo::kImplicit;
   const RunResult b = gpu->run(data, res);
   REQUIRE(b.gpu);
   CHECK(b.gpu->whole_batch);

@@ -16,6 +16,15 @@ py=/usr/bin/python3
 $py -c 'import torch, torchvision' 2>/dev/null || { echo "skipped: $py has no torch and torchvision"; exit 77; }
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
+# bench/zoo_merge.py on the files after the first two arguments must refuse them (exit 2) with the
+# first argument in its message; the second says what went wrong if it does not.
+expect_refusal() {
+  local what=$1 fail=$2 rc
+  shift 2
+  $py "$src/bench/zoo_merge.py" "$@" >"$w/refused.log" 2>&1
+  rc=$?
+  [ $rc -eq 2 ] && grep -q "$what" "$w/refused.log" || { cat "$w/refused.log"; echo "FAIL: $fail (exit $rc)"; exit 1; }
+}
 if ! DRY=1 CNNRUN="$bin" NETS="lenet5 resnet18" SIZES=32 PRECISIONS="fp32 fp16" PYTHON=$py WORK="$w/work" \
   OUT="$w/out" COMMIT= bash "$src/bench/zoo_bench.sh" >"$w/log" 2>&1; then
   cat "$w/log"
@@ -111,22 +120,15 @@ for e in errors:
     print("FAIL (zoo_merge):", e)
 sys.exit(1 if errors else 0)
 PY
-$py "$src/bench/zoo_merge.py" "$w/out/zoo_results.json" "$w/out/zoo_results.json" >"$w/m2.log" 2>&1
-rc=$?
-[ $rc -eq 2 ] && grep -q "is in both" "$w/m2.log" ||
-  { cat "$w/m2.log"; echo "FAIL: zoo_merge.py took a row from two runs (exit $rc)"; exit 1; }
+expect_refusal "is in both" "zoo_merge.py took a row from two runs" "$w/out/zoo_results.json" "$w/out/zoo_results.json"
 sed 's/ commit \([^;]*\);/ commit someother;/' "$w/out2/zoo_results.json" >"$w/other.json"
-$py "$src/bench/zoo_merge.py" "$w/out/zoo_results.json" "$w/other.json" >"$w/m3.log" 2>&1
-rc=$?
-[ $rc -eq 2 ] && grep -q "cnnrun commit 'someother'" "$w/m3.log" ||
-  { cat "$w/m3.log"; echo "FAIL: zoo_merge.py merged runs of two commits (exit $rc)"; exit 1; }
+expect_refusal "cnnrun commit 'someother'" "zoo_merge.py merged runs of two commits" "$w/out/zoo_results.json" \
+  "$w/other.json"
 for f in out/zoo_results.json out2/zoo_results.json; do
   sed 's/ commit \([^;]*\);/ commit unknown (set COMMIT=);/' "$w/$f" >"$w/unknown_${f%%/*}.json"
 done
-$py "$src/bench/zoo_merge.py" "$w/unknown_out.json" "$w/unknown_out2.json" >"$w/m5.log" 2>&1
-rc=$?
-[ $rc -eq 2 ] && grep -q "runs of unknown commits cannot be shown to be of one commit" "$w/m5.log" ||
-  { cat "$w/m5.log"; echo "FAIL: zoo_merge.py merged two runs of unknown commits (exit $rc)"; exit 1; }
+expect_refusal "runs of unknown commits cannot be shown to be of one commit" \
+  "zoo_merge.py merged two runs of unknown commits" "$w/unknown_out.json" "$w/unknown_out2.json"
 echo "zoo_merge: ok"
 # GPUS=2 (bench/zoo_parallel.py): the jobs spread over two processes at once, one table of all
 # their rows with one header, a zoo_results.json that bench/zoo_merge.py reads like any run's,
@@ -171,8 +173,6 @@ for e in errors:
     print("FAIL (zoo_parallel):", e)
 sys.exit(1 if errors else 0)
 PY
-$py "$src/bench/zoo_merge.py" "$w/out3/zoo_results.json" "$w/out2/zoo_results.json" >"$w/m4.log" 2>&1
-rc=$?
-[ $rc -eq 2 ] && grep -q "is in both" "$w/m4.log" ||
-  { cat "$w/m4.log"; echo "FAIL: zoo_merge.py did not read GPUS=2's zoo_results.json as a run (exit $rc)"; exit 1; }
+expect_refusal "is in both" "zoo_merge.py did not read GPUS=2's zoo_results.json as a run" \
+  "$w/out3/zoo_results.json" "$w/out2/zoo_results.json"
 echo "zoo_parallel: ok"
