@@ -1,10 +1,13 @@
 // The IDX reader. The input is tried as the images file (with a valid labels file of the count
 // its header announces) and as the labels file (with valid 1x1 images of that count), each plain
 // and gzip-compressed, so the gzip path sees the same structures the fuzzer builds. An accepted
-// file gives exactly the header's counts and the payload bytes.
+// file gives exactly the header's counts and the payload bytes of the IDX stream the reader sees:
+// the input's bytes, inflated where they are themselves gzip (the reader tells gzip by its magic,
+// whatever the file's name).
 #include <zlib.h>
 
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "engine/io/dataset.h"
@@ -28,6 +31,24 @@ std::string gzip_file(const std::string& name, const uint8_t* data, size_t size)
       gzclose(g) != Z_OK)
     std::abort();
   return path;
+}
+
+// A file's bytes as zlib's gzread gives them: inflated where they are gzip, as they are if not.
+// On a corrupt stream, the bytes themselves (the reader must then refuse the file, and an
+// accepted one fails the checks against them).
+std::vector<uint8_t> stream_of(const std::string& path, const uint8_t* data, size_t size) {
+  std::vector<uint8_t> out;
+  gzFile g = gzopen(path.c_str(), "rb");
+  if (!g) std::abort();
+  uint8_t buf[1 << 14];
+  int got = 0;
+  while ((got = gzread(g, buf, sizeof buf)) > 0) out.insert(out.end(), buf, buf + got);
+  const bool ok = got == 0 && gzclose_r(g) == Z_OK;
+  if (!ok) {
+    if (got != 0) gzclose_r(g);
+    return std::vector<uint8_t>(data, data + size);
+  }
+  return out;
 }
 
 // Valid companions for a count: n zero labels, and n black 1x1 images.
@@ -83,15 +104,20 @@ void as_labels(const std::string& images, const std::string& path, const uint8_t
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static Companions comp;
-  // The count the header announces, bounded so the companions stay small; a larger claim still
-  // runs against a companion of the wrong count, which must be refused.
-  uint32_t n = size >= 8 ? be32(data + 4) : 1;
-  comp.make(n >= 1 && n <= 65536 ? n : 1);
   const std::string plain = fuzz::scratch().write("input-idx", data, size);
   const std::string gz = gzip_file("input-idx.gz", data, size);
-  for (const std::string& p : {plain, gz}) {
-    as_images(p, comp.labels, data, size);
-    as_labels(comp.images, p, data, size);
+  // What the reader sees: the plain file's bytes (inflated if they are gzip), and the input itself
+  // through the gzip file.
+  const std::vector<uint8_t> plain_stream = stream_of(plain, data, size);
+  const std::vector<uint8_t> raw(data, data + size);
+  for (const auto& [p, st] : {std::pair<const std::string&, const std::vector<uint8_t>&>{plain, plain_stream},
+                              std::pair<const std::string&, const std::vector<uint8_t>&>{gz, raw}}) {
+    // The count the header announces, bounded so the companions stay small; a larger claim still
+    // runs against a companion of the wrong count, which must be refused.
+    const uint32_t n = st.size() >= 8 ? be32(st.data() + 4) : 1;
+    comp.make(n >= 1 && n <= 65536 ? n : 1);
+    as_images(p, comp.labels, st.data(), st.size());
+    as_labels(comp.images, p, st.data(), st.size());
   }
   return 0;
 }
