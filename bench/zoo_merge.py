@@ -41,6 +41,8 @@ def load(path):
 
 
 def merge(paths, sizes):
+    """The merged table: a namespace of text (the Markdown), header (its header line), missing (the
+    zoo's rows no run measured) and runs (each path's loaded zoo_results.json, in order)."""
     runs = [(p, load(p)) for p in paths]
     first_path, first = runs[0]
     h0 = first["parts"]
@@ -110,7 +112,8 @@ def merge(paths, sizes):
     a = types.SimpleNamespace(baseline=any(d.get("args", {}).get("baseline") for _, d in runs),
                               dry=all(d.get("args", {}).get("dry") for _, d in runs),
                               notes_text="\n".join(f"- {x}" for x in notes))
-    return table(a, rows, head), missing
+    return types.SimpleNamespace(text=table(a, rows, head), header=head, missing=missing,
+                                 runs=[d for _, d in runs])
 
 
 def main():
@@ -121,7 +124,7 @@ def main():
     a = ap.parse_args()
     try:
         sizes = [int(s) for s in a.sizes.replace(",", " ").split()]
-        text, _ = merge(a.results, sizes)
+        text = merge(a.results, sizes).text
     except (MergeError, ValueError) as e:
         print(f"zoo_merge: {e}", file=sys.stderr)
         return 2

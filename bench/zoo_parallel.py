@@ -28,7 +28,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from zoo_merge import MergeError, load, merge  # noqa: E402
+from zoo_merge import MergeError, merge  # noqa: E402
 from zoo_table import DEFAULT_NETS, NETS  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -144,7 +144,7 @@ def main():
         print("zoo_parallel: no job left results" + (": " + "; ".join(failed) if failed else ""), file=sys.stderr)
         return 1
     try:
-        text, _ = merge(paths, sizes)
+        merged = merge(paths, sizes)
     except MergeError as e:
         print(f"zoo_parallel: {e}", file=sys.stderr)
         return 2
@@ -157,21 +157,16 @@ def main():
                 f"after the other; the GPUs' runs shared the host's CPUs. Whole run {time.time() - start:.0f} s.")
     if failed:
         note += "\n- Jobs that failed or were skipped: " + "; ".join(failed) + "."
-    text = text.rstrip("\n") + "\n" + note
+    text = merged.text.rstrip("\n") + "\n" + note
     print("\n" + text)
-    runs = [load(p) for p in paths]
     if z.out:
         os.makedirs(z.out, exist_ok=True)
         with open(os.path.join(z.out, "zoo_table.md"), "w") as f:
             f.write(text + "\n")
-        first = runs[0]
-        dates = sorted(r["parts"]["date"] for r in runs)
-        header = first["header"].replace(first["parts"]["date"], f"{dates[0]} to {dates[-1]}", 1) \
-            if dates[0] != dates[-1] else first["header"]
         with open(os.path.join(z.out, "zoo_results.json"), "w") as f:
-            json.dump({"header": header, "args": dict(first.get("args", {}), nets=" ".join(nets),
-                                                       sizes=" ".join(map(str, sizes)), gpus=ids),
-                       "results": [r for run in runs for r in run["results"]]}, f, indent=1, default=str)
+            json.dump({"header": merged.header, "args": dict(merged.runs[0].get("args", {}), nets=" ".join(nets),
+                                                              sizes=" ".join(map(str, sizes)), gpus=ids),
+                       "results": [r for run in merged.runs for r in run["results"]]}, f, indent=1, default=str)
     return 1 if failed else 0
 
 
