@@ -6,8 +6,9 @@
 # and images, made on the spot from fixed seeds. Nothing is built here; bench/zoo_bench.py does the
 # work and says in its docstring what is timed and how.
 #
-#   bench/zoo_bench.sh                                  # everything, about 30 minutes on an H100
-#   GPUS=4 bench/zoo_bench.sh                           # the same on 4 GPUs of one host, about 7 minutes
+#   bench/zoo_bench.sh                                  # everything, about 28 minutes on an H100
+#   GPUS=4 bench/zoo_bench.sh                           # the same on 4 GPUs of one host: planned at
+#                                                       # about 7 minutes from one H100's job times
 #   NETS="resnet18 vgg11_bn" SIZES=224 PRECISIONS="fp32 fp16" bench/zoo_bench.sh
 #   DRY=1 bench/zoo_bench.sh                            # the CPU dry run, no GPU needed
 #
