@@ -172,6 +172,12 @@ struct GpuRunFacts {
   enum class Pixels { kResident, kRegistered, kStaged, kPinned } pixels = Pixels::kPinned;
   double setup_seconds = 0;  // weights, workspaces, search, page-locking: not in the forward time
   double preprocess_seconds = 0, argmax_seconds = 0, h2d_seconds = 0, d2h_seconds = 0;
+  // The first conv read the uint8 pixels itself (its layer's name): no preprocess pass ran
+  // (preprocess_seconds is then the interval between two events with nothing between).
+  std::string input_fused_into;
+  // Where auto's search timed the stem reading the bytes against reading the floats: which it
+  // reads and the two times ("" none).
+  std::string stem_input;
   double layer_sum_seconds = 0;  // the per-layer times summed
   double busy_seconds = 0;       // the GPU busy with compute (union of the blocks' intervals)
   double wall_seconds = 0;       // this run's forward time (the report's may be a median of runs)

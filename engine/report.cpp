@@ -193,9 +193,13 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
     out.push_back("gpu: cuDNN workspace " + bytes_str(g.cudnn_workspace_bytes) +
                   " per stream (what the chosen algorithms need; the search had " +
                   bytes_str(g.cudnn_search_workspace_bytes) + " on one stream)");
-  out.push_back("gpu: preprocess " + fmt_ms(g.preprocess_seconds) + ", argmax+accuracy " +
-                fmt_ms(g.argmax_seconds) + (g.resident ? ", D2D pixels " : ", H2D ") + fmt_ms(g.h2d_seconds) +
-                ", D2H " + fmt_ms(g.d2h_seconds) + " (event intervals summed over blocks)");
+  if (!g.stem_input.empty()) out.push_back("gpu: " + g.stem_input);
+  out.push_back(
+      "gpu: preprocess " +
+      (g.input_fused_into.empty() ? fmt_ms(g.preprocess_seconds)
+                                  : "fused into " + g.input_fused_into + " (it reads the uint8 pixels)") +
+      ", argmax+accuracy " + fmt_ms(g.argmax_seconds) + (g.resident ? ", D2D pixels " : ", H2D ") +
+      fmt_ms(g.h2d_seconds) + ", D2H " + fmt_ms(g.d2h_seconds) + " (event intervals summed over blocks)");
   out.push_back("gpu: per-layer times sum to " + fmt_ms(g.layer_sum_seconds) + "; GPU busy with compute " +
                 fmt_ms(g.busy_seconds) + " of the " + fmt_ms(g.wall_seconds) +
                 " wall (with several streams, layers of different blocks overlap, so the sum can exceed "

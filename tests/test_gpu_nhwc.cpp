@@ -8,6 +8,7 @@
 // what it cannot run. GPU cases skip without a GPU.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -518,6 +519,7 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
       o.block = 16;
       o.precision = p;
       o.layout = Layout::kNhwc;
+      o.tuning.exact_pixels = false;  // FP32 storage: the float path (the bytes': the test below)
       const RunResult r = gpu->run(data, o);
       bool saw = false;
       for (const LayerTime& t : r.layers)
@@ -553,6 +555,140 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
   o.precision = Precision::kFp16;
   CHECK_THROWS_WITH_AS(gpu->run(gpu_random_data(wide.input, 4, 10, 1), o),
                        doctest::Contains("input channels (8) are not 1 to 4"), Error);
+}
+
+// The stem reading the uint8 pixels (launch_conv_stem_bytes: FP32 storage, the first conv, its
+// preprocessing folded into offsets, two-part FP16 weights and a table of its border sums): under
+// mean/std normalisations whose offsets are not whole bytes (the table's residual terms differ
+// at every border), one channel to four, a dilated window wider than the image's edge, a fused
+// 2x2/2 pool, ResNet's 3x3/2 pool as its own pass, odd sizes. At tf32 and fp32: the report names
+// it, no preprocess pass runs (the first conv fused the input), the layers match the CPU
+// reference at FP32's tolerance (also at tf32: its products are exact), a fused pool gives the
+// bits of the pool run as its own pass, and the float path (--gpu-off exact) gives the same
+// predictions within FP32 rounding. At fp16 the stem reads its 16-bit input as before.
+TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, border table, vs reference" *
+          doctest::skip(!gpu_present())) {
+  struct Case {
+    int channels, h, w, filters, kernel, stride, pad, dilation;
+    const char* pre;   // the preprocess line
+    const char* rest;  // the layers after the stem's
+    bool pooled;
+  };
+  const char* const head =
+      "  - {name: a, type: relu}\n  - {name: gap, type: avgpool, global: true}\n  - {name: fc, type: fc, "
+      "outputs: 10}\n";
+  const char* const resnet =
+      "  - {name: a, type: relu}\n  - {name: mp, type: maxpool, size: 3, stride: 2, pad: 1}\n"
+      "  - {name: gap, type: avgpool, global: true}\n  - {name: fc, type: fc, outputs: 10}\n";
+  const Case cases[] = {
+      {3, 37, 29, 64, 7, 2, 3, 1, "{mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}", head, false},
+      {3, 45, 38, 64, 7, 2, 3, 1, "{mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}", resnet, false},
+      {1, 21, 26, 16, 5, 1, 4, 2, "{mean: [0.3], std: [0.7]}", head, false},
+      {4, 19, 23, 32, 3, 1, 1, 1, "{mean: [0.1, 0.9, 0.5, 0.25], std: [0.5, 0.25, 2, 1]}", head, false},
+      {3, 19, 21, 32, 3, 1, 1, 1, "{mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}",
+       "  - {name: a, type: relu}\n  - {name: mp, type: maxpool, size: 2, stride: 2}\n"
+       "  - {name: gap, type: avgpool, global: true}\n  - {name: fc, type: fc, outputs: 10}\n",
+       true},
+      {3, 224, 224, 64, 7, 2, 3, 1, "{mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}", head, false},
+  };
+  for (const Case& k : cases) {
+    std::string text =
+        stem_netdef("bytes", k.channels, k.h, k.w, k.filters, k.kernel, k.stride, k.pad, k.dilation, k.rest);
+    const size_t at = text.find("classes:");
+    text.insert(at, "preprocess: " + std::string(k.pre) + "\n");
+    Network net = parse_netdef_string(text, "bytes.yaml");
+    random_weights(net, 17);
+    const int64_t n = k.h == 224 ? 5 : 37;
+    Dataset data = gpu_random_data(net.input, n, 10, 23);
+    auto gpu = make_gpu_executor(net);
+    auto cpu = make_cpu_executor(net);
+    const std::string epi = std::string("bias+relu") + (k.pooled ? "+maxpool" : "") + " epilogue, ";
+    for (Precision p : {Precision::kTf32, Precision::kFp32}) {
+      INFO(text << " at " << std::string(precision_name(p)));
+      RunOptions o;
+      o.batch = n;
+      o.block = 16;
+      o.precision = p;
+      o.layout = Layout::kNhwc;
+      o.want_probs = true;
+      const RunResult r = gpu->run(data, o);
+      std::string s_algo;
+      for (const LayerTime& t : r.layers)
+        if (t.name == "s") s_algo = t.algo;
+      CHECK(s_algo ==
+            "stem(FP16 tensor cores on exact pixels, 2-part weights, uint8 input, " + epi + "fp32 NHWC)");
+      REQUIRE(r.gpu);
+      CHECK(r.gpu->input_fused_into == "s");
+      const Validation v = validate(*gpu, *cpu, net, data, n, o);
+      CHECK(v.pass);
+      // The stem's own layer (its activation's or pool's, which it computed) at FP32 accuracy, also
+      // at tf32 (its products are exact; TF32's would be about 1e-3 off).
+      bool seen = false;
+      for (const LayerCheck& c : v.layers)
+        if (c.name == (k.pooled ? "mp" : "a")) {
+          seen = true;
+          MESSAGE("stem bytes " << std::string(precision_name(p)) << ": " << c.name << " max rel error "
+                                << c.max_rel);
+          CHECK(c.max_rel < 1e-5);
+        }
+      CHECK(seen);
+      if (k.pooled) {
+        RunOptions apart = o;
+        apart.tuning.fuse_pool = false;
+        const RunResult r3 = gpu->run(data, apart);
+        REQUIRE(r3.probs.size() == r.probs.size());
+        CHECK(std::equal(r.probs.begin(), r.probs.end(), r3.probs.begin()));
+      }
+      RunOptions floats = o;
+      floats.tuning.exact_pixels = false;
+      const RunResult r2 = gpu->run(data, floats);
+      for (const LayerTime& t : r2.layers)
+        if (t.name == "s") CHECK(t.algo == stem_tag(p) + "tensor cores, " + epi + "fp32 NHWC)");
+      REQUIRE(r2.gpu);
+      CHECK(r2.gpu->input_fused_into.empty());
+      REQUIRE(r.probs.size() == r2.probs.size());
+      double most = 0;
+      for (size_t i = 0; i < r.probs.size(); ++i)
+        most = std::max(most, static_cast<double>(std::fabs(r.probs[i] - r2.probs[i])));
+      CHECK(most < (p == Precision::kFp32 ? 1e-5 : 1e-2));
+    }
+    RunOptions o;
+    o.batch = n;
+    o.block = 16;
+    o.precision = Precision::kFp16;
+    o.layout = Layout::kNhwc;
+    for (const LayerTime& t : gpu->run(data, o).layers)
+      if (t.name == "s") CHECK(t.algo.find("uint8 input") == std::string::npos);
+  }
+  // Left to auto, the search times the stem on the bytes and on the floats plus the preprocess
+  // pass, keeps the faster (the report says which and both times) and the run validates.
+  std::string text = stem_netdef("auto", 3, 45, 38, 64, 7, 2, 3, 1, head);
+  text.replace(text.find(", algo: stem"), 12, "");
+  text.insert(text.find("classes:"),
+              "preprocess: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n");
+  Network net = parse_netdef_string(text, "auto.yaml");
+  random_weights(net, 5);
+  Dataset data = gpu_random_data(net.input, 64, 10, 2);
+  auto gpu = make_gpu_executor(net);
+  auto cpu = make_cpu_executor(net);
+  RunOptions o;
+  o.batch = 64;
+  o.precision = Precision::kFp32;
+  o.layout = Layout::kNhwc;
+  const RunResult r = gpu->run(data, o);
+  REQUIRE(r.gpu);
+  INFO(r.gpu->stem_input);
+  const bool bytes = r.gpu->stem_input.find("s's stem reads the uint8 pixels: ") == 0;
+  CHECK((bytes || r.gpu->stem_input.find("s's stem reads the floats after the preprocess pass: ") == 0));
+  double picked = 0, other = 0;
+  REQUIRE(std::sscanf(r.gpu->stem_input.c_str() + r.gpu->stem_input.find(": ") + 2, "%lf ms against %lf ms",
+                      &picked, &other) == 2);
+  CHECK(picked <= other);
+  for (const LayerTime& t : r.layers)
+    if (t.name == "s" && t.algo.find("stem(") == 0)
+      CHECK((t.algo.find("uint8 input") != std::string::npos) == bytes);
+  CHECK(r.gpu->input_fused_into == (bytes && r.layers[0].algo.find("stem(") == 0 ? "s" : ""));
+  CHECK(validate(*gpu, *cpu, net, data, 64, o).pass);
 }
 
 // The stem kernel with the max-pool after its activation in its epilogue where the pool's
@@ -601,6 +737,7 @@ TEST_CASE("gpu: the stem kernel computes the max-pool after it, as the separate 
       o.precision = p;
       o.layout = Layout::kNhwc;
       o.want_probs = true;
+      o.tuning.exact_pixels = false;  // FP32 storage: the float path (the bytes': the test above)
       const RunResult r = gpu->run(data, o);
       std::string s_algo, mp_algo;
       for (const LayerTime& t : r.layers) {

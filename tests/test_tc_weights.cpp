@@ -10,9 +10,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "engine/gpu/conv2d_implicit.h"
+#include "engine/gpu/conv2d_stem.h"
 #include "tests/test_util.h"
 
 using namespace cnnrun;
@@ -181,6 +183,111 @@ TEST_CASE("3xTF32 weights: the last n-tile's spare columns carry its low parts (
           }
         }
   }
+}
+
+namespace {
+
+// The stem's reading-bytes decomposition (StemBytesWeights) evaluated on the host, in double:
+// 2^-e * sum over the in-image taps of (byte - o) * (high + low) + table, against the convolution
+// of byte * scale + shift (FP32, as the preprocess pass computes it) with the FP32 weights.
+// Returns the largest difference relative to the largest output.
+double stem_bytes_error(const ConvParams& p, const std::vector<float>& scale, const std::vector<float>& shift,
+                        uint32_t seed, StemBytesWeights* got) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  const int64_t taps = p.kernel_h * p.kernel_w;
+  std::vector<float> w(static_cast<size_t>(p.filters * p.in_c * taps)), bias(static_cast<size_t>(p.filters));
+  // Filters of very different sizes, so that each gets its own scale.
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = u(rng) * std::ldexp(1.f, -static_cast<int>(i / static_cast<size_t>(p.in_c * taps)) % 7);
+  for (float& b : bias) b = u(rng);
+  std::vector<uint8_t> x(static_cast<size_t>(p.in_c * p.in_h * p.in_w));
+  for (uint8_t& v : x) v = static_cast<uint8_t>(rng() & 255u);
+  REQUIRE(stem_bytes_weights(p, w.data(), bias.data(), scale, shift, got) == "");
+  const StemBytesWeights& b = *got;
+  double big = 0, worst = 0;
+  for (int64_t f = 0; f < p.filters; ++f)
+    for (int64_t oy = 0; oy < p.out_h; ++oy)
+      for (int64_t ox = 0; ox < p.out_w; ++ox) {
+        double want = bias[static_cast<size_t>(f)], acc = 0;
+        for (int64_t c = 0; c < p.in_c; ++c)
+          for (int64_t r = 0; r < p.kernel_h; ++r)
+            for (int64_t q = 0; q < p.kernel_w; ++q) {
+              const int64_t iy = oy * p.stride_h - p.pad_h + r * p.dilation_h;
+              const int64_t ix = ox * p.stride_w - p.pad_w + q * p.dilation_w;
+              if (iy < 0 || iy >= p.in_h || ix < 0 || ix >= p.in_w) continue;
+              const uint8_t byte = x[static_cast<size_t>((c * p.in_h + iy) * p.in_w + ix)];
+              const float xv =
+                  static_cast<float>(byte) * scale[static_cast<size_t>(c)] + shift[static_cast<size_t>(c)];
+              want += static_cast<double>(xv) *
+                      w[static_cast<size_t>((f * p.in_c + c) * taps + r * p.kernel_w + q)];
+              const size_t at = static_cast<size_t>(f * taps * p.in_c + (r * p.kernel_w + q) * p.in_c + c);
+              acc += (byte - b.offset[static_cast<size_t>(c)]) *
+                     (half_value(b.w_hi[at]) + half_value(b.w_lo[at]));
+            }
+        const double got_v =
+            acc * b.out_scale[static_cast<size_t>(f)] +
+            b.table[static_cast<size_t>((b.row_class[static_cast<size_t>(oy)] * b.col_classes +
+                                         b.col_class[static_cast<size_t>(ox)]) *
+                                            p.filters +
+                                        f)];
+        big = std::max(big, std::fabs(want));
+        worst = std::max(worst, std::fabs(got_v - want));
+      }
+  return worst / big;
+}
+
+}  // namespace
+
+TEST_CASE("stem reading bytes: the offsets, FP16 weight parts and border table give the float convolution") {
+  // ResNet's stem on a 20x18 image: 7x7, stride 2, padding 3, ImageNet's mean and std.
+  ConvParams p;
+  p.in_c = 3, p.in_h = 20, p.in_w = 18, p.filters = 16, p.kernel_h = p.kernel_w = 7;
+  p.stride_h = p.stride_w = 2, p.pad_h = p.pad_w = 3;
+  p.out_h = 10, p.out_w = 9;
+  const std::vector<float> mean{0.485f, 0.456f, 0.406f}, sd{0.229f, 0.224f, 0.225f};
+  std::vector<float> scale, shift;
+  for (int c = 0; c < 3; ++c) scale.push_back(1 / (255 * sd[c])), shift.push_back(-mean[c] / sd[c]);
+  StemBytesWeights b;
+  CHECK(stem_bytes_error(p, scale, shift, 1, &b) < 2e-7);
+  CHECK(b.offset == std::vector<int>{124, 116, 104});  // 255 * mean, rounded
+  // Rows: 0 and 1 lose window rows at the top, 9 at the bottom (its window reaches row 21);
+  // columns: 0 and 1 at the left, 8 at the right (column 19).
+  CHECK(b.row_classes == 4);
+  CHECK(b.col_classes == 4);
+  CHECK(b.row_class[2] == b.row_class[8]);
+  CHECK(b.row_class[0] != b.row_class[1]);
+  CHECK(b.col_class[8] != b.col_class[7]);
+  // Each filter's largest high part in [2^14, 2^15]; the low parts far smaller.
+  for (int64_t f = 0; f < p.filters; ++f) {
+    double hi = 0, lo = 0;
+    for (int64_t k = 0; k < 49 * 3; ++k) {
+      hi = std::max(hi, std::fabs(half_value(b.w_hi[static_cast<size_t>(f * 147 + k)])));
+      lo = std::max(lo, std::fabs(half_value(b.w_lo[static_cast<size_t>(f * 147 + k)])));
+    }
+    CHECK(hi >= 16384);
+    CHECK(hi <= 32768);
+    CHECK(lo <= 16);
+  }
+  // An offset at the end of the byte range (shift 1: o would be -255): the table carries a
+  // residual of 1 a channel, which only the border classes tell apart.
+  CHECK(stem_bytes_error(p, {1 / 255.f, 1 / 255.f, 1 / 255.f}, {1.f, -0.5f, 0.f}, 2, &b) < 2e-7);
+  CHECK(b.offset == std::vector<int>{0, 127, 0});  // 1/255.f is above 1/255: 127.49998
+  // One channel, 3x3 dilated by 2, stride 1, padding 1 (windows reaching past both sides).
+  ConvParams q;
+  q.in_c = 1, q.in_h = q.in_w = 9, q.filters = 8, q.kernel_h = q.kernel_w = 3, q.pad_h = q.pad_w = 1;
+  q.dilation_h = q.dilation_w = 2, q.out_h = q.out_w = 7;
+  CHECK(stem_bytes_error(q, {0.0123f}, {-1.7f}, 3, &b) < 2e-7);
+  // What the kernel cannot read: five channels, filters not a multiple of 8; non-finite scales.
+  ConvParams r = p;
+  r.in_c = 5;
+  CHECK(stem_bytes_weights(r, nullptr, nullptr, {}, {}, &b) != "");
+  r = p;
+  r.filters = 12;
+  CHECK(stem_bytes_weights(r, nullptr, nullptr, {}, {}, &b) != "");
+  std::vector<float> w(16 * 147, 1.f);
+  CHECK(stem_bytes_weights(p, w.data(), nullptr, {1.f, NAN, 1.f}, {0.f, 0.f, 0.f}, &b) != "");
+  CHECK(stem_bytes_weights(p, w.data(), nullptr, {1.f, 1.f}, {0.f, 0.f}, &b) != "");
 }
 
 #endif  // CNNRUN_HAVE_GPU

@@ -2,8 +2,11 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "engine/core/error.h"
 #include "engine/gpu/activation.cuh"
@@ -423,6 +426,202 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// The reading-bytes stem (StemBytesWeights): the 16-bit kernel's GEMM on the staged byte - o[c]
+// (FP16, exact), against the high and the low part of the scaled weights (two ldmatrix, four
+// products of each per two filter tiles), the low part's products first. FP32 outputs go from the
+// accumulators straight to memory (a quad of lanes writes 32 contiguous bytes of a pixel: whole
+// sectors), so shared memory holds only the weights, the tables and the patch, and three blocks
+// fit an SM; with a pool the outputs are staged in place of the patch as the other kernels' are.
+size_t smem_bytes_u8(const Geom& g, int nt) {
+  const size_t patch = static_cast<size_t>(g.patch) * 2;
+  const size_t out = g.pooled ? static_cast<size_t>(kTileH * kTileW * out_stride(nt, 4)) * 4 : 0;
+  return static_cast<size_t>(2 * nt * 8 * g.ks) * 2 + static_cast<size_t>(g.kp / 2) * 4 +
+         static_cast<size_t>(2 * nt * 8 + 4) * 4 + std::max(out, patch);
+}
+
+template <int NT>
+__global__ void __launch_bounds__(kThreads, 3)
+    stem_bytes_kernel(const uint8_t* __restrict__ x, StemBytesDevice a, float* __restrict__ y, Geom g,
+                      ActFn act) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int NB = NT * 8;
+  uint16_t* wh = reinterpret_cast<uint16_t*>(smem);        // [NB][ks]: high parts
+  uint16_t* wl = wh + NB * g.ks;                           // [NB][ks]: low parts
+  int* koff = reinterpret_cast<int*>(wl + NB * g.ks);      // [kp / 2]: a pair of taps' offset
+  float* osc = reinterpret_cast<float*>(koff + g.kp / 2);  // [NB]: the accumulators' scale
+  float* tmid = osc + NB;                         // [NB]: the table's values for the middle output's classes
+  int* offs = reinterpret_cast<int*>(tmid + NB);  // [4]: o[c]
+  float* out = reinterpret_cast<float*>(offs + 4);     // pooled: [tile pixels][OS], after the products ...
+  uint32_t* patch = reinterpret_cast<uint32_t*>(out);  // ... [patch / 2], before them
+  const int f0 = blockIdx.y * NB;
+  for (int i = threadIdx.x; i < NB * g.kp; i += kThreads) {
+    const int nn = i / g.kp, k = i - nn * g.kp, f = f0 + nn, rs = k / g.cp, ch = k - rs * g.cp;
+    const bool in = f < g.filters && k < g.k && ch < g.c;
+    const int64_t src = static_cast<int64_t>(f) * g.kc + rs * g.c + ch;
+    wh[nn * g.ks + k] = in ? a.w_hi[src] : uint16_t{0};
+    wl[nn * g.ks + k] = in ? a.w_lo[src] : uint16_t{0};
+  }
+  for (int p = threadIdx.x; p < g.kp / 2; p += kThreads) {
+    int off = -1;
+    if (2 * p < g.k) {
+      const int ch = 2 * p % g.cp, rs = 2 * p / g.cp, r = rs / g.kw, q = rs - r * g.kw;
+      off = (r * g.dh * g.patch_w + q * g.dw) * g.cp + ch;
+    }
+    koff[p] = off;
+  }
+  // Every output whose row and column classes are the middle output's (most of them) takes the
+  // table's value from shared memory; the others read their row of the table.
+  const int rmid = a.row_class[g.out_h / 2], cmid = a.col_class[g.out_w / 2];
+  for (int i = threadIdx.x; i < NB; i += kThreads) {
+    const int f = f0 + i;
+    osc[i] = f < g.filters ? a.out_scale[f] : 0.f;
+    tmid[i] = f < g.filters ? a.table[(rmid * a.col_classes + cmid) * g.filters + f] : 0.f;
+  }
+  if (threadIdx.x == 0)  // (constant indices: the parameters stay out of local memory)
+    offs[0] = a.offset[0], offs[1] = a.offset[1], offs[2] = a.offset[2], offs[3] = a.offset[3];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  const uint32_t b_row = static_cast<uint32_t>(
+      __cvta_generic_to_shared(wh + ((lane >> 4) * 8 + (lane & 7)) * g.ks + ((lane >> 3) & 1) * 8));
+  const uint32_t lo_bytes = static_cast<uint32_t>(NB * g.ks * 2);
+  int base[2][2];
+  pixel_bases(base, g, warp, gr);
+  const int64_t plane = static_cast<int64_t>(g.in_h) * g.in_w;
+  const int hp = g.cp / 2, pairs = g.patch_w * hp, items = g.patch_h * pairs;
+
+  for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
+    const TileOrigin o = tile_origin(g, t);
+    const uint8_t* xi = x + static_cast<int64_t>(o.img) * g.c * plane;
+    __syncthreads();  // the previous tile's reads of the patch (and staged outputs) are done
+    // The patch's pairs of a pixel's channels, byte - o[c] as FP16 (zeros outside the image and
+    // for the padding channels), eight a thread at a time: their loads all issued before the first
+    // is used (the bytes of three planes, mostly from L2), then converted and stored.
+    for (int i0 = 0; i0 < items; i0 += 8 * kThreads) {
+      uint32_t raw[8];  // two 16-bit fields: a byte, or 256 for a zero
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int i = i0 + u * kThreads + static_cast<int>(threadIdx.x);
+        uint32_t b0 = 256, b1 = 256;
+        if (i < items) {
+          const int py = i / pairs, j = i - py * pairs;
+          const int px = hp == 2 ? j >> 1 : j, ch = (j & (hp - 1)) * 2, iy = o.iy0 + py, ix = o.ix0 + px;
+          if (iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w) {
+            const uint8_t* src = xi + static_cast<int64_t>(iy) * g.in_w + ix + ch * plane;
+            if (ch < g.c) b0 = src[0];
+            if (ch + 1 < g.c) b1 = src[plane];
+          }
+        }
+        raw[u] = b0 | (b1 << 16);
+      }
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        const int i = i0 + u * kThreads + static_cast<int>(threadIdx.x);
+        if (i >= items) break;
+        const int ch = ((i % pairs) & (hp - 1)) * 2;
+        const uint32_t b0 = raw[u] & 0xffffu, b1 = raw[u] >> 16;
+        const float v0 = b0 > 255 ? 0.f : static_cast<float>(static_cast<int>(b0) - offs[ch]);
+        const float v1 = b1 > 255 ? 0.f : static_cast<float>(static_cast<int>(b1) - offs[ch + 1]);
+        patch[i] = pack(__half_as_ushort(__float2half_rn(v0)), __half_as_ushort(__float2half_rn(v1)));
+      }
+    }
+    __syncthreads();
+
+    float acc[2][NT][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
+    for (int kb = 0; kb < g.kp; kb += 16) {
+      const int p0 = koff[kb / 2 + tq], p1 = koff[kb / 2 + 4 + tq];
+      auto at = [&](int r, int p) { return p < 0 ? 0u : patch[(r + p) >> 1]; };
+      uint32_t af[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const int r0 = base[mt][0], r1 = base[mt][1];
+        af[mt][0] = at(r0, p0);
+        af[mt][1] = at(r1, p0);
+        af[mt][2] = at(r0, p1);
+        af[mt][3] = at(r1, p1);
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; nt += 2) {
+        const uint32_t addr = b_row + static_cast<uint32_t>((nt * 8 * g.ks + kb) * 2);
+        uint32_t bh[4], bl[4];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(bl[0]), "=r"(bl[1]), "=r"(bl[2]), "=r"(bl[3])
+                     : "r"(addr + lo_bytes));
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(bh[0]), "=r"(bh[1]), "=r"(bh[2]), "=r"(bh[3])
+                     : "r"(addr));
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          implicit::mma_16<implicit::kTcFp16>(acc[mt][nt], af[mt], bl[0], bl[1]);
+          implicit::mma_16<implicit::kTcFp16>(acc[mt][nt + 1], af[mt], bl[2], bl[3]);
+        }
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          implicit::mma_16<implicit::kTcFp16>(acc[mt][nt], af[mt], bh[0], bh[1]);
+          implicit::mma_16<implicit::kTcFp16>(acc[mt][nt + 1], af[mt], bh[2], bh[3]);
+        }
+      }
+    }
+    // Scaled back, plus the bias and the r[c] sum of the output's classes.
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int m = warp * 32 + mt * 16 + h * 8 + gr, oy = o.oy0 + m / kTileW, ox = o.ox0 + m % kTileW;
+        const float* row = tmid;
+        int fr = 0;  // the row's first filter
+        if (oy < g.out_h && ox < g.out_w) {
+          const int rc = a.row_class[oy], cc = a.col_class[ox];
+          if (rc != rmid || cc != cmid)
+            row = a.table + static_cast<int64_t>(rc * a.col_classes + cc) * g.filters, fr = f0;
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int i = nt * 8 + tq * 2 + j;
+            const float tv = f0 + i < g.filters ? row[fr + i] : 0.f;
+            acc[mt][nt][h * 2 + j] = fmaf(acc[mt][nt][h * 2 + j], osc[i], tv);
+          }
+      }
+    if (g.pooled) {
+      float zero[NT][2];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) zero[nt][0] = zero[nt][1] = 0.f;
+      __syncthreads();  // every warp's reads of the patch are done: the outputs take its place
+      write_tile<float, NT>(acc, zero, out, y, g, act, o.img, o.oy0, o.ox0, o.py0, o.px0, f0);
+      continue;
+    }
+    auto store = [&](auto fn) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int m = warp * 32 + mt * 16 + h * 8 + gr, oy = o.oy0 + m / kTileW, ox = o.ox0 + m % kTileW;
+          if (oy >= g.out_h || ox >= g.out_w) continue;
+          float* dst =
+              y + ((static_cast<int64_t>(o.img) * g.out_h + oy) * g.out_w + ox) * g.filters + f0 + tq * 2;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            if (f0 + nt * 8 < g.filters)
+              *reinterpret_cast<float2*>(dst + nt * 8) =
+                  make_float2(fn(acc[mt][nt][h * 2]), fn(acc[mt][nt][h * 2 + 1]));
+        }
+    };
+    if (act.kind == Act::kRelu)
+      store([](float v) { return fmaxf(v, 0.f); });
+    else if (act.kind == Act::kIdentity)
+      store([](float v) { return v; });
+    else
+      store([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<float>(kind, slope, v); });
+  }
+}
+
 // `kernel` (stem_kernel, or stem_f32_kernel) with NT 8-filter tiles a block: X the type its input
 // and weights are read as, Y its output's.
 template <typename X, typename Y, int NT, typename K>
@@ -461,7 +660,135 @@ std::string shape_cannot_run(const ConvParams& p, int es) {
 
 int bytes_of(Precision prec) { return storage_bytes(storage_of(prec)); }
 
+// The reading-bytes stem's conditions: the 16-bit kernel's taps, its own shared memory.
+std::string bytes_cannot_run(const ConvParams& p) {
+  if (p.groups != 1) return "groups (" + std::to_string(p.groups) + ") > 1";
+  if (p.in_c < 1 || p.in_c > 4) return "input channels (" + std::to_string(p.in_c) + ") are not 1 to 4";
+  if (p.filters % 8 != 0) return "filters (" + std::to_string(p.filters) + ") are not a multiple of 8";
+  const Geom g = geom(p, 1, 2);
+  if (g.kp > kMaxTaps)
+    return "kernel " + std::to_string(p.kernel_h) + "x" + std::to_string(p.kernel_w) + " x " +
+           std::to_string(p.in_c) + " channels is over " + std::to_string(kMaxTaps) + " taps";
+  if (smem_bytes_u8(g, n_tiles(g)) > kMaxSmem)
+    return "the input under a tile of " + std::to_string(kTileH) + "x" + std::to_string(kTileW) +
+           " outputs (stride and dilation) is over its shared memory";
+  return "";
+}
+
+// Each output row's (column's) in-image window rows (columns) as a class: the first and the last
+// window row whose input row is inside the image (an empty range: first > last); classes
+// numbered in order of first appearance.
+int classes(int64_t out, int64_t in, int64_t k, int64_t stride, int64_t pad, int64_t dil,
+            std::vector<int>* cls, std::vector<std::pair<int, int>>* ranges) {
+  cls->assign(static_cast<size_t>(out), 0);
+  ranges->clear();
+  for (int64_t o = 0; o < out; ++o) {
+    int lo = static_cast<int>(k), hi = -1;
+    for (int64_t r = 0; r < k; ++r) {
+      const int64_t i = o * stride - pad + r * dil;
+      if (i >= 0 && i < in) lo = std::min(lo, static_cast<int>(r)), hi = std::max(hi, static_cast<int>(r));
+    }
+    const auto it = std::find(ranges->begin(), ranges->end(), std::make_pair(lo, hi));
+    (*cls)[static_cast<size_t>(o)] = static_cast<int>(it - ranges->begin());
+    if (it == ranges->end()) ranges->emplace_back(lo, hi);
+  }
+  return static_cast<int>(ranges->size());
+}
+
 }  // namespace
+
+std::string stem_bytes_weights(const ConvParams& p, const float* weight, const float* bias,
+                               const std::vector<float>& scale, const std::vector<float>& shift,
+                               StemBytesWeights* out) {
+  if (std::string why = bytes_cannot_run(p); !why.empty()) return why;
+  if (static_cast<int64_t>(scale.size()) != p.in_c || static_cast<int64_t>(shift.size()) != p.in_c)
+    return "the preprocessing has " + std::to_string(scale.size()) + " scales for " + std::to_string(p.in_c) +
+           " input channels";
+  StemBytesWeights b;
+  std::vector<double> r(static_cast<size_t>(p.in_c));
+  for (int64_t c = 0; c < p.in_c; ++c) {
+    const double sc = scale[static_cast<size_t>(c)], sh = shift[static_cast<size_t>(c)];
+    if (!std::isfinite(sc) || !std::isfinite(sh)) return "the preprocessing is not finite";
+    const double o = sc == 0 ? 0.0 : std::min(255.0, std::max(0.0, std::nearbyint(-sh / sc)));
+    b.offset.push_back(static_cast<int>(o));
+    r[static_cast<size_t>(c)] = sc * o + sh;
+  }
+  const int64_t taps = p.kernel_h * p.kernel_w, kc = taps * p.in_c;
+  auto w = [&](int64_t f, int64_t c, int64_t t) {
+    return static_cast<double>(weight[(f * p.in_c + c) * taps + t]);
+  };
+  b.w_hi.resize(static_cast<size_t>(p.filters * kc));
+  b.w_lo.resize(b.w_hi.size());
+  b.out_scale.resize(static_cast<size_t>(p.filters));
+  for (int64_t f = 0; f < p.filters; ++f) {
+    double big = 0;
+    for (int64_t c = 0; c < p.in_c; ++c)
+      for (int64_t t = 0; t < taps; ++t) {
+        const double v = w(f, c, t) * scale[static_cast<size_t>(c)];
+        if (!std::isfinite(v) || (bias && !std::isfinite(bias[f]))) return "the weights are not finite";
+        big = std::max(big, std::fabs(v));
+      }
+    // The largest scaled weight in [2^14, 2^15): high parts normal FP16 below 65504, sums of 256
+    // products of 9-bit integers far inside FP32.
+    const int e = big > 0 ? 14 - std::ilogb(big) : 0;
+    b.out_scale[static_cast<size_t>(f)] = std::ldexp(1.f, -e);
+    if (!std::isfinite(b.out_scale[static_cast<size_t>(f)]) || b.out_scale[static_cast<size_t>(f)] == 0)
+      return "the weights' range is too wide for FP16 parts";
+    for (int64_t c = 0; c < p.in_c; ++c)
+      for (int64_t t = 0; t < taps; ++t) {
+        const float v = static_cast<float>(std::ldexp(w(f, c, t) * scale[static_cast<size_t>(c)], e));
+        const __half hi = __float2half_rn(v);
+        const __half lo = __float2half_rn(v - __half2float(hi));
+        const size_t at = static_cast<size_t>(f * kc + t * p.in_c + c);  // [f][kh][kw][c]
+        b.w_hi[at] = __half_as_ushort(hi);
+        b.w_lo[at] = __half_as_ushort(lo);
+      }
+  }
+  std::vector<std::pair<int, int>> rows, cols;
+  b.row_classes =
+      classes(p.out_h, p.in_h, p.kernel_h, p.stride_h, p.pad_h, p.dilation_h, &b.row_class, &rows);
+  b.col_classes =
+      classes(p.out_w, p.in_w, p.kernel_w, p.stride_w, p.pad_w, p.dilation_w, &b.col_class, &cols);
+  b.table.resize(static_cast<size_t>(b.row_classes * b.col_classes * p.filters));
+  for (int rc = 0; rc < b.row_classes; ++rc)
+    for (int cc = 0; cc < b.col_classes; ++cc)
+      for (int64_t f = 0; f < p.filters; ++f) {
+        double sum = bias ? bias[f] : 0.0;
+        for (int kr = rows[static_cast<size_t>(rc)].first; kr <= rows[static_cast<size_t>(rc)].second; ++kr)
+          for (int ks = cols[static_cast<size_t>(cc)].first; ks <= cols[static_cast<size_t>(cc)].second; ++ks)
+            for (int64_t c = 0; c < p.in_c; ++c)
+              sum += r[static_cast<size_t>(c)] * w(f, c, kr * p.kernel_w + ks);
+        b.table[static_cast<size_t>((rc * b.col_classes + cc) * p.filters + f)] = static_cast<float>(sum);
+      }
+  *out = std::move(b);
+  return "";
+}
+
+std::string stem_bytes_cannot_run(const ConvParams& p) { return bytes_cannot_run(p); }
+
+void launch_conv_stem_bytes(const ConvParams& p, const uint8_t* x, const StemBytesDevice& w, float* y,
+                            int64_t n, ActFn act, cudaStream_t s, const StemPool& pool) {
+  std::string why = bytes_cannot_run(p);
+  if (why.empty() && pool.kernel_h > 0) why = stem_pool_cannot_run(p, pool);
+  const Geom g = geom(p, n, 2, pool);
+  if (why.empty() && smem_bytes_u8(g, n_tiles(g)) > kMaxSmem)
+    why = "the input under a tile and its outputs for the pool are over its shared memory";
+  if (!why.empty()) throw Error("stem convolution: " + why);
+  if (n <= 0) return;
+  const bool wide = n_tiles(g) == 8;
+  auto go = [&](auto kernel, int nt) {
+    const size_t smem = smem_bytes_u8(g, nt);
+    if (smem > (size_t{48} << 10))
+      CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    const int64_t blocks = std::min<int64_t>(g.total, int64_t{sm_count()} * 16);
+    const dim3 grid(static_cast<unsigned>(blocks),
+                    static_cast<unsigned>((g.filters + nt * 8 - 1) / (nt * 8)));
+    kernel<<<grid, kThreads, smem, s>>>(x, w, y, g, act);
+  };
+  wide ? go(stem_bytes_kernel<8>, 8) : go(stem_bytes_kernel<4>, 4);
+  CUDA_CHECK_LAUNCH("stem_bytes_kernel");
+}
 
 std::string stem_pool_cannot_run(const ConvParams& p, const StemPool& pool) {
   if (const std::string why = shape_cannot_run(p, 2); !why.empty()) return why;

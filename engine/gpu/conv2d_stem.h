@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/core/precision.h"
 #include "engine/gpu/activation.h"
@@ -49,5 +50,57 @@ std::string stem_pool_cannot_run(const ConvParams& p, const StemPool& pool);
 // the rounded values, as a separate pool would.
 void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const void* w, const float* bias,
                       void* y, int64_t n, ActFn act, cudaStream_t s, const StemPool& pool = StemPool{});
+
+// The stem reading the network's uint8 pixels (FP32 storage: --precision fp32 or tf32), the
+// preprocessing byte * scale[c] + shift[c] folded in. It equals scale[c] * (byte - o[c]) + r[c]
+// for o[c] the integer nearest -shift[c] / scale[c] (within 0..255) and r[c] = scale[c] * o[c] +
+// shift[c], so
+//   conv(x)[pixel, f] = 2^-e[f] * sum over the window's taps inside the image of
+//                       (byte - o[c]) * (w[f, tap, c] * scale[c] * 2^e[f])
+//                     + bias[f] + sum over the same taps of r[c] * w[f, tap, c].
+// byte - o[c] is an integer of at most 9 bits, exact in FP16; the scaled weights are split into
+// an FP16 high part and an FP16 remainder (2^e[f] puts each filter's largest near 2^14, so both
+// parts stay normal down to weights 2^-17 of it): two m16n8k16 FP16 products per 16 taps, each
+// exact, summed in FP32, against 3xTF32's six m16n8k8 products, and about 22 bits of every
+// weight (3xTF32: about 21). The last sum depends only on which taps of the window lie inside the
+// image, the same for every row inside it and every column inside it: a table of (row class,
+// column class, filter), the bias included, where the classes are the distinct in-image ranges of
+// window rows (columns). The padding stays zero in x, as the float path's does.
+struct StemBytesWeights {
+  std::vector<int> offset;                // o[c]
+  std::vector<uint16_t> w_hi, w_lo;       // FP16 bits, [filters][kernel_h][kernel_w][c]
+  std::vector<float> out_scale;           // 2^-e[f]
+  std::vector<int> row_class, col_class;  // [out_h], [out_w]: each output row's (column's) class
+  int row_classes = 0, col_classes = 0;
+  std::vector<float> table;  // [row class][column class][filters]: bias + the r[c] sum
+};
+
+// "" when launch_conv_stem_bytes computes this convolution (whatever its weights), else why not.
+std::string stem_bytes_cannot_run(const ConvParams& p);
+
+// The host side (no GPU): "" and *out filled when the stem can read these bytes (the stem's own
+// conditions, one scale and shift per input channel, every value finite), else why not. weight:
+// PyTorch's [filters][c][kernel_h][kernel_w]; bias: `filters` values or null (zero).
+std::string stem_bytes_weights(const ConvParams& p, const float* weight, const float* bias,
+                               const std::vector<float>& scale, const std::vector<float>& shift,
+                               StemBytesWeights* out);
+
+// StemBytesWeights on the device.
+struct StemBytesDevice {
+  const uint16_t* w_hi = nullptr;
+  const uint16_t* w_lo = nullptr;
+  const float* out_scale = nullptr;
+  const float* table = nullptr;
+  const int* row_class = nullptr;
+  const int* col_class = nullptr;
+  int row_classes = 0, col_classes = 0;
+  int offset[4] = {0, 0, 0, 0};
+};
+
+// y = act(conv(preprocess(x)) + bias) for n images: x the uint8 pixels, planar [n][c][in_h][in_w]
+// (the data set's own order); y FP32 channels last [n, out_h, out_w, filters], or with `pool` the
+// pool's output (as launch_conv_stem's).
+void launch_conv_stem_bytes(const ConvParams& p, const uint8_t* x, const StemBytesDevice& w, float* y,
+                            int64_t n, ActFn act, cudaStream_t s, const StemPool& pool = StemPool{});
 
 }  // namespace cnnrun::gpu

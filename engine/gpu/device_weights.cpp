@@ -72,6 +72,23 @@ void DeviceWeights::upload(const Network& net, const Plan& plan, Precision preci
       std::vector<float> bias(static_cast<size_t>(p.filters), 0.f);
       if (p.bias) bias = l.weight("bias").data;
       c.bias = gpu::upload(bias.data(), bias.size());
+      StemBytesWeights sb;
+      if (st.u8_input_stem &&
+          stem_bytes_weights(p, w.ptr(), bias.data(), net.pre.scale, net.pre.shift, &sb).empty()) {
+        c.sb_hi = gpu::upload(sb.w_hi.data(), sb.w_hi.size());
+        c.sb_lo = gpu::upload(sb.w_lo.data(), sb.w_lo.size());
+        c.sb_scale = gpu::upload(sb.out_scale.data(), sb.out_scale.size());
+        c.sb_table = gpu::upload(sb.table.data(), sb.table.size());
+        c.sb_rows = gpu::upload(sb.row_class.data(), sb.row_class.size());
+        c.sb_cols = gpu::upload(sb.col_class.data(), sb.col_class.size());
+        StemBytesDevice& d = c.stem_bytes;
+        d.w_hi = c.sb_hi.as<uint16_t>(), d.w_lo = c.sb_lo.as<uint16_t>(),
+        d.out_scale = c.sb_scale.as<float>();
+        d.table = c.sb_table.as<float>(), d.row_class = c.sb_rows.as<int>(),
+        d.col_class = c.sb_cols.as<int>();
+        d.row_classes = sb.row_classes, d.col_classes = sb.col_classes;
+        for (size_t i = 0; i < sb.offset.size(); ++i) d.offset[i] = sb.offset[i];
+      }
       if (im2col_can_run(p, nullptr)) {
         // With a residual add the activation comes after it (GpuExecutor::run_conv's pass).
         const ActFn act = st.residual_buf >= 0 ? ActFn{} : act_fn(st.act);

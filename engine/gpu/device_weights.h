@@ -11,6 +11,7 @@
 #include "engine/gpu/conv2d_depthwise.h"
 #include "engine/gpu/conv2d_gemm.h"
 #include "engine/gpu/conv2d_im2col.h"
+#include "engine/gpu/conv2d_stem.h"
 #include "engine/gpu/plan.h"
 
 namespace cnnrun::gpu {
@@ -26,7 +27,15 @@ struct ConvWeights {
   bool tc_ok = false, tc_ok_u8 = false;  // the tensor-core kernel can run it (reading floats / bytes)
   DevBuf wt_x16;                         // FP32 reading bytes: exact pixels, FP16 products (u8_exact)
   float x16_scale = 1.f;                 // ... and its accumulators' scale
-  std::unique_ptr<Im2colConv> im2col;    // null when im2col cannot run the conv (grouped)
+  // Step::u8_input_stem: the stem's weights for reading the bytes (launch_conv_stem_bytes), its
+  // buffers and their view (stem_bytes.w_hi null: the weights do not allow it).
+  DevBuf sb_hi, sb_lo, sb_scale, sb_table, sb_rows, sb_cols;
+  StemBytesDevice stem_bytes;
+  // Per Precision, which input the stem reads where it can read both: auto's search times the
+  // bytes against the floats plus the preprocess pass (1 bytes, 0 floats; -1 not timed: bytes).
+  int stem_input[4] = {-1, -1, -1, -1};
+  float stem_input_ms[4][2] = {};      // ... and the times the search gave them: [floats, bytes]
+  std::unique_ptr<Im2colConv> im2col;  // null when im2col cannot run the conv (grouped)
   std::unique_ptr<CudnnConv> cudnn;
   std::unique_ptr<Cudnn3xTf32Conv> tf32x3;  // groups 1: cudnn-3xtf32 (its split filters on first use)
   DepthwisePlan dw;                         // dw.cfg.ok when the depthwise kernel can run it

@@ -9,6 +9,7 @@
 // auto's picks for a block size, the slots, and the library plans for one precision.
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <limits>
@@ -270,21 +271,34 @@ class GpuExecutor : public Executor {
     warmed_gen_ = 0;
   }
 
+  // Whether conv step `st` run with `algo` reads the uint8 pixels this run (fuses_u8; the stem
+  // where its storage is FP32 and its weights allow it).
+  bool u8_fused(const Step& st, ConvAlgo algo) const {
+    return fuses_u8(st, algo, tuning_) &&
+           (algo != ConvAlgo::kStem ||
+            (stem_bytes_ok(st) && conv_weights(st.layer).stem_input[static_cast<int>(prec_)] != 0));
+  }
+  // Whether the stem could read the bytes this run (its weights allow it, FP32 storage), whichever
+  // input auto's search gives it.
+  bool stem_bytes_ok(const Step& st) const {
+    return fuses_u8(st, ConvAlgo::kStem, tuning_) && nhwc_ && storage() == Storage::kF32 &&
+           weights_->uploaded() && conv_weights(st.layer).stem_bytes.w_hi != nullptr;
+  }
   bool uses_tc(const Step& st, ConvAlgo algo) const {  // needs the weights uploaded
     const ConvWeights& c = conv_weights(st.layer);
     return fuses_pool(st, algo, tuning_) && tuning_.tensor_cores && c.wt_tc[0].get() != nullptr &&
-           (fuses_u8(st, algo, tuning_) ? c.tc_ok_u8 : c.tc_ok);
+           (u8_fused(st, algo) ? c.tc_ok_u8 : c.tc_ok);
   }
   bool uses_exact(const Step& st, ConvAlgo algo) const {  // u8_exact this run
     return prec_ == Precision::kFp32 && tuning_.exact_pixels &&
-           conv_weights(st.layer).wt_x16.get() != nullptr && fuses_u8(st, algo, tuning_) && uses_tc(st, algo);
+           conv_weights(st.layer).wt_x16.get() != nullptr && u8_fused(st, algo) && uses_tc(st, algo);
   }
   // What the implicit kernel fuses for conv step `st` run with `algo`.
   ImplicitFusion implicit_fusion(const Step& st, ConvAlgo algo) const {
     ImplicitFusion f;
     f.pool = fuses_pool(st, algo, tuning_);
     f.avg_pool = f.pool && st.pool_avg;
-    f.u8_input = fuses_u8(st, algo, tuning_);
+    f.u8_input = u8_fused(st, algo);
     f.tensor_core = uses_tc(st, algo);
     f.precision = prec_;
     f.u8_exact = uses_exact(st, algo);
@@ -308,7 +322,7 @@ class GpuExecutor : public Executor {
   }
   bool input_fused() const {  // no preprocess pass: the first conv reads the bytes
     for (const Step& st : plan_.steps)
-      if (st.op == Op::kConv && fuses_u8(st, selector_.chosen(st.layer), tuning_)) return true;
+      if (st.op == Op::kConv && u8_fused(st, selector_.chosen(st.layer))) return true;
     return false;
   }
   bool scale_folded(const Step& st) const {  // kMul: folded into its conv's filters this run
@@ -510,10 +524,19 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
     case ConvAlgo::kStem: {
       // With its pool: the pool's output only (the conv's and its activation's never exist).
       const bool pool = fuses_pool(st, algo, tuning_);
+      const StemPool sp = stem_pool(net_, pool ? st.pool_layer : -1);
+      if (u8_fused(st, algo)) {
+        launch_conv_stem_bytes(
+            st.conv, s.in_u8.as<uint8_t>(), c.stem_bytes,
+            s.bufs[static_cast<size_t>(pool ? step(st.pool_layer).out : st.out)].as<float>(), n, conv_act,
+            s.stream, sp);
+        add_residual();
+        return;
+      }
       launch_conv_stem(st.conv, s.bufs[static_cast<size_t>(st.ins[0])].get(), prec_,
                        c.w_nhwc[static_cast<int>(prec_)].get(), c.bias.as<float>(),
                        s.bufs[static_cast<size_t>(pool ? step(st.pool_layer).out : st.out)].get(), n,
-                       conv_act, s.stream, stem_pool(net_, pool ? st.pool_layer : -1));
+                       conv_act, s.stream, sp);
       add_residual();
       return;
     }
@@ -558,7 +581,8 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
 // fusions would save (the preprocess, the max-pool, the whole-plane mean), so that the
 // algorithms are compared on the same work.
 void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
-  if ((st.u8_input || st.u8_input_pool) && tuning_.fuse_u8 && !fuses_u8(st, algo, tuning_)) preprocess(s, n);
+  if ((st.u8_input || st.u8_input_pool || stem_bytes_ok(st)) && tuning_.fuse_u8 && !u8_fused(st, algo))
+    preprocess(s, n);
   // The mul the gemm convolution folds (it runs channels last only: NCHW, no candidate saves it).
   if (st.scale_layer >= 0 && nhwc_ && algo != ConvAlgo::kGemm) run_step_nhwc(step(st.scale_layer), s, n);
   run_conv(st, s, n, algo);
@@ -769,6 +793,20 @@ void GpuExecutor::enqueue_compute(Slot& s, int64_t n, const BlockOut& o) {
 
 // Auto: best of kTuneRepeats after a warm-up (the warm-up also runs cuDNN's own search).
 float GpuExecutor::time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
+  // The stem's input, once per precision: the bytes, or the floats after the preprocess pass
+  // (time_conv adds it), whichever is faster here (ResNet-18's 7x7 stem at fp32 gains from the
+  // bytes, docs/performance.md, Session 27; the floats' kernel stages fewer weights).
+  ConvWeights& c = conv_weights(st.layer);
+  int& pick = c.stem_input[static_cast<int>(prec_)];
+  if (algo == ConvAlgo::kStem && pick < 0 && stem_bytes_ok(st)) {
+    float(&ms)[2] = c.stem_input_ms[static_cast<int>(prec_)];
+    for (int bytes : {1, 0}) {
+      pick = bytes;
+      time_conv(st, s, n, algo);
+      ms[bytes] = least_ms(s.stream, kTuneRepeats, [&] { time_conv(st, s, n, algo); });
+    }
+    pick = ms[1] <= ms[0] ? 1 : 0;
+  }
   time_conv(st, s, n, algo);
   return least_ms(s.stream, kTuneRepeats, [&] { time_conv(st, s, n, algo); });
 }
@@ -888,7 +926,7 @@ std::string GpuExecutor::step_algo(const Step& st) const {
                (uses_exact(st, a) ? "FP16 tensor cores on exact pixels, 2-part weights, "
                 : uses_tc(st, a)  ? tc
                                   : "") +
-               (fuses_u8(st, a, tuning_) ? "uint8 input, " : "") + "bias" + epi + " epilogue" +
+               (u8_fused(st, a) ? "uint8 input, " : "") + "bias" + epi + " epilogue" +
                (other ? ", " + act_fn_name(act) + " pass)" : ")") + res;
       }
       if (a == ConvAlgo::kDepthwise && nhwc_) {
@@ -912,10 +950,11 @@ std::string GpuExecutor::step_algo(const Step& st) const {
       if (a == ConvAlgo::kIm2col && c.im2col) return c.im2col->algo_name() + res;
       if (a == ConvAlgo::kStem)
         return std::string("stem(") +
-               (prec_ == Precision::kFp32   ? "3xTF32 "
-                : prec_ == Precision::kTf32 ? "TF32 "
-                                            : "") +
-               "tensor cores, bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
+               (u8_fused(st, a) ? "FP16 tensor cores on exact pixels, 2-part weights, uint8 input, "
+                : prec_ == Precision::kFp32 ? "3xTF32 tensor cores, "
+                : prec_ == Precision::kTf32 ? "TF32 tensor cores, "
+                                            : "tensor cores, ") +
+               "bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                (fuses_pool(st, a, tuning_) ? "+maxpool" : "") + " epilogue, " + storage_name(storage()) +
                " NHWC)" + res;
       if (a == ConvAlgo::kGemm) {
@@ -1297,6 +1336,26 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
                               : GpuRunFacts::Pixels::kPinned;
   facts.setup_seconds = setup_s;
   facts.preprocess_seconds = timeline.preprocess();
+  for (const Step& st : plan_.steps)
+    if (st.op == Op::kConv && stem_bytes_ok(st) &&
+        conv_weights(st.layer).stem_input[static_cast<int>(prec_)] >= 0) {
+      const ConvWeights& c = conv_weights(st.layer);
+      const int pick = c.stem_input[static_cast<int>(prec_)];
+      const float(&ms)[2] = c.stem_input_ms[static_cast<int>(prec_)];
+      auto ms_str = [](float v) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%.3f ms", static_cast<double>(v));
+        return std::string(b);
+      };
+      facts.stem_input = net_.layers[static_cast<size_t>(st.layer)]->name + "'s stem reads " +
+                         (pick ? "the uint8 pixels: " : "the floats after the preprocess pass: ") +
+                         ms_str(ms[pick]) + " against " + ms_str(ms[1 - pick]) +
+                         (pick ? " for the floats and the preprocess pass" : " reading the uint8 pixels") +
+                         " in auto's search";
+    }
+  for (const Step& st : plan_.steps)
+    if (st.op == Op::kConv && u8_fused(st, selector_.chosen(st.layer)))
+      facts.input_fused_into = net_.layers[static_cast<size_t>(st.layer)]->name;
   facts.argmax_seconds = timeline.argmax();
   facts.h2d_seconds = timeline.copy_in();
   facts.d2h_seconds = timeline.copy_out();

@@ -129,6 +129,7 @@ Plan make_plan(const Network& net) {
       f.pool = true;
       f.avg_pool = f.tensor_core = st.pool_avg;
       st.u8_input_pool = st.pool_implicit && implicit_config(st.conv, 1, f).ok;
+      st.u8_input_stem = stem_bytes_cannot_run(st.conv).empty();
     }
     st.out = new_buf(l.out_shape);
     out_buf[i] = st.out;
@@ -217,6 +218,7 @@ bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t) {
 }
 
 bool fuses_u8(const Step& st, ConvAlgo algo, const GpuTuning& t) {
+  if (algo == ConvAlgo::kStem) return st.u8_input_stem && t.fuse_u8 && t.exact_pixels;
   return (fuses_pool(st, algo, t) ? st.u8_input_pool : st.u8_input) && t.fuse_u8 &&
          algo == ConvAlgo::kImplicit;
 }

@@ -56,8 +56,9 @@ struct Step {
   int pool_conv = -1;
   bool pool_implicit = false, pool_stem = false, pool_avg = false;
   // kConv: the only reader of the network input, and the implicit kernel can read the bytes
-  // (with and without its pool fused)
-  bool u8_input = false, u8_input_pool = false;
+  // (with and without its pool fused); the stem kernel can (launch_conv_stem_bytes: FP32
+  // storage, the executor's condition).
+  bool u8_input = false, u8_input_pool = false, u8_input_stem = false;
   // kConv: the add computed in this epilogue (Fusions::residual), before `act`: y = act(conv +
   // bias + bufs[residual_buf]); the add, and its activation when fused too, are kFused.
   int residual_layer = -1;
@@ -136,7 +137,8 @@ StemPool stem_pool(const Network& net, int pool_layer);
 // adaptive average pool, or an average pool whose one window covers the plane without padding.
 bool is_whole_plane_mean(const Layer& l);
 
-// Whether conv step `st` run with `algo` computes its pool / reads the uint8 input.
+// Whether conv step `st` run with `algo` computes its pool / reads the uint8 input (the stem: if
+// its weights allow it and the storage is FP32, which the executor checks).
 bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t);
 bool fuses_u8(const Step& st, ConvAlgo algo, const GpuTuning& t);
 
