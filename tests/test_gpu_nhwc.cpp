@@ -678,16 +678,20 @@ TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, b
   const RunResult r = gpu->run(data, o);
   REQUIRE(r.gpu);
   INFO(r.gpu->stem_input);
-  const bool bytes = r.gpu->stem_input.find("s's stem reads the uint8 pixels: ") == 0;
-  CHECK((bytes || r.gpu->stem_input.find("s's stem reads the floats after the preprocess pass: ") == 0));
-  double picked = 0, other = 0;
-  REQUIRE(std::sscanf(r.gpu->stem_input.c_str() + r.gpu->stem_input.find(": ") + 2, "%lf ms against %lf ms",
-                      &picked, &other) == 2);
-  CHECK(picked <= other);
-  for (const LayerTime& t : r.layers)
-    if (t.name == "s" && t.algo.find("stem(") == 0)
-      CHECK((t.algo.find("uint8 input") != std::string::npos) == bytes);
-  CHECK(r.gpu->input_fused_into == (bytes && r.layers[0].algo.find("stem(") == 0 ? "s" : ""));
+  MESSAGE("auto's stem input: " << r.gpu->stem_input);
+  const std::string& s_algo = r.layers[0].algo;
+  if (s_algo.find("stem(") != 0) {  // auto gave the conv to another algorithm: no such note
+    CHECK(r.gpu->stem_input.empty());
+  } else {
+    const bool bytes = r.gpu->stem_input.find("s's stem reads the uint8 pixels: ") == 0;
+    CHECK((bytes || r.gpu->stem_input.find("s's stem reads the floats after the preprocess pass: ") == 0));
+    double picked = 0, other = 0;
+    REQUIRE(std::sscanf(r.gpu->stem_input.c_str() + r.gpu->stem_input.find(": ") + 2, "%lf ms against %lf ms",
+                        &picked, &other) == 2);
+    CHECK(picked <= other);
+    CHECK((s_algo.find("uint8 input") != std::string::npos) == bytes);
+    CHECK(r.gpu->input_fused_into == (bytes ? "s" : ""));
+  }
   CHECK(validate(*gpu, *cpu, net, data, 64, o).pass);
 }
 

@@ -1336,8 +1336,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
                               : GpuRunFacts::Pixels::kPinned;
   facts.setup_seconds = setup_s;
   facts.preprocess_seconds = timeline.preprocess();
-  for (const Step& st : plan_.steps)
-    if (st.op == Op::kConv && stem_bytes_ok(st) &&
+  for (const Step& st : plan_.steps)  // the stem's measured input, where auto chose the stem
+    if (st.op == Op::kConv && selector_.chosen(st.layer) == ConvAlgo::kStem && stem_bytes_ok(st) &&
         conv_weights(st.layer).stem_input[static_cast<int>(prec_)] >= 0) {
       const ConvWeights& c = conv_weights(st.layer);
       const int pick = c.stem_input[static_cast<int>(prec_)];
