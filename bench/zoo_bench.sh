@@ -40,8 +40,9 @@
 #   OUT         (the device tool's return folder) also gets zoo_table.md, zoo_results.json and
 #               zoo_logs.tgz (logs and JSON reports, no weights or images)
 #   GPUS        run on the first GPUS GPUs of the host at once (of CUDA_VISIBLE_DEVICES if set): each
-#               network at each size a job on one GPU, one table at the end (bench/zoo_parallel.py);
-#               the whole zoo in about one device call on 4 GPUs
+#               network at each size a job on one GPU, one table at the end (bench/zoo_parallel.py),
+#               each job's rows in OUT/jobs as it ends (kept if the call is cut short); the whole zoo
+#               in about one device call on 4 GPUs
 #   COMMIT      the commit to name in the table's header (default: the one the binary's --version
 #               names, else git rev-parse HEAD if it works)
 set -uo pipefail

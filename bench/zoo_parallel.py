@@ -15,13 +15,15 @@ how many GPUs ran at once: their runs shared the host's CPUs, which only the hos
 
 --nets, --sizes, --work, --logs, --out and --budget among the zoo_bench.py arguments are read
 here and set per job; the rest go to every job as they are. Writes OUT/zoo_table.md and a
-zoo_results.json of all the jobs' rows (bench/zoo_merge.py reads it like any run's); exit 1 if a
+zoo_results.json of all the jobs' rows (bench/zoo_merge.py reads it like any run's), and as each
+job ends its own zoo_results.json and table as OUT/jobs/TAG.json and .md; exit 1 if a
 job failed or was skipped (over BUDGET), 2 if the merge refused.
 """
 import argparse
 import heapq
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -124,6 +126,13 @@ def main():
             with open(os.path.join(out, "zoo_bench.log"), "w") as log:
                 rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
             res = os.path.join(out, "zoo_results.json")
+            if z.out and os.path.exists(res):
+                # Each finished job's rows in OUT at once, so that a run cut short (a device call's
+                # limit) still hands back the jobs it finished: OUT/jobs/TAG.json and .md.
+                os.makedirs(os.path.join(z.out, "jobs"), exist_ok=True)
+                for name, ext in (("zoo_results.json", "json"), ("zoo_table.md", "md")):
+                    if os.path.exists(os.path.join(out, name)):
+                        shutil.copyfile(os.path.join(out, name), os.path.join(z.out, "jobs", f"{tag}.{ext}"))
             with lock:
                 done[(k, s)] = (rc, res if os.path.exists(res) else None)
             say(f"GPU {ids[g]}: {tag} rc {rc} ({os.path.relpath(os.path.join(out, 'zoo_bench.log'))})")
