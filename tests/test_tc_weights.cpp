@@ -285,6 +285,14 @@ TEST_CASE("stem reading bytes: the offsets, FP16 weight parts and border table g
   r = p;
   r.filters = 12;
   CHECK(stem_bytes_weights(r, nullptr, nullptr, {}, {}, &b) != "");
+  // 8x8 taps of 4 channels and 64 filters: both weight parts and the staged outputs a fused pool
+  // needs are over its shared memory (32 filters fit).
+  ConvParams big;
+  big.in_c = 4, big.in_h = big.in_w = 40, big.filters = 64, big.kernel_h = big.kernel_w = 8;
+  big.out_h = big.out_w = 33;
+  CHECK(stem_bytes_cannot_run(big).find("shared memory") != std::string::npos);
+  big.filters = 32;
+  CHECK(stem_bytes_cannot_run(big).empty());
   std::vector<float> w(16 * 147, 1.f);
   CHECK(stem_bytes_weights(p, w.data(), nullptr, {1.f, NAN, 1.f}, {0.f, 0.f, 0.f}, &b) != "");
   CHECK(stem_bytes_weights(p, w.data(), nullptr, {1.f, 1.f}, {0.f, 0.f}, &b) != "");

@@ -669,9 +669,13 @@ std::string bytes_cannot_run(const ConvParams& p) {
   if (g.kp > kMaxTaps)
     return "kernel " + std::to_string(p.kernel_h) + "x" + std::to_string(p.kernel_w) + " x " +
            std::to_string(p.in_c) + " channels is over " + std::to_string(kMaxTaps) + " taps";
-  if (smem_bytes_u8(g, n_tiles(g)) > kMaxSmem)
+  // With a fused pool its outputs are staged too: a conv the stem may pool must fit either way,
+  // since whether the pool is fused is decided after this.
+  Geom pooled = g;
+  pooled.pooled = true;
+  if (smem_bytes_u8(pooled, n_tiles(g)) > kMaxSmem)
     return "the input under a tile of " + std::to_string(kTileH) + "x" + std::to_string(kTileW) +
-           " outputs (stride and dilation) is over its shared memory";
+           " outputs (stride and dilation) and its staged outputs are over its shared memory";
   return "";
 }
 
