@@ -624,34 +624,45 @@ __global__ void __launch_bounds__(kThreads, 3)
 
 // `kernel` (stem_kernel, or stem_f32_kernel) with NT 8-filter tiles a block: X the type its input
 // and weights are read as, Y its output's.
-template <typename X, typename Y, int NT, typename K>
-void launch(K kernel, const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
-            cudaStream_t s) {
-  const size_t smem = smem_bytes(g, NT);
+// Any of the stem kernels with nt 8-filter tiles a block and `smem` bytes of shared memory: enough
+// blocks to fill every SM several times over; each stages its weights once and loops over tiles.
+template <typename K, typename... Args>
+void launch_tiles(K kernel, const Geom& g, int nt, size_t smem, cudaStream_t s, Args... args) {
   if (smem > (size_t{48} << 10))
     CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  // Enough blocks to fill every SM several times over; each stages its weights once and loops
-  // over tiles.
   const int64_t blocks = std::min<int64_t>(g.total, int64_t{sm_count()} * 16);
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((g.filters + NT * 8 - 1) / (NT * 8)));
-  kernel<<<grid, kThreads, smem, s>>>(static_cast<const X*>(x), static_cast<const X*>(w), bias,
-                                      static_cast<Y*>(y), g, act);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((g.filters + nt * 8 - 1) / (nt * 8)));
+  kernel<<<grid, kThreads, smem, s>>>(args...);
+}
+
+template <typename X, typename Y, int NT, typename K>
+void launch(K kernel, const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
+            cudaStream_t s) {
+  launch_tiles(kernel, g, NT, smem_bytes(g, NT), s, static_cast<const X*>(x), static_cast<const X*>(w), bias,
+               static_cast<Y*>(y), g, act);
 }
 
 }  // namespace
 
 namespace {
 
-// The conditions on the convolution itself, for stored values of `es` bytes.
-std::string shape_cannot_run(const ConvParams& p, int es) {
+// The conditions on the convolution itself, for stored values of `es` bytes, but for the
+// kernel's shared memory (each kernel's own: smem_bytes, smem_bytes_u8).
+std::string taps_cannot_run(const ConvParams& p, int es) {
   if (p.groups != 1) return "groups (" + std::to_string(p.groups) + ") > 1";
   if (p.in_c < 1 || p.in_c > 4) return "input channels (" + std::to_string(p.in_c) + ") are not 1 to 4";
   if (p.filters % 8 != 0) return "filters (" + std::to_string(p.filters) + ") are not a multiple of 8";
-  const Geom g = geom(p, 1, es);
-  if (g.kp > kMaxTaps)
+  if (geom(p, 1, es).kp > kMaxTaps)
     return "kernel " + std::to_string(p.kernel_h) + "x" + std::to_string(p.kernel_w) + " x " +
            std::to_string(p.in_c) + " channels is over " + std::to_string(kMaxTaps) + " taps";
+  return "";
+}
+
+// ... and the 16-bit or FP32 kernel's shared memory.
+std::string shape_cannot_run(const ConvParams& p, int es) {
+  if (std::string why = taps_cannot_run(p, es); !why.empty()) return why;
+  const Geom g = geom(p, 1, es);
   if (smem_bytes(g, n_tiles(g)) > kMaxSmem)
     return "the input under a tile of " + std::to_string(kTileH) + "x" + std::to_string(kTileW) +
            " outputs (stride and dilation) is over its shared memory";
@@ -662,13 +673,8 @@ int bytes_of(Precision prec) { return storage_bytes(storage_of(prec)); }
 
 // The reading-bytes stem's conditions: the 16-bit kernel's taps, its own shared memory.
 std::string bytes_cannot_run(const ConvParams& p) {
-  if (p.groups != 1) return "groups (" + std::to_string(p.groups) + ") > 1";
-  if (p.in_c < 1 || p.in_c > 4) return "input channels (" + std::to_string(p.in_c) + ") are not 1 to 4";
-  if (p.filters % 8 != 0) return "filters (" + std::to_string(p.filters) + ") are not a multiple of 8";
+  if (std::string why = taps_cannot_run(p, 2); !why.empty()) return why;
   const Geom g = geom(p, 1, 2);
-  if (g.kp > kMaxTaps)
-    return "kernel " + std::to_string(p.kernel_h) + "x" + std::to_string(p.kernel_w) + " x " +
-           std::to_string(p.in_c) + " channels is over " + std::to_string(kMaxTaps) + " taps";
   // With a fused pool its outputs are staged too: a conv the stem may pool must fit either way,
   // since whether the pool is fused is decided after this.
   Geom pooled = g;
@@ -779,18 +785,10 @@ void launch_conv_stem_bytes(const ConvParams& p, const uint8_t* x, const StemByt
     why = "the input under a tile and its outputs for the pool are over its shared memory";
   if (!why.empty()) throw Error("stem convolution: " + why);
   if (n <= 0) return;
-  const bool wide = n_tiles(g) == 8;
-  auto go = [&](auto kernel, int nt) {
-    const size_t smem = smem_bytes_u8(g, nt);
-    if (smem > (size_t{48} << 10))
-      CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    const int64_t blocks = std::min<int64_t>(g.total, int64_t{sm_count()} * 16);
-    const dim3 grid(static_cast<unsigned>(blocks),
-                    static_cast<unsigned>((g.filters + nt * 8 - 1) / (nt * 8)));
-    kernel<<<grid, kThreads, smem, s>>>(x, w, y, g, act);
-  };
-  wide ? go(stem_bytes_kernel<8>, 8) : go(stem_bytes_kernel<4>, 4);
+  if (n_tiles(g) == 8)
+    launch_tiles(stem_bytes_kernel<8>, g, 8, smem_bytes_u8(g, 8), s, x, w, y, g, act);
+  else
+    launch_tiles(stem_bytes_kernel<4>, g, 4, smem_bytes_u8(g, 4), s, x, w, y, g, act);
   CUDA_CHECK_LAUNCH("stem_bytes_kernel");
 }
 
