@@ -41,8 +41,8 @@
 #               zoo_logs.tgz (logs and JSON reports, no weights or images)
 #   GPUS        run on the first GPUS GPUs of the host at once (of CUDA_VISIBLE_DEVICES if set): each
 #               network at each size a job on one GPU, one table at the end (bench/zoo_parallel.py),
-#               each job's rows in OUT/jobs as it ends (kept if the call is cut short); the whole zoo
-#               in about one device call on 4 GPUs
+#               each finished job's rows in OUT/zoo_jobs.tgz as it ends (kept if the call is cut
+#               short; GPUS=1 too); the whole zoo in about one device call on 4 GPUs
 #   COMMIT      the commit to name in the table's header (default: the one the binary's --version
 #               names, else git rev-parse HEAD if it works)
 set -uo pipefail

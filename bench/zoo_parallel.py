@@ -16,8 +16,8 @@ how many GPUs ran at once: their runs shared the host's CPUs, which only the hos
 --nets, --sizes, --work, --logs, --out and --budget among the zoo_bench.py arguments are read
 here and set per job; the rest go to every job as they are. Writes OUT/zoo_table.md and a
 zoo_results.json of all the jobs' rows (bench/zoo_merge.py reads it like any run's), and as each
-job ends its own zoo_results.json and table as OUT/jobs/TAG.json and .md; exit 1 if a
-job failed or was skipped (over BUDGET), 2 if the merge refused.
+job ends OUT/zoo_jobs.tgz anew: every finished job's zoo_results.json and table as TAG.json and
+TAG.md; exit 1 if a job failed or was skipped (over BUDGET), 2 if the merge refused.
 """
 import argparse
 import heapq
@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 
@@ -126,15 +127,23 @@ def main():
             with open(os.path.join(out, "zoo_bench.log"), "w") as log:
                 rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
             res = os.path.join(out, "zoo_results.json")
-            if z.out and os.path.exists(res):
-                # Each finished job's rows in OUT at once, so that a run cut short (a device call's
-                # limit) still hands back the jobs it finished: OUT/jobs/TAG.json and .md.
-                os.makedirs(os.path.join(z.out, "jobs"), exist_ok=True)
-                for name, ext in (("zoo_results.json", "json"), ("zoo_table.md", "md")):
-                    if os.path.exists(os.path.join(out, name)):
-                        shutil.copyfile(os.path.join(out, name), os.path.join(z.out, "jobs", f"{tag}.{ext}"))
             with lock:
                 done[(k, s)] = (rc, res if os.path.exists(res) else None)
+                if z.out and os.path.exists(res):
+                    # Each finished job's rows in OUT at once, so that a run cut short (a device
+                    # call's limit) still hands back the jobs it finished: one archive, rewritten
+                    # whole as each job ends (the device tool hands back at most 8 files).
+                    jobs_dir = os.path.join(logs, "jobs")
+                    os.makedirs(jobs_dir, exist_ok=True)
+                    for name, ext in (("zoo_results.json", "json"), ("zoo_table.md", "md")):
+                        if os.path.exists(os.path.join(out, name)):
+                            shutil.copyfile(os.path.join(out, name), os.path.join(jobs_dir, f"{tag}.{ext}"))
+                    os.makedirs(z.out, exist_ok=True)
+                    part = os.path.join(z.out, ".zoo_jobs.tgz.part")
+                    with tarfile.open(part, "w:gz") as tar:
+                        for f in sorted(os.listdir(jobs_dir)):
+                            tar.add(os.path.join(jobs_dir, f), arcname=f)
+                    os.replace(part, os.path.join(z.out, "zoo_jobs.tgz"))
             say(f"GPU {ids[g]}: {tag} rc {rc} ({os.path.relpath(os.path.join(out, 'zoo_bench.log'))})")
 
     say("plan: " + "; ".join(f"GPU {ids[g]}: " + ", ".join(f"{k} {s or 'native'}" for k, s in plan[g])

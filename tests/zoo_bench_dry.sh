@@ -132,7 +132,7 @@ expect_refusal "runs of unknown commits cannot be shown to be of one commit" \
 echo "zoo_merge: ok"
 # GPUS=2 (bench/zoo_parallel.py): the jobs spread over two processes at once, one table of all
 # their rows with one header, a zoo_results.json that bench/zoo_merge.py reads like any run's,
-# each job's own results in OUT/jobs, each process's logs apart; and the plan gives each job to
+# each job's own results in OUT/zoo_jobs.tgz, each process's logs apart; and the plan gives each job to
 # one GPU, longest first.
 if ! DRY=1 GPUS=2 CNNRUN="$bin" NETS="thesis lenet5 resnet18" SIZES=32 PRECISIONS="fp32" PYTHON=$py \
   WORK="$w/work3" OUT="$w/out3" COMMIT= bash "$src/bench/zoo_bench.sh" >"$w/log3" 2>&1; then
@@ -161,16 +161,21 @@ if "Ran as 2 processes at once on the CPU" not in t:
 d = json.load(open(os.path.join(out, "zoo_results.json")))
 if sorted(r["net"] for r in d["results"]) != ["lenet5", "resnet18", "thesis"]:
     errors.append(f"zoo_results.json has {[r['net'] for r in d['results']]}")
-# Each job's own results in OUT/jobs as it ended (what a run cut short still hands back).
-jobs_dir = os.path.join(out, "jobs")
-got = sorted(os.listdir(jobs_dir)) if os.path.isdir(jobs_dir) else []
+# Each job's own results in OUT/zoo_jobs.tgz as it ended (what a run cut short still hands back).
+import tarfile
+arch = os.path.join(out, "zoo_jobs.tgz")
+got = []
+if os.path.exists(arch):
+    with tarfile.open(arch) as tar:
+        got = sorted(tar.getnames())
+        per_job = sorted(r["net"] for f in got if f.endswith(".json")
+                         for r in json.load(tar.extractfile(f))["results"])
 if got != ["lenet5.json", "lenet5.md", "resnet18_32.json", "resnet18_32.md", "thesis.json", "thesis.md"]:
-    errors.append(f"OUT/jobs holds {got}")
-else:
-    per_job = sorted(r["net"] for f in got if f.endswith(".json")
-                     for r in json.load(open(os.path.join(jobs_dir, f)))["results"])
-    if per_job != ["lenet5", "resnet18", "thesis"]:
-        errors.append(f"OUT/jobs' results are of {per_job}")
+    errors.append(f"OUT/zoo_jobs.tgz holds {got}")
+elif per_job != ["lenet5", "resnet18", "thesis"]:
+    errors.append(f"OUT/zoo_jobs.tgz's results are of {per_job}")
+if any(f.endswith(".part") for f in os.listdir(out)):
+    errors.append(f"a partial archive was left in OUT: {os.listdir(out)}")
 # The plan: every job once, longest first onto the least loaded GPU.
 jobs = zp.jobs_of(["thesis", "resnet18", "vgg11_bn", "googlenet"], [32, 224])
 plan = zp.assign(jobs, 3)
