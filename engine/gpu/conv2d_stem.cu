@@ -213,6 +213,52 @@ __device__ __forceinline__ uint32_t pack(uint16_t lo, uint16_t hi) {
   return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
 }
 
+// The 16-bit kernels' tap table: a pair of taps' offset from a pixel's first value in the patch
+// (even), -1 past the taps (zeros, against zero weights).
+__device__ __forceinline__ void pair_offsets(int* koff, const Geom& g) {
+  for (int p = threadIdx.x; p < g.kp / 2; p += kThreads) {
+    int off = -1;
+    if (2 * p < g.k) {
+      const int ch = 2 * p % g.cp, rs = 2 * p / g.cp, r = rs / g.kw, q = rs - r * g.kw;
+      off = (r * g.dh * g.patch_w + q * g.dw) * g.cp + ch;
+    }
+    koff[p] = off;
+  }
+}
+
+// A's fragments of the 16 taps from kb for the thread's two m16 tiles: pairs of values from the
+// staged patch (taps 2tq, 2tq + 1 and 8 on), zeros past the taps.
+__device__ __forceinline__ void a_pairs(uint32_t (&af)[2][4], const uint32_t* patch, const int (&base)[2][2],
+                                        const int* koff, int kb, int tq) {
+  const int p0 = koff[kb / 2 + tq], p1 = koff[kb / 2 + 4 + tq];
+  auto at = [&](int r, int p) { return p < 0 ? 0u : patch[(r + p) >> 1]; };
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    const int r0 = base[mt][0], r1 = base[mt][1];
+    af[mt][0] = at(r0, p0);
+    af[mt][1] = at(r1, p0);
+    af[mt][2] = at(r0, p1);
+    af[mt][3] = at(r1, p1);
+  }
+}
+
+// Four 8x8 16-bit matrices of B from shared memory (a lane's row address).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&b)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
+               : "r"(addr));
+}
+
+template <int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[2][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
+}
+
 // The GEMM: rows the tile's pixels, columns the block's NT x 8 filters, depth the taps (window
 // row, column, channel: the weights' own order, each pixel's channels padded with zeros to an even
 // count, 2 or 4). A's values come from the staged patch through two tables (a pixel's first value,
@@ -236,14 +282,7 @@ __global__ void __launch_bounds__(kThreads, 4)
                             ? w[static_cast<int64_t>(f) * g.kc + rs * g.c + ch]
                             : uint16_t{0};
   }
-  for (int p = threadIdx.x; p < g.kp / 2; p += kThreads) {
-    int off = -1;
-    if (2 * p < g.k) {
-      const int ch = 2 * p % g.cp, rs = 2 * p / g.cp, r = rs / g.kw, q = rs - r * g.kw;
-      off = (r * g.dh * g.patch_w + q * g.dw) * g.cp + ch;  // even
-    }
-    koff[p] = off;
-  }
+  pair_offsets(koff, g);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
   // ldmatrix.x4 of B: lane l gives the row address of matrix l / 8 (two filter tiles x two
@@ -280,30 +319,14 @@ __global__ void __launch_bounds__(kThreads, 4)
     __syncthreads();
 
     float acc[2][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
+    zero_acc<NT>(acc);
     for (int kb = 0; kb < g.kp; kb += 16) {
-      const int p0 = koff[kb / 2 + tq], p1 = koff[kb / 2 + 4 + tq];  // taps 2tq, 2tq + 1 and 8 on
-      auto at = [&](int r, int p) { return p < 0 ? 0u : patch[(r + p) >> 1]; };
       uint32_t a[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        const int r0 = base[mt][0], r1 = base[mt][1];
-        a[mt][0] = at(r0, p0);
-        a[mt][1] = at(r1, p0);
-        a[mt][2] = at(r0, p1);
-        a[mt][3] = at(r1, p1);
-      }
+      a_pairs(a, patch, base, koff, kb, tq);
 #pragma unroll
       for (int nt = 0; nt < NT; nt += 2) {
         uint32_t b[4];
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                     : "r"(b_row + static_cast<uint32_t>((nt * 8 * g.ks + kb) * 2)));
+        ldmatrix_x4(b, b_row + static_cast<uint32_t>((nt * 8 * g.ks + kb) * 2));
         constexpr int P = std::is_same_v<T, __half> ? implicit::kTcFp16 : implicit::kTcBf16;
         implicit::mma_16<P>(acc[0][nt], a[0], b[0], b[1]);
         implicit::mma_16<P>(acc[1][nt], a[1], b[0], b[1]);
@@ -374,12 +397,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
 
     float acc[2][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
+    zero_acc<NT>(acc);
     for (int kb = 0; kb < g.kp; kb += 8) {
       const int p0 = koff[kb + tq], p1 = koff[kb + tq + 4];  // taps tq and tq + 4 of the k-step
       auto at = [&](int r, int p) { return p < 0 ? 0.f : patch[r + p]; };
@@ -397,9 +415,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int nt = 0; nt < NT; nt += 2) {
         uint32_t b[4];  // b0, b1 of filter tile nt, then of nt + 1
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-                     : "r"(b_row + static_cast<uint32_t>((nt * 8 * g.ks + kb) * 4)));
+        ldmatrix_x4(b, b_row + static_cast<uint32_t>((nt * 8 * g.ks + kb) * 4));
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
           if constexpr (THREE) {
@@ -461,14 +477,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     wh[nn * g.ks + k] = in ? a.w_hi[src] : uint16_t{0};
     wl[nn * g.ks + k] = in ? a.w_lo[src] : uint16_t{0};
   }
-  for (int p = threadIdx.x; p < g.kp / 2; p += kThreads) {
-    int off = -1;
-    if (2 * p < g.k) {
-      const int ch = 2 * p % g.cp, rs = 2 * p / g.cp, r = rs / g.kw, q = rs - r * g.kw;
-      off = (r * g.dh * g.patch_w + q * g.dw) * g.cp + ch;
-    }
-    koff[p] = off;
-  }
+  pair_offsets(koff, g);
   // Every output whose row and column classes are the middle output's (most of them) takes the
   // table's value from shared memory; the others read their row of the table.
   const int rmid = a.row_class[g.out_h / 2], cmid = a.col_class[g.out_w / 2];
@@ -527,34 +536,16 @@ __global__ void __launch_bounds__(kThreads, 3)
     __syncthreads();
 
     float acc[2][NT][4];
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
+    zero_acc<NT>(acc);
     for (int kb = 0; kb < g.kp; kb += 16) {
-      const int p0 = koff[kb / 2 + tq], p1 = koff[kb / 2 + 4 + tq];
-      auto at = [&](int r, int p) { return p < 0 ? 0u : patch[(r + p) >> 1]; };
       uint32_t af[2][4];
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        const int r0 = base[mt][0], r1 = base[mt][1];
-        af[mt][0] = at(r0, p0);
-        af[mt][1] = at(r1, p0);
-        af[mt][2] = at(r0, p1);
-        af[mt][3] = at(r1, p1);
-      }
+      a_pairs(af, patch, base, koff, kb, tq);
 #pragma unroll
       for (int nt = 0; nt < NT; nt += 2) {
         const uint32_t addr = b_row + static_cast<uint32_t>((nt * 8 * g.ks + kb) * 2);
         uint32_t bh[4], bl[4];
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(bl[0]), "=r"(bl[1]), "=r"(bl[2]), "=r"(bl[3])
-                     : "r"(addr + lo_bytes));
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(bh[0]), "=r"(bh[1]), "=r"(bh[2]), "=r"(bh[3])
-                     : "r"(addr));
+        ldmatrix_x4(bl, addr + lo_bytes);
+        ldmatrix_x4(bh, addr);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           implicit::mma_16<implicit::kTcFp16>(acc[mt][nt], af[mt], bl[0], bl[1]);
