@@ -14,7 +14,8 @@ bool GpuTuning::operator==(const GpuTuning& o) const {
   return fuse_pool == o.fuse_pool && fuse_mean == o.fuse_mean && fuse_u8 == o.fuse_u8 &&
          row_copies == o.row_copies && graphs == o.graphs && tensor_cores == o.tensor_cores &&
          exact_pixels == o.exact_pixels && pack_low == o.pack_low && cudnn_graph == o.cudnn_graph &&
-         graph_first == o.graph_first && share_buffers == o.share_buffers && graph_plans == o.graph_plans;
+         graph_first == o.graph_first && stem_bytes_first == o.stem_bytes_first &&
+         share_buffers == o.share_buffers && graph_plans == o.graph_plans;
 }
 
 const char* layout_name(Layout l) {

@@ -32,6 +32,9 @@ struct GpuTuning {
   bool cudnn_graph = true;   // graphapi: channels last, cuDNN's graph API is timed against its legacy API
   // Not a --gpu-off name (tests): the graph API's engine wherever it runs, untimed.
   bool graph_first = false;
+  // Not a --gpu-off name (tests): the stem reads the uint8 pixels wherever it can, untimed (else
+  // the setup times the bytes against the floats plus the preprocess pass and keeps the faster).
+  bool stem_bytes_first = false;
   bool share_buffers = true;  // share: run() lets buffers never in use at the same step share memory
                               // (engine/gpu/plan.h, share_groups)
   // --cudnn-plans: how many of cuDNN's heuristic candidates the graph API's search builds and
@@ -176,9 +179,14 @@ struct GpuRunFacts {
   // The first conv read the uint8 pixels itself (its layer's name): no preprocess pass ran
   // (preprocess_seconds is then the interval between two events with nothing between).
   std::string input_fused_into;
-  // Where auto's search timed the stem reading the bytes against reading the floats: which it
-  // reads and the two times ("" none).
-  std::string stem_input;
+  // Where the setup timed the stem reading the uint8 pixels against reading the floats after the
+  // preprocess pass (auto's search, or a pinned stem): the stem's layer (empty: not timed), which
+  // input it reads, both times.
+  struct StemInput {
+    std::string layer;
+    bool bytes = false;
+    double bytes_seconds = 0, floats_seconds = 0;
+  } stem_input;
   double layer_sum_seconds = 0;  // the per-layer times summed
   double busy_seconds = 0;       // the GPU busy with compute (union of the blocks' intervals)
   double wall_seconds = 0;       // this run's forward time (the report's may be a median of runs)

@@ -115,14 +115,19 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
       (g.probs_bytes > 0 ? " and the output values (" + std::to_string(g.probs_bytes) + " bytes per image)"
                          : std::string()) +
       " copied to host memory";
-  out.push_back(g.resident
-                    ? "gpu: timed: forward, input resident on GPU: the " + std::to_string(g.resident_images) +
-                          " distinct images' " + what + " (" + std::to_string(g.resident_bytes) +
-                          " bytes) were uploaded before the clock; each block's device-to-device copy "
-                          "of its " +
-                          what + ", " + (g.float_input ? "" : "preprocess, ") + "every layer, argmax and " +
-                          back + " are timed"
-                    : "gpu: timed: end to end, from the " + what + " in host memory to " + back);
+  out.push_back(
+      g.resident
+          ? "gpu: timed: forward, input resident on GPU: the " + std::to_string(g.resident_images) +
+                " distinct images' " + what + " (" + std::to_string(g.resident_bytes) +
+                " bytes) were uploaded before the clock; each block's device-to-device copy "
+                "of its " +
+                what + ", " + (g.float_input || !g.input_fused_into.empty() ? "" : "preprocess, ") +
+                "every layer" +
+                (g.input_fused_into.empty()
+                     ? std::string()
+                     : " (" + g.input_fused_into + " reads the uint8 pixels itself: no preprocess pass)") +
+                ", argmax and " + back + " are timed"
+          : "gpu: timed: end to end, from the " + what + " in host memory to " + back);
   if (g.block_cut_from > 0)
     out.push_back(
         "gpu: block of " + std::to_string(g.block_cut_from) + " images cut to " + std::to_string(g.block) +
@@ -193,7 +198,15 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
     out.push_back("gpu: cuDNN workspace " + bytes_str(g.cudnn_workspace_bytes) +
                   " per stream (what the chosen algorithms need; the search had " +
                   bytes_str(g.cudnn_search_workspace_bytes) + " on one stream)");
-  if (!g.stem_input.empty()) out.push_back("gpu: " + g.stem_input);
+  if (!g.stem_input.layer.empty()) {
+    const GpuRunFacts::StemInput& si = g.stem_input;
+    out.push_back("gpu: " + si.layer + "'s stem reads " +
+                  (si.bytes ? "the uint8 pixels: " + fmt_ms(si.bytes_seconds) + " against " +
+                                  fmt_ms(si.floats_seconds) + " for the floats and the preprocess pass"
+                            : "the floats after the preprocess pass: " + fmt_ms(si.floats_seconds) +
+                                  " against " + fmt_ms(si.bytes_seconds) + " reading the uint8 pixels") +
+                  ", timed at setup");
+  }
   out.push_back(
       "gpu: preprocess " +
       (g.input_fused_into.empty() ? fmt_ms(g.preprocess_seconds)

@@ -398,4 +398,48 @@ TEST_CASE("report: the CUDA graph note names the short last block's graph, or wh
   CHECK(graph_note() == "gpu: CUDA graph capture failed, launching directly: out of memory");
 }
 
+TEST_CASE("report: the stem's measured input, and the timed note when the stem read the pixels itself") {
+  Report rep;
+  GpuRunFacts& g = rep.run.gpu.emplace();
+  g.resident = true;
+  g.resident_images = 256;
+  g.resident_bytes = 38535168;
+  auto note = [&](const std::string& part) {
+    for (const std::string& n : report_notes(rep))
+      if (n.find(part) != std::string::npos) return n;
+    return std::string();
+  };
+  // No search of the stem's input: no note; the preprocess pass is timed.
+  CHECK(note("stem reads").empty());
+  CHECK(note("gpu: timed:") ==
+        "gpu: timed: forward, input resident on GPU: the 256 distinct images' uint8 pixels (38535168 bytes) "
+        "were uploaded before the clock; each block's device-to-device copy of its uint8 pixels, preprocess, "
+        "every layer, argmax and the predictions (4 bytes per image) copied to host memory are timed");
+  CHECK(note("gpu: preprocess ").find("gpu: preprocess 0.000 ms, ") == 0);
+  // The search kept the bytes: the faster time first, the pass named fused, not timed.
+  g.stem_input.layer = "conv1";
+  g.stem_input.bytes = true;
+  g.stem_input.bytes_seconds = 4.3144e-3;
+  g.stem_input.floats_seconds = 5.1201e-3;
+  g.input_fused_into = "conv1";
+  CHECK(note("stem reads") ==
+        "gpu: conv1's stem reads the uint8 pixels: 4.314 ms against 5.120 ms for the floats and the "
+        "preprocess pass, timed at setup");
+  CHECK(note("gpu: timed:") ==
+        "gpu: timed: forward, input resident on GPU: the 256 distinct images' uint8 pixels (38535168 bytes) "
+        "were uploaded before the clock; each block's device-to-device copy of its uint8 pixels, every layer "
+        "(conv1 reads the uint8 pixels itself: no preprocess pass), argmax and the predictions (4 bytes per "
+        "image) copied to host memory are timed");
+  CHECK(note("gpu: preprocess ").find("gpu: preprocess fused into conv1 (it reads the uint8 pixels), ") == 0);
+  // The search kept the floats: their time first, the pass timed.
+  g.stem_input.bytes = false;
+  g.stem_input.floats_seconds = 2.4108e-3;
+  g.stem_input.bytes_seconds = 2.6171e-3;
+  g.input_fused_into.clear();
+  CHECK(note("stem reads") ==
+        "gpu: conv1's stem reads the floats after the preprocess pass: 2.411 ms against 2.617 ms reading the "
+        "uint8 pixels, timed at setup");
+  CHECK(note("gpu: timed:").find("uint8 pixels, preprocess, every layer, argmax") != std::string::npos);
+}
+
 }  // namespace cnnrun::test

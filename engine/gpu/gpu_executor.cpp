@@ -276,7 +276,8 @@ class GpuExecutor : public Executor {
   bool u8_fused(const Step& st, ConvAlgo algo) const {
     return fuses_u8(st, algo, tuning_) &&
            (algo != ConvAlgo::kStem ||
-            (stem_bytes_ok(st) && conv_weights(st.layer).stem_input[static_cast<int>(prec_)] != 0));
+            (stem_bytes_ok(st) &&
+             (tuning_.stem_bytes_first || conv_weights(st.layer).stem_input[static_cast<int>(prec_)] != 0)));
   }
   // Whether the stem could read the bytes this run (its weights allow it, FP32 storage), whichever
   // input auto's search gives it.
@@ -344,6 +345,8 @@ class GpuExecutor : public Executor {
   void run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo);
   void time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo);
   float time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo);
+  void pick_stem_input(const Step& st, Slot& s, int64_t n);
+  void pick_pinned_stem_inputs(Slot& s, int64_t n);
   struct BlockOut {  // what a block's launches after its H2D copy write to
     int out_buf;
     int64_t out_size;
@@ -791,22 +794,33 @@ void GpuExecutor::enqueue_compute(Slot& s, int64_t n, const BlockOut& o) {
   record(s.ev[L + 4], s.stream);
 }
 
-// Auto: best of kTuneRepeats after a warm-up (the warm-up also runs cuDNN's own search).
-float GpuExecutor::time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
-  // The stem's input, once per precision: the bytes, or the floats after the preprocess pass
-  // (time_conv adds it), whichever is faster here (ResNet-18's 7x7 stem at fp32 gains from the
-  // bytes, docs/performance.md, Session 27; the floats' kernel stages fewer weights).
+// The stem's input, once per precision, where the stem could read the bytes: the bytes, or the
+// floats after the preprocess pass (time_conv adds it), whichever is faster here (ResNet-18's 7x7
+// stem at fp32 gains from the bytes, the 3x3 stems lose: docs/performance.md, Session 27): when
+// auto's search times the stem, or before the first block of a pinned one.
+void GpuExecutor::pick_stem_input(const Step& st, Slot& s, int64_t n) {
   ConvWeights& c = conv_weights(st.layer);
   int& pick = c.stem_input[static_cast<int>(prec_)];
-  if (algo == ConvAlgo::kStem && pick < 0 && stem_bytes_ok(st)) {
-    float(&ms)[2] = c.stem_input_ms[static_cast<int>(prec_)];
-    for (int bytes : {1, 0}) {
-      pick = bytes;
-      time_conv(st, s, n, algo);
-      ms[bytes] = least_ms(s.stream, kTuneRepeats, [&] { time_conv(st, s, n, algo); });
-    }
-    pick = ms[1] <= ms[0] ? 1 : 0;
+  if (pick >= 0 || tuning_.stem_bytes_first || !stem_bytes_ok(st)) return;
+  float(&ms)[2] = c.stem_input_ms[static_cast<int>(prec_)];
+  for (int bytes : {1, 0}) {
+    pick = bytes;
+    time_conv(st, s, n, ConvAlgo::kStem);
+    ms[bytes] = least_ms(s.stream, kTuneRepeats, [&] { time_conv(st, s, n, ConvAlgo::kStem); });
   }
+  pick = ms[1] <= ms[0] ? 1 : 0;
+}
+
+// A stem the netdef or --conv-algo pins (auto's search does not time it) on the first block, before
+// the layers run: it reads the network's input (fuses_u8), so nothing runs before it.
+void GpuExecutor::pick_pinned_stem_inputs(Slot& s, int64_t n) {
+  for (const Step& st : plan_.steps)
+    if (st.op == Op::kConv && selector_.chosen(st.layer) == ConvAlgo::kStem) pick_stem_input(st, s, n);
+}
+
+// Auto: best of kTuneRepeats after a warm-up (the warm-up also runs cuDNN's own search).
+float GpuExecutor::time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
+  if (algo == ConvAlgo::kStem) pick_stem_input(st, s, n);
   time_conv(st, s, n, algo);
   return least_ms(s.stream, kTuneRepeats, [&] { time_conv(st, s, n, algo); });
 }
@@ -816,6 +830,7 @@ float GpuExecutor::time_ms(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
 void GpuExecutor::search(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched) {
   BlockPipeline::copy_in(s, data, 0, n, false);
   preprocess(s, n);
+  pick_pinned_stem_inputs(s, n);
   selector_.search(
       net_, plan_, n, [&](int i, ConvAlgo a) { return time_ms(step(i), s, n, a); },
       [&](int i) {
@@ -885,6 +900,7 @@ void GpuExecutor::warm(Slot& s, const Dataset& data, int64_t n, std::vector<Conv
   prepare_graphs(n, s.cudnn_ws.bytes());
   if (selector_.any_auto()) return search(s, data, n, searched);
   BlockPipeline::copy_in(s, data, 0, n, false);
+  pick_pinned_stem_inputs(s, n);
   run_layers(s, n, false, 0);
   CUDA_CHECK(cudaStreamSynchronize(s.stream));
 }
@@ -1336,22 +1352,15 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
                               : GpuRunFacts::Pixels::kPinned;
   facts.setup_seconds = setup_s;
   facts.preprocess_seconds = timeline.preprocess();
-  for (const Step& st : plan_.steps)  // the stem's measured input, where auto chose the stem
+  for (const Step& st : plan_.steps)  // the stem's measured input, where the stem ran
     if (st.op == Op::kConv && selector_.chosen(st.layer) == ConvAlgo::kStem && stem_bytes_ok(st) &&
-        conv_weights(st.layer).stem_input[static_cast<int>(prec_)] >= 0) {
+        !tuning_.stem_bytes_first && conv_weights(st.layer).stem_input[static_cast<int>(prec_)] >= 0) {
       const ConvWeights& c = conv_weights(st.layer);
-      const int pick = c.stem_input[static_cast<int>(prec_)];
       const float(&ms)[2] = c.stem_input_ms[static_cast<int>(prec_)];
-      auto ms_str = [](float v) {
-        char b[32];
-        std::snprintf(b, sizeof b, "%.3f ms", static_cast<double>(v));
-        return std::string(b);
-      };
-      facts.stem_input = net_.layers[static_cast<size_t>(st.layer)]->name + "'s stem reads " +
-                         (pick ? "the uint8 pixels: " : "the floats after the preprocess pass: ") +
-                         ms_str(ms[pick]) + " against " + ms_str(ms[1 - pick]) +
-                         (pick ? " for the floats and the preprocess pass" : " reading the uint8 pixels") +
-                         " in auto's search";
+      facts.stem_input.layer = net_.layers[static_cast<size_t>(st.layer)]->name;
+      facts.stem_input.bytes = c.stem_input[static_cast<int>(prec_)] == 1;
+      facts.stem_input.bytes_seconds = 1e-3 * static_cast<double>(ms[1]);
+      facts.stem_input.floats_seconds = 1e-3 * static_cast<double>(ms[0]);
     }
   for (const Step& st : plan_.steps)
     if (st.op == Op::kConv && u8_fused(st, selector_.chosen(st.layer)))
