@@ -10,12 +10,14 @@ row (network, input, precision) present in two runs, since which one counts woul
 table hides.
 
   bench/zoo_merge.py RUN1/zoo_results.json RUN2/zoo_results.json ... [--out DIR] [--sizes "32 224"]
+  bench/zoo_merge.py CALL1/zoo_jobs.tgz CALL2/zoo_jobs.tgz ...   (bench/zoo_parallel.py's archives)
 """
 import argparse
 import json
 import os
 import re
 import sys
+import tarfile
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -26,10 +28,14 @@ class MergeError(Exception):
     pass
 
 
-def load(path):
+def load(path, f=None):
+    """One zoo_results.json: the file at path, or (f) a member of an archive that path names."""
     try:
-        with open(path) as f:
+        if f is not None:
             d = json.load(f)
+        else:
+            with open(path) as fh:
+                d = json.load(fh)
     except (OSError, ValueError) as e:
         raise MergeError(f"{path}: cannot read it as JSON: {e}") from None
     if not isinstance(d, dict) or "header" not in d or not isinstance(d.get("results"), list):
@@ -40,10 +46,28 @@ def load(path):
     return d
 
 
+def load_all(path):
+    """[(name, results)]: the zoo_results.json at path, or each job's in an archive of them
+    (bench/zoo_parallel.py's OUT/zoo_jobs.tgz: TAG.json a job), named ARCHIVE:TAG.json."""
+    if path.endswith((".tgz", ".tar.gz", ".tar")):
+        try:
+            with tarfile.open(path) as tar:
+                members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json")),
+                                 key=lambda m: m.name)
+                if not members:
+                    raise MergeError(f"{path}: an archive with no .json member")
+                return [(f"{path}:{m.name}", load(f"{path}:{m.name}", tar.extractfile(m))) for m in members]
+        except (OSError, tarfile.TarError) as e:
+            first = (str(e).splitlines() or [type(e).__name__])[0].rstrip(":")
+            raise MergeError(f"{path}: not a readable tar archive ({first})") from None
+    return [(path, load(path))]
+
+
 def merge(paths, sizes):
     """The merged table: a namespace of text (the Markdown), header (its header line), missing (the
-    zoo's rows no run measured) and runs (each path's loaded zoo_results.json, in order)."""
-    runs = [(p, load(p)) for p in paths]
+    zoo's rows no run measured) and runs (each path's loaded zoo_results.json, in order; an archive
+    of them, as bench/zoo_parallel.py writes, counts as its jobs' runs)."""
+    runs = [run for p in paths for run in load_all(p)]
     first_path, first = runs[0]
     h0 = first["parts"]
     for p, d in runs:
@@ -118,7 +142,8 @@ def merge(paths, sizes):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("results", nargs="+", help="zoo_results.json files of zoo_bench.py runs")
+    ap.add_argument("results", nargs="+",
+                    help="zoo_results.json files of zoo_bench.py runs, or zoo_jobs.tgz archives of them")
     ap.add_argument("--out", default="", help="also write zoo_table.md here")
     ap.add_argument("--sizes", default="32 224", help="the torchvision input sizes the zoo has")
     a = ap.parse_args()

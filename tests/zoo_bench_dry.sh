@@ -176,6 +176,14 @@ elif per_job != ["lenet5", "resnet18", "thesis"]:
     errors.append(f"OUT/zoo_jobs.tgz's results are of {per_job}")
 if any(f.endswith(".part") for f in os.listdir(out)):
     errors.append(f"a partial archive was left in OUT: {os.listdir(out)}")
+# bench/zoo_merge.py reads the archive as its jobs' runs: the same rows as the table.
+import zoo_merge
+if os.path.exists(arch):
+    merged = zoo_merge.merge([arch], [32]).text
+    mrows = [l for l in merged.splitlines() if l.startswith("| ") and "---" not in l]
+    trows = [l for l in t.splitlines() if l.startswith("| ") and "---" not in l]
+    if mrows != trows:
+        errors.append(f"zoo_merge.py of OUT/zoo_jobs.tgz gives rows {mrows}, the table {trows}")
 # The plan: every job once, longest first onto the least loaded GPU.
 jobs = zp.jobs_of(["thesis", "resnet18", "vgg11_bn", "googlenet"], [32, 224])
 plan = zp.assign(jobs, 3)
@@ -191,4 +199,11 @@ sys.exit(1 if errors else 0)
 PY
 expect_refusal "is in both" "zoo_merge.py did not read GPUS=2's zoo_results.json as a run" \
   "$w/out3/zoo_results.json" "$w/out2/zoo_results.json"
+# The archive counts as its jobs' runs (a row in it and in the merged results: refused), and one
+# that is not an archive is refused in one line.
+expect_refusal "zoo_jobs.tgz:thesis.json" "zoo_merge.py did not read OUT/zoo_jobs.tgz's jobs as runs" \
+  "$w/out3/zoo_jobs.tgz" "$w/out3/zoo_results.json"
+printf '{"header": ' >"$w/junk.tgz"
+expect_refusal "junk.tgz: not a readable tar archive" "zoo_merge.py took a broken archive" "$w/junk.tgz"
+[ "$(wc -l <"$w/refused.log")" -eq 1 ] || { cat "$w/refused.log"; echo "FAIL: the refusal is not one line"; exit 1; }
 echo "zoo_parallel: ok"
