@@ -613,8 +613,6 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
-// `kernel` (stem_kernel, or stem_f32_kernel) with NT 8-filter tiles a block: X the type its input
-// and weights are read as, Y its output's.
 // Any of the stem kernels with nt 8-filter tiles a block and `smem` bytes of shared memory: enough
 // blocks to fill every SM several times over; each stages its weights once and loops over tiles.
 template <typename K, typename... Args>
@@ -627,6 +625,8 @@ void launch_tiles(K kernel, const Geom& g, int nt, size_t smem, cudaStream_t s, 
   kernel<<<grid, kThreads, smem, s>>>(args...);
 }
 
+// `kernel` (stem_kernel, or stem_f32_kernel) with NT 8-filter tiles a block: X the type its input
+// and weights are read as, Y its output's.
 template <typename X, typename Y, int NT, typename K>
 void launch(K kernel, const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
             cudaStream_t s) {
