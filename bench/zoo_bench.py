@@ -38,7 +38,9 @@ per precision:
   (CUDA events) of one forward over the N images plus argmax (and softmax where the netdef ends
   in one), for each way: fp32 and tf32 eager NCHW and channels_last; fp16/bf16 as .half() /
   .bfloat16() and as autocast, each NCHW and channels_last; then a CUDA graph of the fastest of
-  those; torch.compile of it only with COMPILE=1 (it may take minutes). The row shows the fastest.
+  those; with COMPILE (a list of modes; 1 = max-autotune) torch.compile of it too, weights frozen
+  (inductor's freezing: batchnorm folded), static shapes, its compile time (the first call) recorded
+  apart from the forward time. The row shows the fastest.
   Its peak GPU memory: the same nvidia-smi sampling during the way that was fastest, plus the size
   of PyTorch's CUDA context and libraries measured when they were first loaded, so that both
   figures are whole-process memory.
@@ -571,6 +573,29 @@ def ways(precision):
             (f"autocast {precision} channels_last", torch.float32, True, dt)]
 
 
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def compile_modes(text):
+    """--compile's list: "1" is max-autotune (PyTorch's fastest: autotuned kernels and CUDA graphs)."""
+    modes = [m for m in re.split(r"[,\s]+", text.strip()) if m]
+    modes = ["max-autotune" if m == "1" else m for m in modes]
+    bad = [m for m in modes if m not in COMPILE_MODES]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown torch.compile mode {bad[0]!r} (one of {', '.join(COMPILE_MODES)}, or 1)")
+    return modes
+
+
+def compile_model(m, mode):
+    """torch.compile for inference: weights frozen into the graph (batchnorm folded into the
+    convolutions, constant layouts), static shapes; what PyTorch's own inference benchmarks use."""
+    if not hasattr(torch, "compile"):
+        raise RuntimeError(f"torch {torch.__version__} has no torch.compile")
+    import torch._inductor.config as inductor_config
+    inductor_config.freezing = True
+    return torch.compile(m, mode=mode, dynamic=False)
+
+
 def is_oom(e):
     return "out of memory" in str(e).lower()
 
@@ -596,7 +621,7 @@ def torch_rows(a, model, x32, precisions, softmax, mem, torch_ctx_mib):
         rows = []
         best = None
 
-        def measure(name, dtype, cl, cast, kind="eager"):
+        def measure(name, dtype, cl, cast, kind="eager", mode=None):
             nonlocal best
             chunk = n
             while True:
@@ -627,8 +652,13 @@ def torch_rows(a, model, x32, precisions, softmax, mem, torch_ctx_mib):
                                 preds.append(y.argmax(1))
                         out["preds"] = preds
 
+                    compile_s = None
                     if kind == "compile":
-                        m = torch.compile(m)
+                        m = compile_model(m, mode)
+                        c0 = time.time()
+                        fwd()  # the compile (and max-autotune's search), outside the timed runs
+                        timer.sync()
+                        compile_s = time.time() - c0
                     t0 = time.time()
                     if kind == "graph":
                         s = torch.cuda.Stream()
@@ -648,6 +678,8 @@ def torch_rows(a, model, x32, precisions, softmax, mem, torch_ctx_mib):
                            "median_ms": statistics.median(times), "min_ms": min(times), "max_ms": max(times),
                            "runs": len(times), "dtype": str(dtype), "channels_last": cl,
                            "autocast": str(cast) if cast else None}
+                    if compile_s is not None:
+                        row["compile_s"] = round(compile_s, 1)
                     if cuda:
                         row["allocator_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
                     if base is not None:
@@ -666,6 +698,8 @@ def torch_rows(a, model, x32, precisions, softmax, mem, torch_ctx_mib):
                     return
                 finally:
                     del m, x, g, chunks, out
+                    if kind == "compile" and hasattr(torch, "compile"):
+                        torch._dynamo.reset()  # frees the compiled graphs and their CUDA graph pools
                     release()
 
         with torch.inference_mode():
@@ -677,13 +711,24 @@ def torch_rows(a, model, x32, precisions, softmax, mem, torch_ctx_mib):
             if best is not None and cuda and not a.over_budget():
                 name, dtype, cl, cast = best[1]
                 measure(f"CUDA graph of {name}", dtype, cl, cast, kind="graph")
-        if best is not None and a.compile and hasattr(torch, "compile") and not a.over_budget():
+        if best is not None and a.compile and not a.over_budget():
             name, dtype, cl, cast = best[1]
-            with torch.no_grad():
-                measure(f"torch.compile of {name}", dtype, cl, cast, kind="compile")
+            for mode in a.compile:
+                if a.over_budget():
+                    rows.append({"way": f"torch.compile {mode}", "error": "skipped: over the time budget"})
+                    continue
+                with torch.no_grad():
+                    measure(f"torch.compile {mode} of {name}", dtype, cl, cast, kind="compile", mode=mode)
         results[p] = {"best": best[0] if best else None, "ways": rows}
     set_tf32(False)
     return results
+
+
+def compile_note(modes):
+    if not modes:
+        return ""
+    return (f", and torch.compile ({', '.join(modes)}; freezing, static shapes) of that fastest eager way, "
+            "its compile time not in the forward time")
 
 
 def torch_context_mib(mem, dev):
@@ -714,7 +759,9 @@ def main():
     ap.add_argument("--images", default="", help="native:N,32:N,224:N... (images per row)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--budget", type=float, default=480.0, help="seconds; later rows are skipped")
-    ap.add_argument("--compile", action="store_true", help="also torch.compile (may take minutes)")
+    ap.add_argument("--compile", type=compile_modes, default=[],
+                    help="also torch.compile of the fastest eager way in these modes (comma-separated; "
+                         "1 = max-autotune; may take minutes a network)")
     ap.add_argument("--dry", action="store_true", help="on the CPU, tiny image counts")
     ap.add_argument("--commit", default="")
     ap.add_argument("--baseline", default="",
@@ -852,6 +899,12 @@ def main():
                 say(f"{key} {label}: PyTorch " + ", ".join(
                     f"{p} {v['best']['median_ms']:.2f} ms" if v.get("best") else f"{p} -" for p, v in tr.items()) +
                     f" ({time.time() - t_torch:.1f} s)")
+                for p, v in tr.items():
+                    for w in v.get("ways", []):
+                        if w.get("kind") == "compile" or w.get("way", "").startswith("torch.compile"):
+                            say(f"{key} {label} {p}: {w['way']}: " + (
+                                f"{w['median_ms']:.2f} ms, compiled in {w.get('compile_s')} s" if "median_ms" in w
+                                else f"failed: {w.get('error')}"))
                 del x32
                 gc.collect()
                 if cuda:
@@ -903,7 +956,7 @@ def main():
     notes = [f"Medians of {a.repeats} runs {warm_note}; {where}, cnnrun's default algorithm "
              "choice; ratio = PyTorch / cnnrun (above 1: cnnrun faster). PyTorch's fastest way at each "
              "precision of eager NCHW / channels_last, `.half()`/`.bfloat16()` / autocast, and a CUDA graph of the "
-             f"fastest{' and torch.compile' if a.compile else ''}; fp32 with TF32 off."]
+             f"fastest{compile_note(a.compile)}; fp32 with TF32 off."]
     if a.cnnrun_args:
         notes.append(f"cnnrun's timed rows also had `{a.cnnrun_args}`.")
     if cudnn_note:

@@ -24,7 +24,9 @@
 #   BASELINE    a second cnnrun binary (an earlier commit's) timed on every row right after CNNRUN:
 #               one more column, its median and CNNRUN's speedup over it (before/after in one run)
 #   CNNRUN_ARGS more cnnrun options for the timed rows (e.g. "--conv-algo cudnn"), named in the notes
-#   COMPILE=1   also time torch.compile of PyTorch's fastest way (may take minutes per network)
+#   COMPILE     also time torch.compile of PyTorch's fastest way, in these modes (comma-separated:
+#               default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs; 1 = max-autotune);
+#               may take minutes a network
 #   DRY=1       the CPU dry run: cnnrun --engine cpu, PyTorch on the CPU, tiny image counts
 #   CNNRUN      the cnnrun binary (default: the first of $CARRY/bin/cnnrun, $CARRY/cnnrun,
 #               .carry-lead/bin/cnnrun, .carry/bin/cnnrun, .carry/cnnrun, build-gpu/cnnrun,
@@ -108,7 +110,7 @@ args=(--cnnrun "$BIN" --work "$W" --commit "${commit:-}" --shared "${S:-}" --rep
   "--cnnrun-args=${CNNRUN_ARGS:-}")
 [ -n "${DRY:-}" ] && args+=(--dry)
 [ -n "${BASELINE:-}" ] && args+=(--baseline "$BASELINE")
-[ -n "${COMPILE:-}" ] && args+=(--compile)
+[ -n "${COMPILE:-}" ] && args+=("--compile=$COMPILE")
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && args+=(--out "$OUT")
 if [ -n "${GPUS:-}" ]; then
   PYTHONUNBUFFERED=1 "$PY" bench/zoo_parallel.py --gpus "$GPUS" --python "$PY" -- "${args[@]}"

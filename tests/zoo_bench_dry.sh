@@ -6,7 +6,7 @@
 # commit the binary says it was built from; the GPU setup column's parser reads the report's
 # note as engine/report.cpp writes it; both sides had two warm-up runs. Then bench/zoo_merge.py joins
 # it with a second run (the thesis network) into one table and refuses what it must. Times are
-# printed by the script, never checked. Last, GPUS=2 (bench/zoo_parallel.py) as two processes.
+# printed by the script, never checked. COMPILE's row and refusal. Last, GPUS=2 (bench/zoo_parallel.py) as two processes.
 # Skipped (77) without a python3 that imports torch and torchvision.
 #   tests/zoo_bench_dry.sh CNNRUN_BINARY SOURCE_DIR
 set -uo pipefail
@@ -91,12 +91,37 @@ PY
 [ $? -eq 0 ] || exit 1
 # bench/zoo_merge.py: a second run (the thesis network) and the first as one table, in the zoo's
 # order, naming what the zoo still misses; refused for a row in two runs and for two commits.
+# This run also asks for torch.compile (COMPILE=1, max-autotune): a row of its own among PyTorch's
+# ways, timed where this torch has torch.compile, a one-line error row where it has not (Debian's).
 if ! DRY=1 CNNRUN="$bin" NETS="thesis" PRECISIONS="fp32" PYTHON=$py WORK="$w/work2" OUT="$w/out2" COMMIT= \
-  bash "$src/bench/zoo_bench.sh" >"$w/log2" 2>&1; then
+  COMPILE=1 bash "$src/bench/zoo_bench.sh" >"$w/log2" 2>&1; then
   cat "$w/log2"
   echo "FAIL: bench/zoo_bench.sh (thesis) exited non-zero"
   exit 1
 fi
+$py - "$w/out2/zoo_results.json" "$w/out2/zoo_table.md" <<'PY' || exit 1
+import json, sys
+import torch
+d = json.load(open(sys.argv[1]))
+ways = d["results"][0]["torch"]["fp32"]["ways"]
+c = [w for w in ways if w["way"].startswith("torch.compile max-autotune of ")]
+errors = []
+if len(c) != 1:
+    errors.append(f"expected one torch.compile max-autotune row, got {[w['way'] for w in ways]}")
+elif hasattr(torch, "compile"):
+    if not (c[0].get("median_ms", 0) > 0 and c[0].get("compile_s") is not None):
+        errors.append(f"torch.compile row without a time or compile time: {c[0]}")
+elif f"torch {torch.__version__} has no torch.compile" != c[0].get("error"):
+    errors.append(f"torch.compile row on a torch without it: {c[0]}")
+if "torch.compile (max-autotune; freezing, static shapes)" not in open(sys.argv[2]).read():
+    errors.append("the table's notes do not name torch.compile's mode")
+for e in errors:
+    print("FAIL (COMPILE=1):", e)
+sys.exit(1 if errors else 0)
+PY
+COMPILE=fastest DRY=1 CNNRUN="$bin" NETS="thesis" PRECISIONS="fp32" PYTHON=$py WORK="$w/work3" \
+  bash "$src/bench/zoo_bench.sh" >"$w/log3" 2>&1 && { echo "FAIL: COMPILE=fastest accepted"; exit 1; }
+grep -q "unknown torch.compile mode 'fastest'" "$w/log3" || { cat "$w/log3"; echo "FAIL: COMPILE=fastest's message"; exit 1; }
 $py "$src/bench/zoo_merge.py" "$w/out/zoo_results.json" "$w/out2/zoo_results.json" --out "$w/merged" >"$w/m.log" 2>&1 ||
   { cat "$w/m.log"; echo "FAIL: zoo_merge.py exited non-zero"; exit 1; }
 cat "$w/merged/zoo_table.md"
