@@ -38,9 +38,10 @@ per precision:
   (CUDA events) of one forward over the N images plus argmax (and softmax where the netdef ends
   in one), for each way: fp32 and tf32 eager NCHW and channels_last; fp16/bf16 as .half() /
   .bfloat16() and as autocast, each NCHW and channels_last; then a CUDA graph of the fastest of
-  those; with COMPILE (a list of modes; 1 = max-autotune) torch.compile of it too, weights frozen
+  those; torch.compile of it too (COMPILE: its modes, default "default"; 0: none), weights frozen
   (inductor's freezing: batchnorm folded), static shapes, its compile time (the first call) recorded
-  apart from the forward time. The row shows the fastest.
+  apart from the forward time; a compile longer than COMPILE_TIMEOUT seconds (default 300) is a row
+  that says so. The row shows the fastest.
   Its peak GPU memory: the same nvidia-smi sampling during the way that was fastest, plus the size
   of PyTorch's CUDA context and libraries measured when they were first loaded, so that both
   figures are whole-process memory.
@@ -61,6 +62,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import statistics
 import struct
 import subprocess
@@ -577,13 +579,35 @@ COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-
 
 
 def compile_modes(text):
-    """--compile's list: "1" is max-autotune (PyTorch's fastest: autotuned kernels and CUDA graphs)."""
-    modes = [m for m in re.split(r"[,\s]+", text.strip()) if m]
-    modes = ["max-autotune" if m == "1" else m for m in modes]
+    """--compile's list of modes; "1" is default, "0" or "none" none. The default mode compiles in
+    seconds; max-autotune (autotuned kernels, CUDA graphs) takes minutes a network and is not always
+    faster (docs/performance.md, Session 29)."""
+    modes = [m for m in re.split(r"[,\s]+", text.strip()) if m and m not in ("0", "none")]
+    modes = ["default" if m == "1" else m for m in modes]
     bad = [m for m in modes if m not in COMPILE_MODES]
     if bad:
         raise argparse.ArgumentTypeError(f"unknown torch.compile mode {bad[0]!r} (one of {', '.join(COMPILE_MODES)}, or 1)")
     return modes
+
+
+class time_limit:
+    """Raises TimeoutError(message) in the main thread after `seconds` (SIGALRM): a torch.compile
+    that takes longer than is reasonable becomes a row that says so, not the end of the run."""
+
+    def __init__(self, seconds, message):
+        self.seconds, self.message = seconds, message
+
+    def _expired(self, signum, frame):
+        raise TimeoutError(self.message)
+
+    def __enter__(self):
+        self.old = signal.signal(signal.SIGALRM, self._expired)
+        signal.setitimer(signal.ITIMER_REAL, self.seconds)
+
+    def __exit__(self, *exc):
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, self.old)
+        return False
 
 
 def compile_model(m, mode):
@@ -656,8 +680,9 @@ def torch_rows(a, model, x32, precisions, softmax, mem, torch_ctx_mib):
                     if kind == "compile":
                         m = compile_model(m, mode)
                         c0 = time.time()
-                        fwd()  # the compile (and max-autotune's search), outside the timed runs
-                        timer.sync()
+                        with time_limit(a.compile_timeout, f"did not compile in {a.compile_timeout:.0f} s"):
+                            fwd()  # the compile (and max-autotune's search), outside the timed runs
+                            timer.sync()
                         compile_s = time.time() - c0
                     t0 = time.time()
                     if kind == "graph":
@@ -708,11 +733,12 @@ def torch_rows(a, model, x32, precisions, softmax, mem, torch_ctx_mib):
                     rows.append({"way": name, "error": "skipped: over the time budget"})
                     continue
                 measure(name, dtype, cl, cast)
-            if best is not None and cuda and not a.over_budget():
-                name, dtype, cl, cast = best[1]
+            eager = best[1] if best is not None else None  # the CUDA graph and torch.compile start from it
+            if eager is not None and cuda and not a.over_budget():
+                name, dtype, cl, cast = eager
                 measure(f"CUDA graph of {name}", dtype, cl, cast, kind="graph")
-        if best is not None and a.compile and not a.over_budget():
-            name, dtype, cl, cast = best[1]
+        if eager is not None and a.compile and not a.over_budget():
+            name, dtype, cl, cast = eager
             for mode in a.compile:
                 if a.over_budget():
                     rows.append({"way": f"torch.compile {mode}", "error": "skipped: over the time budget"})
@@ -759,9 +785,11 @@ def main():
     ap.add_argument("--images", default="", help="native:N,32:N,224:N... (images per row)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--budget", type=float, default=480.0, help="seconds; later rows are skipped")
-    ap.add_argument("--compile", type=compile_modes, default=[],
-                    help="also torch.compile of the fastest eager way in these modes (comma-separated; "
-                         "1 = max-autotune; may take minutes a network)")
+    ap.add_argument("--compile", type=compile_modes, default=["default"],
+                    help="torch.compile of the fastest eager way in these modes too (comma-separated, "
+                         "default: default; 0 or none: no torch.compile)")
+    ap.add_argument("--compile-timeout", type=float, default=300.0,
+                    help="seconds a torch.compile (its first call) may take; longer is a row that says so")
     ap.add_argument("--dry", action="store_true", help="on the CPU, tiny image counts")
     ap.add_argument("--commit", default="")
     ap.add_argument("--baseline", default="",

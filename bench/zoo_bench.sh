@@ -24,9 +24,10 @@
 #   BASELINE    a second cnnrun binary (an earlier commit's) timed on every row right after CNNRUN:
 #               one more column, its median and CNNRUN's speedup over it (before/after in one run)
 #   CNNRUN_ARGS more cnnrun options for the timed rows (e.g. "--conv-algo cudnn"), named in the notes
-#   COMPILE     also time torch.compile of PyTorch's fastest way, in these modes (comma-separated:
-#               default, reduce-overhead, max-autotune, max-autotune-no-cudagraphs; 1 = max-autotune);
-#               may take minutes a network
+#   COMPILE     torch.compile's modes for PyTorch's fastest eager way (comma-separated: default,
+#               reduce-overhead, max-autotune, max-autotune-no-cudagraphs; default "default"; 0: no
+#               torch.compile); COMPILE_TIMEOUT seconds at most each (default 300), longer is a row
+#               that says so. max-autotune takes minutes a network
 #   DRY=1       the CPU dry run: cnnrun --engine cpu, PyTorch on the CPU, tiny image counts
 #   CNNRUN      the cnnrun binary (default: the first of $CARRY/bin/cnnrun, $CARRY/cnnrun,
 #               .carry-lead/bin/cnnrun, .carry/bin/cnnrun, .carry/cnnrun, build-gpu/cnnrun,
@@ -110,7 +111,7 @@ args=(--cnnrun "$BIN" --work "$W" --commit "${commit:-}" --shared "${S:-}" --rep
   "--cnnrun-args=${CNNRUN_ARGS:-}")
 [ -n "${DRY:-}" ] && args+=(--dry)
 [ -n "${BASELINE:-}" ] && args+=(--baseline "$BASELINE")
-[ -n "${COMPILE:-}" ] && args+=("--compile=$COMPILE")
+args+=("--compile=${COMPILE-default}" --compile-timeout "${COMPILE_TIMEOUT:-300}")
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && args+=(--out "$OUT")
 if [ -n "${GPUS:-}" ]; then
   PYTHONUNBUFFERED=1 "$PY" bench/zoo_parallel.py --gpus "$GPUS" --python "$PY" -- "${args[@]}"

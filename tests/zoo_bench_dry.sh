@@ -6,7 +6,8 @@
 # commit the binary says it was built from; the GPU setup column's parser reads the report's
 # note as engine/report.cpp writes it; both sides had two warm-up runs. Then bench/zoo_merge.py joins
 # it with a second run (the thesis network) into one table and refuses what it must. Times are
-# printed by the script, never checked. COMPILE's row and refusal. Last, GPUS=2 (bench/zoo_parallel.py) as two processes.
+# printed by the script, never checked. torch.compile's rows (by default, in two modes, none with
+# COMPILE=0) and the refusal of an unknown mode. Last, GPUS=2 (bench/zoo_parallel.py) as two processes.
 # Skipped (77) without a python3 that imports torch and torchvision.
 #   tests/zoo_bench_dry.sh CNNRUN_BINARY SOURCE_DIR
 set -uo pipefail
@@ -52,7 +53,27 @@ import math
 assert zoo_bench.validation_max_rel({'layers': [{'max_rel': 0.5}, {'name': 'f'}, {'max_rel': 0.25}]}) == 0.5
 assert math.isnan(zoo_bench.validation_max_rel({'layers': [{'max_rel': 0.5}, {'max_rel': None}]}))
 assert zoo_bench.validation_max_rel({}) is None
-" || { echo "FAIL: setup_seconds or validation_max_rel"; exit 1; }
+# A row whose PyTorch ways were cut short by the time budget has its ratio marked as a bound.
+import argparse, zoo_table
+row = {'title': 'N', 'input': '3x8x8', 'images': 10, 'precision': 'fp16', 'xcheck': 0.0,
+       'cnnrun': {'median_ms': 1.0, 'resident': True},
+       'torch': {'best': {'median_ms': 3.0, 'way': 'w'}, 'ways': [{'way': 'w', 'median_ms': 3.0}]}}
+ns = argparse.Namespace(baseline='', dry=False, notes_text='')
+assert '| 3.00x |' in zoo_table.table(ns, [row], 'h'), 'a whole row lost its ratio'
+row['torch']['ways'].append({'way': 'v', 'error': 'skipped: over the time budget'})
+assert '| 3.00x at most (1 of PyTorch' in zoo_table.table(ns, [row], 'h'), 'a cut-short row is not marked'
+# A compile that takes too long is stopped with the row's message (a sleep far beyond the limit).
+import time
+try:
+    with zoo_bench.time_limit(0.2, 'did not compile in 0 s'):
+        time.sleep(30)
+    raise AssertionError('time_limit did not stop the sleep')
+except TimeoutError as e:
+    assert str(e) == 'did not compile in 0 s', e
+with zoo_bench.time_limit(30, 'x'):
+    pass
+time.sleep(0.3)  # the timer was cancelled on leaving: no late TimeoutError
+" || { echo "FAIL: setup_seconds, validation_max_rel or time_limit"; exit 1; }
 grep -q '"gpu: setup (weights, workspaces, algorithm search, "' "$src/engine/report.cpp" &&
   grep -q '", not in the forward time"' "$src/engine/report.cpp" ||
   { echo "FAIL: engine/report.cpp's setup note changed: update bench/report_notes.py's setup_seconds"; exit 1; }
@@ -80,6 +101,8 @@ for net, size in (("lenet5", "1x28x28"), ("resnet18", "3x32x32")):
         errors.append(f"{net}: x-check {r.get('xcheck_max_rel')} (not the same weights and images?)")
     if "torch" not in r or "best" not in r["torch"].get("fp32", {}):
         errors.append(f"{net} fp32: no PyTorch time")
+    if not any(w["way"].startswith("torch.compile default of ") for w in r.get("torch", {}).get("fp32", {}).get("ways", [])):
+        errors.append(f"{net} fp32: no torch.compile default row (COMPILE unset)")
     h = r["cnnrun"].get("fp16", {})
     if h.get("rc") != 2 or "needs --engine gpu" not in h.get("error", ""):
         errors.append(f"{net} fp16: expected cnnrun's refusal on the CPU, got {h}")
@@ -91,10 +114,11 @@ PY
 [ $? -eq 0 ] || exit 1
 # bench/zoo_merge.py: a second run (the thesis network) and the first as one table, in the zoo's
 # order, naming what the zoo still misses; refused for a row in two runs and for two commits.
-# This run also asks for torch.compile (COMPILE=1, max-autotune): a row of its own among PyTorch's
-# ways, timed where this torch has torch.compile, a one-line error row where it has not (Debian's).
+# This run asks for torch.compile in two modes (COMPILE=1,max-autotune: 1 is default): a row of each
+# among PyTorch's ways, timed where this torch has torch.compile, a one-line error row where it has
+# not (Debian's).
 if ! DRY=1 CNNRUN="$bin" NETS="thesis" PRECISIONS="fp32" PYTHON=$py WORK="$w/work2" OUT="$w/out2" COMMIT= \
-  COMPILE=1 bash "$src/bench/zoo_bench.sh" >"$w/log2" 2>&1; then
+  COMPILE=1,max-autotune bash "$src/bench/zoo_bench.sh" >"$w/log2" 2>&1; then
   cat "$w/log2"
   echo "FAIL: bench/zoo_bench.sh (thesis) exited non-zero"
   exit 1
@@ -104,22 +128,23 @@ import json, sys
 import torch
 d = json.load(open(sys.argv[1]))
 ways = d["results"][0]["torch"]["fp32"]["ways"]
-c = [w for w in ways if w["way"].startswith("torch.compile max-autotune of ")]
+c = [w for w in ways if w["way"].startswith("torch.compile ")]
 errors = []
-if len(c) != 1:
-    errors.append(f"expected one torch.compile max-autotune row, got {[w['way'] for w in ways]}")
-elif hasattr(torch, "compile"):
-    if not (c[0].get("median_ms", 0) > 0 and c[0].get("compile_s") is not None):
-        errors.append(f"torch.compile row without a time or compile time: {c[0]}")
-elif f"torch {torch.__version__} has no torch.compile" != c[0].get("error"):
-    errors.append(f"torch.compile row on a torch without it: {c[0]}")
-if "torch.compile (max-autotune; freezing, static shapes)" not in open(sys.argv[2]).read():
+if [w["way"].split(" of ")[0] for w in c] != ["torch.compile default", "torch.compile max-autotune"]:
+    errors.append(f"expected torch.compile default and max-autotune rows, got {[w['way'] for w in ways]}")
+for w in c:
+    if hasattr(torch, "compile"):
+        if not (w.get("median_ms", 0) > 0 and w.get("compile_s") is not None):
+            errors.append(f"torch.compile row without a time or compile time: {w}")
+    elif f"torch {torch.__version__} has no torch.compile" != w.get("error"):
+        errors.append(f"torch.compile row on a torch without it: {w}")
+if "torch.compile (default, max-autotune; freezing, static shapes)" not in open(sys.argv[2]).read():
     errors.append("the table's notes do not name torch.compile's mode")
 for e in errors:
     print("FAIL (COMPILE=1):", e)
 sys.exit(1 if errors else 0)
 PY
-COMPILE=fastest DRY=1 CNNRUN="$bin" NETS="thesis" PRECISIONS="fp32" PYTHON=$py WORK="$w/work3" \
+COMPILE=fastest DRY=1 CNNRUN="$bin" NETS="thesis" PRECISIONS="fp32" PYTHON=$py WORK="$w/work_bad" \
   bash "$src/bench/zoo_bench.sh" >"$w/log3" 2>&1 && { echo "FAIL: COMPILE=fastest accepted"; exit 1; }
 grep -q "unknown torch.compile mode 'fastest'" "$w/log3" || { cat "$w/log3"; echo "FAIL: COMPILE=fastest's message"; exit 1; }
 $py "$src/bench/zoo_merge.py" "$w/out/zoo_results.json" "$w/out2/zoo_results.json" --out "$w/merged" >"$w/m.log" 2>&1 ||
@@ -159,7 +184,7 @@ echo "zoo_merge: ok"
 # their rows with one header, a zoo_results.json that bench/zoo_merge.py reads like any run's,
 # each job's own results in OUT/zoo_jobs.tgz, each process's logs apart; and the plan gives each job to
 # one GPU, longest first.
-if ! DRY=1 GPUS=2 CNNRUN="$bin" NETS="thesis lenet5 resnet18" SIZES=32 PRECISIONS="fp32" PYTHON=$py \
+if ! COMPILE=0 DRY=1 GPUS=2 CNNRUN="$bin" NETS="thesis lenet5 resnet18" SIZES=32 PRECISIONS="fp32" PYTHON=$py \
   WORK="$w/work3" OUT="$w/out3" COMMIT= bash "$src/bench/zoo_bench.sh" >"$w/log3" 2>&1; then
   cat "$w/log3"
   echo "FAIL: GPUS=2 bench/zoo_bench.sh exited non-zero"
@@ -184,6 +209,8 @@ if t.count("## Model zoo") != 1:
 if "Ran as 2 processes at once on the CPU" not in t:
     errors.append("the table does not say that two ran at once")
 d = json.load(open(os.path.join(out, "zoo_results.json")))
+if "torch.compile" in json.dumps(d["results"]):
+    errors.append("COMPILE=0 still ran torch.compile")
 if sorted(r["net"] for r in d["results"]) != ["lenet5", "resnet18", "thesis"]:
     errors.append(f"zoo_results.json has {[r['net'] for r in d['results']]}")
 # Each job's own results in OUT/zoo_jobs.tgz as it ended (what a run cut short still hands back).
