@@ -40,8 +40,9 @@ per precision:
   .bfloat16() and as autocast, each NCHW and channels_last; then a CUDA graph of the fastest of
   those; torch.compile of it too (COMPILE: its modes, default "default"; 0: none), weights frozen
   (inductor's freezing: batchnorm folded), static shapes, its compile time (the first call) recorded
-  apart from the forward time; a compile longer than COMPILE_TIMEOUT seconds (default 300) is a row
-  that says so. The row shows the fastest.
+  apart from the forward time, its predictions compared with the first eager way's (the share of
+  images given the same class: a compile that computed something else would show); a compile
+  longer than COMPILE_TIMEOUT seconds (default 300) is a row that says so. The row shows the fastest.
   Its peak GPU memory: the same nvidia-smi sampling during the way that was fastest, plus the size
   of PyTorch's CUDA context and libraries measured when they were first loaded, so that both
   figures are whole-process memory.
@@ -620,6 +621,13 @@ def compile_model(m, mode):
     return torch.compile(m, mode=mode, dynamic=False)
 
 
+def agreement(a, b):
+    """The fraction of images whose predicted class is the same in `a` and `b` (1-D tensors)."""
+    if a.shape != b.shape or a.numel() == 0:
+        return 0.0
+    return float((a == b).float().mean())
+
+
 def is_oom(e):
     return "out of memory" in str(e).lower()
 
@@ -644,6 +652,7 @@ def torch_rows(a, model, x32, precisions, softmax, mem, torch_ctx_mib):
         set_tf32(p == "tf32")
         rows = []
         best = None
+        ref = {"preds": None, "way": None}  # the first eager way's predictions
 
         def measure(name, dtype, cl, cast, kind="eager", mode=None):
             nonlocal best
@@ -705,6 +714,12 @@ def torch_rows(a, model, x32, precisions, softmax, mem, torch_ctx_mib):
                            "autocast": str(cast) if cast else None}
                     if compile_s is not None:
                         row["compile_s"] = round(compile_s, 1)
+                    preds = torch.cat(out["preds"]).cpu()
+                    if kind == "eager" and ref["preds"] is None:
+                        ref["preds"], ref["way"] = preds, name
+                    elif kind == "compile" and ref["preds"] is not None:  # the same classes as eager?
+                        row["agree_with"] = ref["way"]
+                        row["agree"] = agreement(preds, ref["preds"])
                     if cuda:
                         row["allocator_peak_mib"] = torch.cuda.max_memory_allocated() / 2**20
                     if base is not None:
@@ -931,7 +946,9 @@ def main():
                     for w in v.get("ways", []):
                         if w.get("kind") == "compile" or w.get("way", "").startswith("torch.compile"):
                             say(f"{key} {label} {p}: {w['way']}: " + (
-                                f"{w['median_ms']:.2f} ms, compiled in {w.get('compile_s')} s" if "median_ms" in w
+                                f"{w['median_ms']:.2f} ms, compiled in {w.get('compile_s')} s, the same class as "
+                                f"{w.get('agree_with')} for {100 * w.get('agree', 0):.2f} % of the images"
+                                if "median_ms" in w
                                 else f"failed: {w.get('error')}"))
                 del x32
                 gc.collect()

@@ -62,6 +62,10 @@ ns = argparse.Namespace(baseline='', dry=False, notes_text='')
 assert '| 3.00x |' in zoo_table.table(ns, [row], 'h'), 'a whole row lost its ratio'
 row['torch']['ways'].append({'way': 'v', 'error': 'skipped: over the time budget'})
 assert '| 3.00x at most (1 of PyTorch' in zoo_table.table(ns, [row], 'h'), 'a cut-short row is not marked'
+# The compiled predictions' agreement with eager's.
+import torch
+assert zoo_bench.agreement(torch.tensor([1, 2, 3, 4]), torch.tensor([1, 2, 0, 4])) == 0.75
+assert zoo_bench.agreement(torch.tensor([1, 2]), torch.tensor([1, 2, 3])) == 0.0
 # A compile that takes too long is stopped with the row's message (a sleep far beyond the limit).
 import time
 try:
@@ -134,14 +138,47 @@ if [w["way"].split(" of ")[0] for w in c] != ["torch.compile default", "torch.co
     errors.append(f"expected torch.compile default and max-autotune rows, got {[w['way'] for w in ways]}")
 for w in c:
     if hasattr(torch, "compile"):
-        if not (w.get("median_ms", 0) > 0 and w.get("compile_s") is not None):
-            errors.append(f"torch.compile row without a time or compile time: {w}")
+        if not (w.get("median_ms", 0) > 0 and w.get("compile_s") is not None and w.get("agree", 0) > 0.99):
+            errors.append(f"torch.compile row without a time, a compile time or the eager way's classes: {w}")
     elif f"torch {torch.__version__} has no torch.compile" != w.get("error"):
         errors.append(f"torch.compile row on a torch without it: {w}")
 if "torch.compile (default, max-autotune; freezing, static shapes)" not in open(sys.argv[2]).read():
     errors.append("the table's notes do not name torch.compile's mode")
 for e in errors:
     print("FAIL (COMPILE=1):", e)
+sys.exit(1 if errors else 0)
+PY
+# The compile path itself on this torch, with a stand-in torch.compile that returns the model as it
+# is (Debian's torch has none): the row is timed, its compile time recorded, its predictions agree
+# with the eager way's on every image, and inductor's freezing was asked for.
+(cd "$src" && $py - "$bin" "$w/work_stub" <<'PY') || { echo "FAIL: the torch.compile path with a stand-in"; exit 1; }
+import json, os, sys, types
+import torch
+cfg = types.ModuleType("torch._inductor.config")
+ind = types.ModuleType("torch._inductor")
+ind.config = cfg
+sys.modules["torch._inductor"], sys.modules["torch._inductor.config"] = ind, cfg
+calls = []
+torch.compile = lambda m, mode=None, dynamic=None: calls.append((mode, dynamic)) or m
+torch._dynamo = types.SimpleNamespace(reset=lambda: calls.append("reset"))
+sys.path.insert(0, "bench")
+import zoo_bench
+sys.argv = ["zoo_bench.py", "--cnnrun", sys.argv[1], "--work", sys.argv[2], "--nets", "thesis",
+            "--precisions", "fp32", "--dry", "--compile", "max-autotune"]
+assert zoo_bench.main() == 0
+d = json.load(open(os.path.join(sys.argv[4], "logs", "zoo_results.json")))
+w = [w for w in d["results"][0]["torch"]["fp32"]["ways"] if w["way"].startswith("torch.compile")]
+errors = []
+if len(w) != 1 or not (w[0].get("median_ms", 0) > 0 and w[0].get("compile_s") is not None):
+    errors.append(f"compile rows {w}")
+elif w[0].get("agree") != 1.0 or not w[0].get("agree_with", "").startswith("eager fp32"):
+    errors.append(f"the stand-in's predictions do not agree with eager's: {w[0]}")
+if calls != [("max-autotune", False), "reset"]:
+    errors.append(f"torch.compile / reset calls {calls}")
+if getattr(cfg, "freezing", None) is not True:
+    errors.append("inductor's freezing was not set")
+for e in errors:
+    print("FAIL (compile path):", e)
 sys.exit(1 if errors else 0)
 PY
 COMPILE=fastest DRY=1 CNNRUN="$bin" NETS="thesis" PRECISIONS="fp32" PYTHON=$py WORK="$w/work_bad" \
