@@ -66,6 +66,23 @@ assert '| 3.00x at most (1 of PyTorch' in zoo_table.table(ns, [row], 'h'), 'a cu
 import torch
 assert zoo_bench.agreement(torch.tensor([1, 2, 3, 4]), torch.tensor([1, 2, 0, 4])) == 0.75
 assert zoo_bench.agreement(torch.tensor([1, 2]), torch.tensor([1, 2, 3])) == 0.0
+# Ways not run for the time budget are rows that say so: here the budget runs out after the first
+# eager way, so the second and torch.compile are skipped rows (and the table marks the ratio).
+class NoMem:
+    def ok(self):
+        return False
+calls = [0]
+def spent():
+    calls[0] += 1
+    return calls[0] > 2  # the precision and its first way start, nothing after
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 5)).eval()
+ns = argparse.Namespace(repeats=5, compile=['default'], compile_timeout=60.0, over_budget=spent)
+got = [(w['way'], 'median_ms' in w, w.get('error')) for w in
+       zoo_bench.torch_rows(ns, model, torch.rand(6, 3, 8, 8), ['fp32'], False, NoMem(), 0)['fp32']['ways']]
+skip = 'skipped: over the time budget'
+assert got == [('eager fp32 NCHW', True, None), ('eager fp32 channels_last', False, skip),
+               ('torch.compile default of eager fp32 NCHW', False, skip)], got
 # A compile that takes too long is stopped with the row's message (a sleep far beyond the limit).
 import time
 try:
@@ -77,7 +94,7 @@ except TimeoutError as e:
 with zoo_bench.time_limit(30, 'x'):
     pass
 time.sleep(0.3)  # the timer was cancelled on leaving: no late TimeoutError
-" || { echo "FAIL: setup_seconds, validation_max_rel or time_limit"; exit 1; }
+" || { echo "FAIL: setup_seconds, validation_max_rel, the skipped ways or time_limit"; exit 1; }
 grep -q '"gpu: setup (weights, workspaces, algorithm search, "' "$src/engine/report.cpp" &&
   grep -q '", not in the forward time"' "$src/engine/report.cpp" ||
   { echo "FAIL: engine/report.cpp's setup note changed: update bench/report_notes.py's setup_seconds"; exit 1; }
