@@ -162,7 +162,7 @@ for w in c:
 if "torch.compile (default, max-autotune; freezing, static shapes)" not in open(sys.argv[2]).read():
     errors.append("the table's notes do not name torch.compile's mode")
 for e in errors:
-    print("FAIL (COMPILE=1):", e)
+    print("FAIL (COMPILE=1,max-autotune):", e)
 sys.exit(1 if errors else 0)
 PY
 # The compile path itself on this torch, with a stand-in torch.compile that returns the model as it
@@ -180,10 +180,11 @@ torch.compile = lambda m, mode=None, dynamic=None: calls.append((mode, dynamic))
 torch._dynamo = types.SimpleNamespace(reset=lambda: calls.append("reset"))
 sys.path.insert(0, "bench")
 import zoo_bench
-sys.argv = ["zoo_bench.py", "--cnnrun", sys.argv[1], "--work", sys.argv[2], "--nets", "thesis",
+binary, work = sys.argv[1], sys.argv[2]
+sys.argv = ["zoo_bench.py", "--cnnrun", binary, "--work", work, "--nets", "thesis",
             "--precisions", "fp32", "--dry", "--compile", "max-autotune"]
 assert zoo_bench.main() == 0
-d = json.load(open(os.path.join(sys.argv[4], "logs", "zoo_results.json")))
+d = json.load(open(os.path.join(work, "logs", "zoo_results.json")))
 w = [w for w in d["results"][0]["torch"]["fp32"]["ways"] if w["way"].startswith("torch.compile")]
 errors = []
 if len(w) != 1 or not (w[0].get("median_ms", 0) > 0 and w[0].get("compile_s") is not None):
