@@ -320,6 +320,62 @@ TEST_CASE("gpu: pool2d kernel: ceil_mode and adaptive windows" * doctest::skip(!
     }
 }
 
+// The channels-last pools against the same reference at every storage format, the inputs as the
+// format holds them. 3x3 max pools at stride 1 run max_pool_rows_nhwc_kernel (pool_by_rows):
+// GoogLeNet's padded ceil_mode ones on planes of 2 to 29 rows (one and several groups of 4 and 8
+// rows, a last group cut short), without padding, on one row and column, and with NaN, -0, -inf
+// and FP16's near-largest value among the inputs; channel counts give every vector width (8, 4, 2, 1). A max
+// takes one of its inputs, so it must be exact; the average pools (the other kernel) are checked too.
+TEST_CASE("gpu: channels-last pools, the stride-1 3x3 max by rows among them, vs reference" *
+          doctest::skip(!gpu_present())) {
+  Stream st;
+  struct Case {
+    int h, w, c, k, s, p;
+    bool ceil_mode, is_max;
+  };
+  const Case cases[] = {{28, 28, 24, 3, 1, 1, true, true},  {14, 14, 48, 3, 1, 1, true, true},
+                        {7, 7, 16, 3, 1, 1, true, true},    {4, 4, 8, 3, 1, 1, true, true},
+                        {2, 2, 8, 3, 1, 1, true, true},     {29, 5, 12, 3, 1, 1, false, true},
+                        {17, 3, 6, 3, 1, 0, false, true},   {16, 9, 3, 3, 1, 1, false, true},
+                        {3, 1, 8, 3, 1, 1, false, true},    {9, 10, 16, 3, 1, 0, true, true},
+                        {31, 6, 2, 3, 1, 1, false, true},   {28, 28, 24, 3, 2, 0, true, true},
+                        {14, 14, 24, 3, 1, 1, false, false}};
+  uint32_t seed = 90;
+  int by_rows = 0;
+  for (const Case& c : cases)
+    for (Storage t : {Storage::kF32, Storage::kF16, Storage::kBf16}) {
+      Pool2dArgs a;
+      a.channels = c.c, a.in_h = c.h, a.in_w = c.w, a.is_max = c.is_max;
+      a.kernel_h = a.kernel_w = c.k, a.stride_h = a.stride_w = c.s, a.pad_h = a.pad_w = c.p;
+      a.out_h = pool_out(c.h, c.k, c.s, c.p, c.ceil_mode),
+      a.out_w = pool_out(c.w, c.k, c.s, c.p, c.ceil_mode);
+      by_rows += pool_by_rows(a) ? 1 : 0;
+      const int n = 3;
+      const int64_t plane = int64_t(c.h) * c.w, out_plane = int64_t(a.out_h) * a.out_w;
+      std::vector<float> x = test::random_floats(size_t(n) * c.c * plane, seed++, -4.f, 4.f);
+      if (c.is_max && x.size() > 40) {                     // values no window may turn into another value
+        x[3] = std::nanf(""), x[17] = -0.f, x[29] = 6e4f;  // 6e4: finite in FP16 too
+        x[31] = -std::numeric_limits<float>::infinity();
+      }
+      const int64_t bytes = storage_bytes(t);
+      DevBuf xf = upload(x.data(), x.size()), xs(x.size() * bytes), back(x.size() * sizeof(float));
+      DevBuf ys(size_t(n) * c.c * out_plane * bytes), yf(size_t(n) * c.c * out_plane * sizeof(float));
+      launch_nchw_to_nhwc(xf.as<float>(), xs.get(), t, n, c.c, plane, st.s);
+      launch_nhwc_to_nchw(xs.get(), t, back.as<float>(), n, c.c, plane, st.s);
+      const std::vector<float> held = download(back, x.size(), st.s);  // the inputs as t holds them
+      launch_pool2d_nhwc(xs.get(), ys.get(), t, n, a, st.s);
+      launch_nhwc_to_nchw(ys.get(), t, yf.as<float>(), n, c.c, out_plane, st.s);
+      std::ostringstream what;
+      what << (c.is_max ? "max " : "avg ") << c.h << "x" << c.w << "x" << c.c << " k" << c.k << " s" << c.s
+           << " p" << c.p << (c.ceil_mode ? " ceil" : "") << " -> " << a.out_h << "x" << a.out_w << ", "
+           << storage_name(t) << (pool_by_rows(a) ? ", by rows" : "");
+      const double tol = t == Storage::kF32 ? 1e-6 : t == Storage::kF16 ? 1e-3 : 8e-3;
+      check_close(download(yf, size_t(n) * c.c * out_plane, st.s), pool_ref(held, n, a), c.is_max ? 0 : tol,
+                  c.is_max ? 0 : tol, what.str());
+    }
+  CHECK(by_rows == 11 * 3);  // every stride-1 3x3 max case ran the rows kernel
+}
+
 TEST_CASE("gpu: mul kernel with per-channel broadcast" * doctest::skip(!gpu_present())) {
   Stream st;
   const int n = 3, c = 7, plane = 5 * 9;

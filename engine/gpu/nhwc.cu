@@ -260,6 +260,76 @@ __global__ void pool_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, 
   }
 }
 
+// pool_by_rows' pools (3x3 windows at stride 1), R output rows of V channels of one column a
+// thread. Neighbouring outputs' windows share six of their nine taps; the one-output-a-thread
+// kernel reads each input about three times from L2 (a block's rows are other blocks' too).
+// Here a thread reads the R + 2 input rows its R windows
+// cover, three columns each, all at once (no loop bound depends on the data, so every load is in
+// flight together), keeps each row's max (one of its values, so in the storage format), then
+// writes each output's max of its window's rows: each input is read from L2 about (R + 2) / R
+// times, its columns shared with the block's other threads in L1. The same values as
+// pool_nhwc_kernel: a max (NaN never taken, as there) does not depend on the order.
+template <typename T, int V, int R>
+__global__ void max_pool_rows_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t items,
+                                          int groups, Pool2dArgs a) {
+  const int cv = a.channels / V;
+  GRID_STRIDE(i, items) {
+    const int c0 = static_cast<int>(i % cv) * V;
+    const int64_t q = i / cv;
+    const int ox = static_cast<int>(q % a.out_w);
+    const int64_t q2 = q / a.out_w;
+    const int oy0 = static_cast<int>(q2 % groups) * R;
+    const int64_t img = q2 / groups;
+    const int oy_last = min(oy0 + R, a.out_h) - 1;
+    // Input rows [ys, ye): the union of fixed_window(oy, 3, 1, pad_h) over oy0..oy_last; columns
+    // [xs, xe): fixed_window(ox, 3, 1, pad_w).
+    const int ys = max(oy0 - a.pad_h, 0);
+    const int ye = min(oy_last - a.pad_h + 3, a.in_h);
+    const int x0 = ox - a.pad_w;
+    const int xe = min(x0 + 3, a.in_w);
+    const T* src = in + img * a.in_h * a.in_w * a.channels + c0;
+    const T lowest = to<T>(-INFINITY);
+    T rows[R + 2][V];
+#pragma unroll
+    for (int j = 0; j < R + 2; ++j) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) rows[j][k] = lowest;
+      const int y = ys + j;
+#pragma unroll
+      for (int dx = 0; dx < 3; ++dx) {
+        const int x = x0 + dx;
+        if (y < ye && x >= 0 && x < xe) {
+          const Vec<T, V> v =
+              *reinterpret_cast<const Vec<T, V>*>(src + (int64_t(y) * a.in_w + x) * a.channels);
+#pragma unroll
+          for (int k = 0; k < V; ++k)
+            if (ld(rows[j][k]) < ld(v.v[k])) rows[j][k] = v.v[k];
+        }
+      }
+    }
+    T* dst = out + ((img * a.out_h + oy0) * a.out_w + ox) * a.channels + c0;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int oy = oy0 + r;
+      if (oy > oy_last) break;
+      const PoolWindow wy = fixed_window(oy, 3, 1, a.pad_h, a.in_h);
+      Vec<T, V> o;
+#pragma unroll
+      for (int k = 0; k < V; ++k) o.v[k] = lowest;
+#pragma unroll
+      for (int j = 0; j < R + 2; ++j) {
+        const int y = ys + j;
+        if (y >= wy.start && y < wy.end) {
+#pragma unroll
+          for (int k = 0; k < V; ++k)
+            if (ld(o.v[k]) < ld(rows[j][k])) o.v[k] = rows[j][k];
+        }
+      }
+      *reinterpret_cast<Vec<T, V>*>(dst + int64_t(r) * a.out_w * a.channels) = o;
+    }
+  }
+}
+
 template <typename T, int V>
 __global__ void concat_kernel(const T* __restrict__ in, int in_c, T* __restrict__ out, int out_c, int offset,
                               int64_t vecs) {
@@ -449,6 +519,13 @@ void launch_mul_nhwc(const std::vector<MulInputNhwc>& in, void* out, Storage t, 
   CUDA_CHECK_LAUNCH("mul_kernel");
 }
 
+// Whether a channels-last pool runs max_pool_rows_nhwc_kernel: a 3x3 max at stride 1 with at
+// most one row and column of padding (GoogLeNet's and Inception's branch pools), two rows or more.
+bool pool_by_rows(const Pool2dArgs& a) {
+  return a.is_max && !a.adaptive && a.kernel_h == 3 && a.kernel_w == 3 && a.stride_h == 1 &&
+         a.stride_w == 1 && a.pad_h <= 1 && a.pad_w <= 1 && a.out_h >= 2;
+}
+
 void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const Pool2dArgs& a,
                         cudaStream_t s) {
   const int64_t count = n * pool2d_values(a);
@@ -471,6 +548,20 @@ void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const P
         const dim3 grid(static_cast<unsigned>(n), static_cast<unsigned>((cv + tx - 1) / tx));
         global_pool_nhwc_kernel<T, V><<<grid, dim3(tx, ty), sizeof(float) * tx * ty * V, s>>>(
             static_cast<const T*>(in), static_cast<T*>(out), a.in_h * a.in_w, a.channels, a.is_max);
+        return;
+      }
+      if (pool_by_rows(a)) {  // 8 rows a thread on tall planes, 4 on short ones (less left idle)
+        const auto rows = [&](auto r) {
+          constexpr int R = decltype(r)::value;
+          const int groups = (a.out_h + R - 1) / R;
+          const int64_t items = n * groups * a.out_w * (a.channels / V);
+          max_pool_rows_nhwc_kernel<T, V, R><<<grid_stride_blocks(items), kGridStrideThreads, 0, s>>>(
+              static_cast<const T*>(in), static_cast<T*>(out), items, groups, a);
+        };
+        if (a.out_h >= 16)
+          rows(std::integral_constant<int, 8>{});
+        else
+          rows(std::integral_constant<int, 4>{});
         return;
       }
       const int64_t vecs = count / V;
