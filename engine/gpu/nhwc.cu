@@ -262,13 +262,13 @@ __global__ void pool_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, 
 
 // pool_by_rows' pools (3x3 windows at stride 1), R output rows of V channels of one column a
 // thread. Neighbouring outputs' windows share six of their nine taps; the one-output-a-thread
-// kernel reads each input about three times from L2 (a block's rows are other blocks' too).
-// Here a thread reads the R + 2 input rows its R windows
-// cover, three columns each, all at once (no loop bound depends on the data, so every load is in
-// flight together), keeps each row's max (one of its values, so in the storage format), then
-// writes each output's max of its window's rows: each input is read from L2 about (R + 2) / R
-// times, its columns shared with the block's other threads in L1. The same values as
-// pool_nhwc_kernel: a max (NaN never taken, as there) does not depend on the order.
+// kernel reads each input about three times from L2 (a block's rows are other blocks' too). Here
+// a thread reads the R + 2 input rows its R windows cover, three columns each, all at once (no
+// loop bound depends on the data, so every load is in flight together), keeps each row's max
+// (one of its values, so in the storage format), then writes each output's max of its window's
+// rows: each input is read from L2 about (R + 2) / R times, its columns shared with the block's
+// other threads in L1. The same values as pool_nhwc_kernel: a max (NaN never taken, as there)
+// does not depend on the order.
 template <typename T, int V, int R>
 __global__ void max_pool_rows_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t items,
                                           int groups, Pool2dArgs a) {
