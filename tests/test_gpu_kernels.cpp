@@ -322,8 +322,8 @@ TEST_CASE("gpu: pool2d kernel: ceil_mode and adaptive windows" * doctest::skip(!
 
 // The channels-last pools against the same reference at every storage format, the inputs as the
 // format holds them. 3x3 max pools at stride 1 run max_pool_rows_nhwc_kernel (pool_by_rows):
-// GoogLeNet's padded ceil_mode ones on planes of 2 to 29 rows (one and several groups of 4 and 8
-// rows, a last group cut short), without padding, on one row and column, and with NaN, -0, -inf
+// GoogLeNet's padded ceil_mode ones on planes of 2 to 29 rows (one and several groups of 4 rows,
+// a last group cut short), without padding, on one row and column, and with NaN, -0, -inf
 // and FP16's near-largest value among the inputs; channel counts give every vector width (8, 4, 2, 1). A max
 // takes one of its inputs, so it must be exact; the average pools (the other kernel) are checked too.
 TEST_CASE("gpu: channels-last pools, the stride-1 3x3 max by rows among them, vs reference" *

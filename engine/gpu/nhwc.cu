@@ -550,18 +550,12 @@ void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const P
             static_cast<const T*>(in), static_cast<T*>(out), a.in_h * a.in_w, a.channels, a.is_max);
         return;
       }
-      if (pool_by_rows(a)) {  // 8 rows a thread on tall planes, 4 on short ones (less left idle)
-        const auto rows = [&](auto r) {
-          constexpr int R = decltype(r)::value;
-          const int groups = (a.out_h + R - 1) / R;
-          const int64_t items = n * groups * a.out_w * (a.channels / V);
-          max_pool_rows_nhwc_kernel<T, V, R><<<grid_stride_blocks(items), kGridStrideThreads, 0, s>>>(
-              static_cast<const T*>(in), static_cast<T*>(out), items, groups, a);
-        };
-        if (a.out_h >= 16)
-          rows(std::integral_constant<int, 8>{});
-        else
-          rows(std::integral_constant<int, 4>{});
+      if (pool_by_rows(a)) {  // 4 rows a thread (8 kept too many registers live: docs/performance.md)
+        constexpr int R = 4;
+        const int groups = (a.out_h + R - 1) / R;
+        const int64_t items = n * groups * a.out_w * (a.channels / V);
+        max_pool_rows_nhwc_kernel<T, V, R><<<grid_stride_blocks(items), kGridStrideThreads, 0, s>>>(
+            static_cast<const T*>(in), static_cast<T*>(out), items, groups, a);
         return;
       }
       const int64_t vecs = count / V;
