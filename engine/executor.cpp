@@ -8,14 +8,15 @@
 
 namespace cnnrun {
 
-const char* const kGpuOffNames = "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share";
+const char* const kGpuOffNames = "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat";
 
 bool GpuTuning::operator==(const GpuTuning& o) const {
   return fuse_pool == o.fuse_pool && fuse_mean == o.fuse_mean && fuse_u8 == o.fuse_u8 &&
          row_copies == o.row_copies && graphs == o.graphs && tensor_cores == o.tensor_cores &&
          exact_pixels == o.exact_pixels && pack_low == o.pack_low && cudnn_graph == o.cudnn_graph &&
          graph_first == o.graph_first && stem_bytes_first == o.stem_bytes_first &&
-         share_buffers == o.share_buffers && graph_plans == o.graph_plans;
+         share_buffers == o.share_buffers && concat_in_place == o.concat_in_place &&
+         graph_plans == o.graph_plans;
 }
 
 const char* layout_name(Layout l) {
@@ -58,12 +59,17 @@ RunResult median_run(std::vector<RunResult> runs, size_t warmup) {
 
 GpuTuning parse_gpu_off(const std::string& list) {
   GpuTuning t;
-  const std::pair<const char*, bool GpuTuning::*> names[] = {
-      {"pool", &GpuTuning::fuse_pool},       {"mean", &GpuTuning::fuse_mean},
-      {"u8", &GpuTuning::fuse_u8},           {"rows", &GpuTuning::row_copies},
-      {"graph", &GpuTuning::graphs},         {"tc", &GpuTuning::tensor_cores},
-      {"exact", &GpuTuning::exact_pixels},   {"pack", &GpuTuning::pack_low},
-      {"graphapi", &GpuTuning::cudnn_graph}, {"share", &GpuTuning::share_buffers}};
+  const std::pair<const char*, bool GpuTuning::*> names[] = {{"pool", &GpuTuning::fuse_pool},
+                                                             {"mean", &GpuTuning::fuse_mean},
+                                                             {"u8", &GpuTuning::fuse_u8},
+                                                             {"rows", &GpuTuning::row_copies},
+                                                             {"graph", &GpuTuning::graphs},
+                                                             {"tc", &GpuTuning::tensor_cores},
+                                                             {"exact", &GpuTuning::exact_pixels},
+                                                             {"pack", &GpuTuning::pack_low},
+                                                             {"graphapi", &GpuTuning::cudnn_graph},
+                                                             {"share", &GpuTuning::share_buffers},
+                                                             {"concat", &GpuTuning::concat_in_place}};
   size_t start = 0;
   while (start <= list.size()) {
     const size_t end = std::min(list.find(',', start), list.size());

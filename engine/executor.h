@@ -35,8 +35,10 @@ struct GpuTuning {
   // Not a --gpu-off name (tests): the stem reads the uint8 pixels wherever it can, untimed (else
   // the setup times the bytes against the floats plus the preprocess pass and keeps the faster).
   bool stem_bytes_first = false;
-  bool share_buffers = true;  // share: run() lets buffers never in use at the same step share memory
-                              // (engine/gpu/plan.h, share_groups)
+  bool share_buffers = true;    // share: run() lets buffers never in use at the same step share memory
+                                // (engine/gpu/plan.h, share_groups)
+  bool concat_in_place = true;  // concat: channels last, a conv read only by a concat writes its output
+                                // at its channel offset in the concat's buffer (Step::concat_step)
   // --cudnn-plans: how many of cuDNN's heuristic candidates the graph API's search builds and
   // times a conv. Each build compiles a kernel (NVRTC, 0.2-0.9 s), which dominates the setup; on
   // ResNet-18 and GoogLeNet the first two gave the forward times of the first four within noise,
@@ -45,7 +47,7 @@ struct GpuTuning {
   bool operator==(const GpuTuning& o) const;
   bool operator!=(const GpuTuning& o) const { return !(*this == o); }
 };
-// The names --gpu-off takes, comma-separated: "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share".
+// The names --gpu-off takes, comma-separated: "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat".
 extern const char* const kGpuOffNames;
 // All on but the comma-separated names in `list` ("" = all on). Throws Error naming an unknown
 // name and the known ones.

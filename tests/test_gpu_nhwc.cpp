@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -369,6 +370,122 @@ layers:
   REQUIRE(net.find("e3") < 0);
   REQUIRE(net.layers[static_cast<size_t>(net.find("e1"))]->out_shape.c == 64);
   rewritten_matches(plain, net, "merged fire modules");
+}
+
+// An inception block (GoogLeNet's four branches, each a conv with its ReLU, concatenated with the
+// block's input) and a second concat of two strided convs: channels last, the convs read only by a
+// concat write their outputs at their channel offsets in its buffer (b1, b2, b3, d, e), the
+// concat copies the others (b4, read by d too, and r0, read by every branch). Pinned to the gemm
+// convolution (1x1) and cutlass, cuDNN or cudnn-3xtf32 (the rest), and left to auto, at every
+// precision each can run: outputs within the precision's tolerance of the same run with
+// `--gpu-off concat` and of the reference, layer by layer (validate reads each in-place conv's
+// values back from the concat's buffer), and the report says which convs wrote in place: gemm and
+// cutlass always; cuDNN wherever its graph API has an engine that writes the slice, else the
+// report says why none does.
+TEST_CASE("gpu: convs read only by a concat write into its buffer at their channel offsets" *
+          doctest::skip(!gpu_present())) {
+  const std::string text = R"(
+name: inception
+input: {channels: 16, height: 15, width: 13}
+classes: 10
+layers:
+  - {name: c0, type: conv, filters: 32, kernel: 3, pad: 1}
+  - {name: r0, type: relu}
+  - {name: b1, type: conv, filters: 16, kernel: 1, algo: ONE}
+  - {name: b1r, type: relu}
+  - {name: b2a, type: conv, filters: 24, kernel: 1, inputs: r0, algo: ONE}
+  - {name: b2ar, type: relu}
+  - {name: b2, type: conv, filters: 32, kernel: 3, pad: 1, algo: THREE}
+  - {name: b2r, type: relu}
+  - {name: b3p, type: maxpool, size: 3, stride: 1, pad: 1, inputs: r0}
+  - {name: b3, type: conv, filters: 8, kernel: 1, algo: ONE}
+  - {name: b3r, type: relu}
+  - {name: b4, type: conv, filters: 16, kernel: 3, pad: 1, inputs: r0, algo: THREE}
+  - {name: cat, type: concat, inputs: [b1r, b2r, b3r, b4, r0]}
+  - {name: d, type: conv, filters: 8, kernel: 3, stride: 2, pad: 1, inputs: b4, algo: THREE}
+  - {name: e, type: conv, filters: 16, kernel: 3, stride: 2, pad: 1, inputs: cat, algo: THREE}
+  - {name: cat2, type: concat, inputs: [d, e]}
+  - {name: gap, type: avgpool, global: true}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 10}
+)";
+  struct Way {
+    std::string one, three;
+    std::vector<Precision> precisions;
+  };
+  const std::vector<Precision> all = {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16};
+  std::vector<Way> ways = {{"gemm", "cudnn", all}, {"auto", "auto", all}};
+  if (kHaveCutlass) ways.push_back({"gemm", "cutlass", {Precision::kFp32}});
+  ways.push_back({"cudnn", "cudnn-3xtf32", {Precision::kFp32}});
+  const int64_t n = 37;
+  for (const Way& way : ways) {
+    std::string t = text;
+    for (const auto& [key, algo] :
+         {std::pair{std::string("ONE"), way.one}, std::pair{std::string("THREE"), way.three}})
+      for (size_t at = t.find(key); at != std::string::npos; at = t.find(key))
+        t.replace(at, key.size(), algo);
+    Network net = parse_netdef_string(t, "inception");
+    random_weights(net, 29);
+    Dataset data = gpu_random_data(net.input, n, 10, 5);
+    std::vector<Tensor> ref = make_cpu_executor(net)->forward_layers(data, 0, n, RunOptions{});
+    const std::vector<float>& want = ref[static_cast<size_t>(net.output)].data;
+    auto gpu = make_gpu_executor(net);
+    auto cpu = make_cpu_executor(net);
+    for (Precision p : way.precisions) {
+      INFO(way.one << " + " << way.three << " at " << std::string(precision_name(p)));
+      RunOptions o;
+      o.batch = n;
+      o.block = 16;
+      o.want_probs = true;
+      o.layout = Layout::kNhwc;
+      o.precision = p;
+      RunOptions off = o;
+      off.tuning.concat_in_place = false;
+      const RunResult apart = gpu->run(data, off);
+      const RunResult r = gpu->run(data, o);
+      REQUIRE(r.probs.size() == want.size());
+      REQUIRE(apart.probs.size() == want.size());
+      const OutputGap gap = output_gap(r.probs, want, want.size()),
+                      self = output_gap(r.probs, apart.probs, want.size());
+      CHECK(gap.worst <= validation_tolerance(p) * gap.top);
+      CHECK(self.worst <= validation_tolerance(p) * self.top);
+      CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
+      std::map<std::string, std::string> algo;
+      for (const LayerTime& lt : r.layers) algo[lt.name] = lt.algo;
+      for (const LayerTime& lt : apart.layers) {
+        INFO(lt.name << " with --gpu-off concat: " << lt.algo);
+        CHECK(lt.algo.find("written into") == std::string::npos);
+      }
+      auto into = [&](const std::string& layer) {
+        return algo[layer].find("written into") != std::string::npos;
+      };
+      int written = 0, cat_written = 0;
+      for (const char* layer : {"b1", "b2", "b3", "d", "e"}) {
+        const std::string a = algo[layer];
+        INFO(std::string(layer) << ": " << a);
+        if (a.rfind("gemm", 0) == 0 || a.rfind("cutlass", 0) == 0)
+          CHECK(into(layer));
+        else if (a.find("cudnn graph") != std::string::npos)  // the graph API: in place, or why not
+          CHECK((into(layer) || a.find("no engine writes the concat's slice") != std::string::npos));
+        else
+          CHECK_FALSE(into(layer));  // cuDNN's legacy call writes packed tensors only
+        written += into(layer);
+        cat_written += into(layer) && std::string("b1 b2 b3").find(layer) != std::string::npos;
+      }
+      MESSAGE(way.one << " + " << way.three << " at " << std::string(precision_name(p)) << ": " << written
+                      << " of 5 convs wrote into their concat");
+      for (const char* layer : {"b4", "c0", "b2a"}) {
+        INFO(std::string(layer) << ": " << algo[layer]);
+        CHECK_FALSE(into(layer));
+      }
+      if (cat_written > 0) {
+        INFO("cat: " << algo["cat"]);
+        CHECK(algo["cat"] == "copies " + std::to_string(5 - cat_written) + " of its 5 inputs (" +
+                                 std::to_string(cat_written) + " written in place by their convs)");
+      }
+      if (way.three == "cutlass") CHECK(written == 5);
+    }
+  }
 }
 
 // The same fire modules with their expand convs pinned to cutlass (FP32 channels last): the merged

@@ -227,4 +227,61 @@ TEST_CASE("plan: ResNet-18's buffers in use at once are a fraction of all its bu
     CHECK(shared * 4 < all);
   }
 }
+
+TEST_CASE(
+    "plan: a conv read only by a concat may write its output at its channel offset in the concat's buffer") {
+  Network net = test::parse_layers(R"(  - {name: c0, type: conv, filters: 32, kernel: 3, pad: 1}
+  - {name: r0, type: relu}
+  - {name: b1, type: conv, filters: 16, kernel: 1}
+  - {name: b1r, type: relu}
+  - {name: b2, type: conv, filters: 24, kernel: 3, pad: 1, inputs: r0}
+  - {name: b2r, type: relu}
+  - {name: b3p, type: maxpool, size: 3, stride: 1, pad: 1, inputs: r0}
+  - {name: b3, type: conv, filters: 8, kernel: 1}
+  - {name: b4, type: conv, filters: 16, kernel: 3, pad: 1, inputs: r0}
+  - {name: b5, type: conv, filters: 32, kernel: 1, inputs: r0}
+  - {name: b5sum, type: add, inputs: [b5, r0]}
+  - {name: b6, type: conv, filters: 4, kernel: 1, inputs: r0}
+  - {name: b7, type: conv, filters: 12, kernel: 1, inputs: r0}
+  - {name: cat, type: concat, inputs: [b1r, b2r, b3, b4, r0, b5sum, b6, b7]}
+  - {name: d, type: conv, filters: 8, kernel: 3, stride: 2, pad: 1, inputs: cat}
+  - {name: odd, type: conv, filters: 4, kernel: 3, stride: 2, pad: 1, inputs: b4}
+  - {name: cat2, type: concat, inputs: [d, odd]}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)");
+  const Plan plan = make_plan(net);
+  auto st = [&](const char* name) -> const Step& { return plan.steps[static_cast<size_t>(net.find(name))]; };
+  const int cat = net.find("cat");
+  REQUIRE(st("cat").out_shape.c == 144);
+  REQUIRE(st("b5").residual_layer == net.find("b5sum"));
+  // b1 and b2 (their ReLUs fused), b3 and b6 (4 channels at
+  // offset 128): read by the concat alone, at offsets that are multiples of 8.
+  for (const auto& [c, offset] :
+       {std::pair{"b1", 0}, std::pair{"b2", 16}, std::pair{"b3", 40}, std::pair{"b6", 128}}) {
+    INFO(c);
+    CHECK(st(c).concat_step == cat);
+    CHECK(st(c).concat_offset == offset);
+    CHECK(st(c).concat_ld == 144);
+  }
+  // Not: b4 (odd reads it too), c0 (every branch reads r0), b5 (its residual add runs in its
+  // epilogue), b7 (at offset 132), d and odd (cat2's 12 channels: no multiple of 8).
+  for (const char* c : {"b4", "c0", "b5", "b7", "d", "odd"}) {
+    INFO(c);
+    CHECK(st(c).concat_step == -1);
+  }
+  // The concat's buffer is written from the first conv that may write into it; b1's own buffer
+  // keeps its lifetime (the algorithms that cannot write a slice write it).
+  const std::vector<Lifetime> life = buffer_lifetimes(net, plan, nullptr);
+  CHECK(life[static_cast<size_t>(st("cat").out)].first == net.find("b1"));
+  CHECK(life[static_cast<size_t>(st("cat").out)].last == net.find("d"));
+  CHECK(life[static_cast<size_t>(st("b1").out)].first == net.find("b1"));
+  CHECK(life[static_cast<size_t>(st("b1").out)].last == cat);
+  const std::vector<int> group = share_groups(life, plan.buf_floats);
+  test::check_share_groups(life, plan.buf_floats, group);
+  for (const char* c : {"b1", "b2", "b3", "b6", "r0"}) {  // never in the concat's memory
+    INFO(c);
+    CHECK(group[static_cast<size_t>(st(c).out)] != group[static_cast<size_t>(st("cat").out)]);
+  }
+}
 #endif  // CNNRUN_HAVE_GPU

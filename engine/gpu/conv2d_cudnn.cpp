@@ -81,6 +81,11 @@ struct CudnnConv::Impl {
   std::unique_ptr<CudnnGraphConv> graph;      // find chose cuDNN's graph API (channels last)
   std::unique_ptr<CudnnGraphConv> cand;       // prepared for the next find
   std::string graph_note;                     // why not, when it was tried
+  // set_out_slice: the graph API's y is a channel slice, y_ld values between pixels (0: none); find
+  // chose a graph that writes it (graph_sliced), or why none could (slice_note).
+  int64_t y_ld = 0;
+  bool graph_sliced = false;
+  std::string slice_note;
   cudnnTensorDescriptor_t x = nullptr, y = nullptr, b = nullptr;
   cudnnTensorDescriptor_t bt = nullptr;  // the bias in the tensors' format (channels last)
   cudnnFilterDescriptor_t w = nullptr;
@@ -244,12 +249,16 @@ static bool fp32_accurate(cudnnConvolutionFwdAlgo_t a, bool split) {
 bool CudnnConv::found() const { return impl_->found; }
 
 void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w,
-                     const float* bias, const void* bias_t, const void* z, void* y, void* ws,
-                     size_t ws_bytes) {
+                     const float* bias, const void* bias_t, const void* z, void* y, void* ws, size_t ws_bytes,
+                     const OutSlice* slice) {
   Impl& m = *impl_;
+  if (m.y_ld > 0 && !slice)
+    throw Error("cudnn convolution: find without the output slice set_out_slice named");
   m.set_n(n);
   m.graph.reset();
+  m.graph_sliced = false;
   m.graph_note.clear();
+  m.slice_note.clear();
   CUDNN_CHECK(cudnnSetStream(H(h), s));
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int returned = 0;
@@ -305,18 +314,49 @@ void CudnnConv::find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void
   }
   if (!m.nhwc || m.graph_use == GraphUse::kOff) return;
   // cuDNN's graph API on the same buffers: its fastest engine against the legacy way just chosen.
-  auto g =
-      m.cand ? std::move(m.cand) : std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec, m.split);
-  const float graph_ms = g->tune(h.get(), s, n, GraphConvIo{x, w, bias, z, y}, ws, ws_bytes, m.graph_plans);
+  // With an output slice, the graph writes the slice, and the legacy call's time counts the
+  // concat's copy of its output that the slice saves; where no engine writes the slice, the
+  // graph writes y as the legacy call does.
+  bool sliced = m.y_ld > 0;
+  auto g = m.cand ? std::move(m.cand)
+                  : std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec, m.split, m.y_ld);
+  float graph_ms =
+      g->tune(h.get(), s, n, GraphConvIo{x, w, bias, z, sliced ? slice->y : y}, ws, ws_bytes, m.graph_plans);
+  if (graph_ms < 0 && sliced) {
+    m.slice_note = g->why();
+    sliced = false;
+    g = std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec, m.split);
+    graph_ms = g->tune(h.get(), s, n, GraphConvIo{x, w, bias, z, y}, ws, ws_bytes, m.graph_plans);
+  }
   if (graph_ms < 0) {
     m.graph_note = g->why();
     return;
   }
   const float legacy_ms = m.graph_use == GraphUse::kFirst ? 1e30f : least_ms(s, 3, [&] {
-    m.legacy(H(h), s, n, x, w, bias, bias_t, z, y, ws, ws_bytes);
-  });
-  if (graph_ms < legacy_ms) m.graph = std::move(g);
+                                                                      m.legacy(H(h), s, n, x, w, bias, bias_t,
+                                                                               z, y, ws, ws_bytes);
+                                                                    }) + (sliced ? slice->copy_ms : 0.f);
+  if (graph_ms < legacy_ms) {
+    m.graph = std::move(g);
+    m.graph_sliced = sliced;
+  }
 }
+
+bool CudnnConv::set_out_slice(int64_t ld) {
+  Impl& m = *impl_;
+  if (ld < 0 || (ld > 0 && (ld < m.p.filters || m.residual)))
+    throw Error("cudnn convolution: an output slice of " + std::to_string(m.p.filters) +
+                " channels in pixels of " + std::to_string(ld) + (m.residual ? " with a residual" : ""));
+  if (ld == m.y_ld) return false;
+  m.y_ld = ld;
+  m.found = false;
+  m.graph.reset();
+  m.graph_sliced = false;
+  m.cand.reset();
+  return true;
+}
+
+bool CudnnConv::writes_slice() const { return impl_->graph && impl_->graph_sliced; }
 
 void CudnnConv::set_format(Precision p, bool nhwc) {
   Impl& m = *impl_;
@@ -348,7 +388,7 @@ void CudnnConv::prepare(const CudnnHandle& h, int64_t n, size_t ws_bytes) {
     if (m.graph) m.graph->prepare(h.get(), n, ws_bytes, m.graph_plans);
     return;
   }
-  if (!m.cand) m.cand = std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec, m.split);
+  if (!m.cand) m.cand = std::make_unique<CudnnGraphConv>(m.p, m.act, m.residual, m.prec, m.split, m.y_ld);
   m.cand->prepare(h.get(), n, ws_bytes, m.graph_plans);
 }
 
@@ -418,7 +458,10 @@ std::string CudnnConv::algo_name() const {
                            : m.math == CUDNN_FMA_MATH                        ? ""
                            : m.math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ? " [fp16 tensor cores]"
                                                                              : " [tf32 tensor cores allowed]";
-  if (m.graph) return m.graph->name() + " [" + storage_name(storage_of(m.prec)) + " NHWC]";
+  // With an output slice no engine could write: why not.
+  const std::string slice =
+      m.slice_note.empty() ? "" : " (no engine writes the concat's slice: " + m.slice_note + ")";
+  if (m.graph) return m.graph->name() + " [" + storage_name(storage_of(m.prec)) + " NHWC]" + slice;
   // After find, z_in_call holds only with the fused call (it is cleared otherwise).
   const ActFn la = m.call_act();
   const std::string act =
@@ -430,7 +473,7 @@ std::string CudnnConv::algo_name() const {
   // Where the graph API was tried and could not run it, the report says why.
   const std::string graph = m.graph_note.empty() ? "" : " (graph API: " + m.graph_note + ")";
   return std::string("cudnn:") + algo_str(m.algo) + (m.p.groups > 1 ? "[groups]" : "") +
-         (m.fused ? "(fused bias" + act + ")" : "+bias" + act + " kernel") + add + math + graph;
+         (m.fused ? "(fused bias" + act + ")" : "+bias" + act + " kernel") + add + math + graph + slice;
 }
 
 }  // namespace cnnrun::gpu

@@ -51,8 +51,16 @@ class CudnnConv {
   // bias+activation call, and timing it against the convolution and our pass (channels last).
   // Channels last, cuDNN's graph API (conv2d_cudnn_graph.h) is then tuned on the same buffers
   // and kept when its fastest engine beats the legacy call with its passes (GraphUse).
+  // With set_out_slice, `slice` names where the graph API writes (the concat's slice, y_ld values
+  // between pixels) and what the concat's copy of y costs the other ways (added to the legacy
+  // call's time); required then, ignored otherwise.
+  struct OutSlice {
+    void* y = nullptr;
+    float copy_ms = 0;
+  };
   void find(const CudnnHandle& h, cudaStream_t s, int64_t n, const void* x, const void* w, const float* bias,
-            const void* bias_t, const void* z, void* y, void* ws, size_t ws_bytes);
+            const void* bias_t, const void* z, void* y, void* ws, size_t ws_bytes,
+            const OutSlice* slice = nullptr);
   bool found() const;
   // y = act(conv(x) + bias) (bias FP32, bias_t the same in the tensors' format): in one cuDNN
   // call where cuDNN fuses it (FP32 NCHW: IMPLICIT_PRECOMP_GEMM with a ReLU or nothing; channels
@@ -80,6 +88,13 @@ class CudnnConv {
   enum class GraphUse { kOff, kTimed, kFirst };
   bool set_graph_use(GraphUse u, int plans);
   bool uses_graph() const;  // find chose the graph API
+  // Channels last: whether the graph API's engines may write y as a channel slice of a wider
+  // tensor, ld values between pixels (a concat's buffer: engine/gpu/plan.h Step::concat_step);
+  // 0: y is packed. The next forward searches again; false when ld was already set. Not with a
+  // residual.
+  bool set_out_slice(int64_t ld);
+  // find chose a graph that writes the slice: forward's y is then the slice (OutSlice::y's place).
+  bool writes_slice() const;
   // The host work of cuDNN's graph API for n images, ahead of find (its candidate engines) or of
   // a forward on a batch size not run before (the chosen engine's plan): building a plan
   // compiles a kernel, up to a second each. Different layers may prepare at once on different

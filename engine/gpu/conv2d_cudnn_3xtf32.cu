@@ -91,15 +91,15 @@ Cudnn3xTf32Conv::Cudnn3xTf32Conv(const ConvParams& p, ActFn act, bool residual)
 
 void Cudnn3xTf32Conv::forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, float* x3,
                               const float* w, const float* bias, const float* z, float* y, void* ws,
-                              size_t ws_bytes) {
+                              size_t ws_bytes, const CudnnConv::OutSlice* slice) {
   const int64_t C = p_.in_c;
   if (!w3_.get()) {
     w3_.alloc(static_cast<size_t>(p_.filters * p_.kernel_h * p_.kernel_w * 3 * C) * sizeof(float));
     launch_split_tf32(w, w3_.as<float>(), p_.filters * p_.kernel_h * p_.kernel_w, C, true, s);
   }
   launch_split_tf32(x, x3, n * p_.in_h * p_.in_w, C, false, s);
-  if (!conv_.found()) conv_.find(h, s, n, x3, w3_.get(), bias, bias, z, y, ws, ws_bytes);
-  conv_.forward(h, s, n, x3, w3_.get(), bias, bias, z, y, ws, ws_bytes);
+  if (!conv_.found()) conv_.find(h, s, n, x3, w3_.get(), bias, bias, z, y, ws, ws_bytes, slice);
+  conv_.forward(h, s, n, x3, w3_.get(), bias, bias, z, conv_.writes_slice() ? slice->y : y, ws, ws_bytes);
 }
 
 std::string Cudnn3xTf32Conv::algo_name() const {

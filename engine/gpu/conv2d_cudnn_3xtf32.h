@@ -45,9 +45,11 @@ class Cudnn3xTf32Conv {
   // y = act(conv(x, w) + bias [+ z]) for n images, all FP32 channels last: x [n, H, W, C], w
   // [K, R, S, C], y and z [n, out_h, out_w, K]; x3: n*H*W*3C floats for the split input. The
   // filters are split on the first call (not inside a stream capture), which also runs cuDNN's
-  // search on these buffers.
+  // search on these buffers. After stacked_conv().set_out_slice: `slice` as CudnnConv::find takes
+  // it, and the output goes to slice->y where stacked_conv().writes_slice(), else to y.
   void forward(const CudnnHandle& h, cudaStream_t s, int64_t n, const float* x, float* x3, const float* w,
-               const float* bias, const float* z, float* y, void* ws, size_t ws_bytes);
+               const float* bias, const float* z, float* y, void* ws, size_t ws_bytes,
+               const CudnnConv::OutSlice* slice = nullptr);
   // The stacked convolution cuDNN runs (its workspace, and CudnnConv::prepare's host work ahead
   // of the search).
   CudnnConv& stacked_conv() { return conv_; }

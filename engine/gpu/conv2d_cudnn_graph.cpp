@@ -87,6 +87,7 @@ struct CudnnGraphConv::Impl {
   ConvParams p;
   ActFn act;
   bool residual = false;
+  int64_t y_ld = 0;  // y's values between pixels (a channel slice of a wider tensor); 0: K
   Precision prec = Precision::kFp16;
   bool split = false;  // split_operands
   std::string why;
@@ -190,11 +191,9 @@ struct CudnnGraphConv::Impl {
       why = "cuDNN's pointwise modes have no " + act_fn_name(act);
       return nullptr;
     }
-    y->set_output(true)
-        .set_uid(kY)
-        .set_data_type(t)
-        .set_dim({n, K, OH, OW})
-        .set_stride({K * OH * OW, 1, K * OW, K});
+    y->set_output(true).set_uid(kY).set_data_type(t).set_dim({n, K, OH, OW});
+    const int64_t ld = y_ld > 0 ? y_ld : K;
+    y->set_stride({ld * OH * OW, 1, ld * OW, ld});
     fe::error_t e = g.validate();
     if (e.is_good()) e = g.build_operation_graph(h);
     if (e.is_bad()) {
@@ -247,8 +246,12 @@ struct CudnnGraphConv::Impl {
 bool CudnnGraphConv::built() { return true; }
 
 CudnnGraphConv::CudnnGraphConv(const ConvParams& p, ActFn act, bool residual, Precision prec,
-                               bool split_operands)
+                               bool split_operands, int64_t y_ld)
     : impl_(std::make_unique<Impl>()) {
+  if (y_ld > 0 && (y_ld < p.filters || residual))
+    throw Error("cudnn graph convolution: an output slice of " + std::to_string(p.filters) +
+                " channels in pixels of " + std::to_string(y_ld) + (residual ? " with a residual" : ""));
+  impl_->y_ld = y_ld;
   impl_->p = p;
   impl_->split = split_operands;
   impl_->act = act;
@@ -364,7 +367,7 @@ std::string CudnnGraphConv::name() const {
 
 struct CudnnGraphConv::Impl {};
 bool CudnnGraphConv::built() { return false; }
-CudnnGraphConv::CudnnGraphConv(const ConvParams&, ActFn, bool, Precision, bool) {}
+CudnnGraphConv::CudnnGraphConv(const ConvParams&, ActFn, bool, Precision, bool, int64_t) {}
 CudnnGraphConv::~CudnnGraphConv() = default;
 bool CudnnGraphConv::tuned() const { return false; }
 int64_t CudnnGraphConv::workspace(int64_t) const { return -1; }

@@ -41,8 +41,11 @@ class CudnnGraphConv {
   // operations express: identity, relu, relu6, leaky_relu, sigmoid, tanh, silu, gelu (erf and
   // tanh forms); any other makes tune() report no engine. split_operands: x and w hold TF32
   // parts of split FP32 values (conv2d_cudnn_3xtf32.h): no engine may transform them (FFT) or
-  // reduce in less than FP32.
-  CudnnGraphConv(const ConvParams& p, ActFn act, bool residual, Precision prec, bool split_operands = false);
+  // reduce in less than FP32. y_ld > 0: y is a channel slice of a wider tensor (a concat's
+  // buffer), y_ld values between pixels (no residual then); cuDNN's engines that cannot write it
+  // are left out, and tune() reports none when no engine can.
+  CudnnGraphConv(const ConvParams& p, ActFn act, bool residual, Precision prec, bool split_operands = false,
+                 int64_t y_ld = 0);
   ~CudnnGraphConv();
   CudnnGraphConv(const CudnnGraphConv&) = delete;
   CudnnGraphConv& operator=(const CudnnGraphConv&) = delete;

@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cstdint>
 #include <type_traits>
 
 #include "engine/gpu/check.h"
@@ -52,14 +54,22 @@ void GemmConv::run(cublasLtHandle_t lt, const ConvParams& p, int64_t n, Precisio
   const bool per_image = io.scale != nullptr, residual = io.z != nullptr;
   const Storage t = storage_of(prec);
   const int64_t K = p.filters, C = p.in_c, plane = p.out_h * p.out_w;
-  std::unique_ptr<LtGemm>& plan = plans_[{n, static_cast<int>(prec), per_image, residual, relu}];
+  const int64_t ld = io.y_ld > 0 ? io.y_ld : 0;
+  if (ld > 0 && (ld < K || per_image || residual))
+    throw Error("gemm convolution: an output slice of " + std::to_string(K) + " channels in pixels of " +
+                std::to_string(ld) + (per_image || residual ? " with a scale or residual" : ""));
+  // A slice's pointer is aligned to the largest power of two dividing its address (at most 256).
+  const uintptr_t at = reinterpret_cast<uintptr_t>(io.y);
+  const int align = ld > 0 ? static_cast<int>(std::min<uintptr_t>(at & (~at + 1), 256)) : 0;
+  std::unique_ptr<LtGemm>& plan = plans_[{n, static_cast<int>(prec), per_image, residual, relu, ld, align}];
   if (!plan) {
     // Column-major: y^T (K x pixels, ld K) = W (stored C x K, ld C)^T * x^T (C x pixels, ld C).
     GemmSpec g;
     g.m = K, g.k = C;
     g.n = per_image ? plane : n * plane;
     g.trans_a = true;
-    g.lda = C, g.ldb = C, g.ldd = K;
+    g.lda = C, g.ldb = C, g.ldd = ld > 0 ? ld : K;
+    g.align_d = align;
     if (per_image) {
       g.batch = static_cast<int>(n);
       g.stride_a = K * C, g.stride_b = plane * C, g.stride_d = plane * K;

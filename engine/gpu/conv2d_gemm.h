@@ -44,6 +44,9 @@ struct GemmIo {
   const void* bias = nullptr;  // K values in the storage format
   const void* z = nullptr;     // a residual of y's shape, or null
   void* y = nullptr;           // n x H x W x K in the storage format
+  // > 0: y is a channel slice of a wider tensor, y_ld values between consecutive pixels (a
+  // concat's buffer, engine/gpu/plan.h Step::concat_step); not with a residual or a scale.
+  int64_t y_ld = 0;
   // The folded scale (null: none): w_f32 the FP32 K x C filters, scale n x C in the storage
   // format, w_image room for n x K x C values of it.
   const float* w_f32 = nullptr;
@@ -60,8 +63,9 @@ class GemmConv {
            void* workspace, size_t workspace_bytes, cudaStream_t s);
 
  private:
-  // (images, precision, per-image filters, residual, ReLU)
-  std::map<std::tuple<int64_t, int, bool, bool, bool>, std::unique_ptr<LtGemm>> plans_;
+  // (images, precision, per-image filters, residual, ReLU, y's pixel stride (0: K), y's alignment
+  // in bytes (0: not a slice))
+  std::map<std::tuple<int64_t, int, bool, bool, bool, int64_t, int>, std::unique_ptr<LtGemm>> plans_;
 };
 
 }  // namespace cnnrun::gpu

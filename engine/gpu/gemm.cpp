@@ -89,6 +89,13 @@ bool LtGemm::init(cublasLtHandle_t lt, const GemmSpec& s, size_t workspace_bytes
   uint64_t ws = workspace_bytes;
   CUBLAS_CHECK(
       cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  if (s.align_d > 0) {
+    const uint32_t align = static_cast<uint32_t>(s.align_d);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                      &align, sizeof(align)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                      &align, sizeof(align)));
+  }
   cublasLtMatmulHeuristicResult_t res{};
   int found = 0;
   cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, op_, la_, lb_, ld_, ld_, pref, 1, &res, &found);

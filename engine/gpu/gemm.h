@@ -29,6 +29,9 @@ struct GemmSpec {
   cudaDataType_t type = CUDA_R_32F;
   // run() adds a C of D's layout (its own pointer) to the product, before the epilogue.
   bool add_c = false;
+  // The alignment in bytes D's (and C's) pointer is known to have, where less than cuBLASLt's
+  // default assumption (256): a channel slice of a wider tensor. 0: the default.
+  int align_d = 0;
 };
 
 // The cuBLAS compute type for a precision: 32F, 32F_FAST_TF32, 32F_FAST_16F, 32F_FAST_16BF.

@@ -247,6 +247,11 @@ class GpuExecutor : public Executor {
                 changed;
       if (conv_weights(st.layer).tf32x3)
         changed = conv_weights(st.layer).tf32x3->set_graph_use(use, opt.tuning.graph_plans) || changed;
+      // A concat's input: cuDNN's graph API may write it at its channel offset.
+      const int64_t ld = nhwc_ && opt.tuning.concat_in_place && st.concat_step >= 0 ? st.concat_ld : 0;
+      changed = conv_weights(st.layer).cudnn->set_out_slice(ld) || changed;
+      if (conv_weights(st.layer).tf32x3)
+        changed = conv_weights(st.layer).tf32x3->stacked_conv().set_out_slice(ld) || changed;
     }
     if (changed) {  // cuDNN's search again, before any capture
       pipeline_->drop_graphs();
@@ -333,6 +338,60 @@ class GpuExecutor : public Executor {
     return st.op != Op::kFused && st.op != Op::kIdentity && !(st.op == Op::kPool && pool_fused(st)) &&
            !(st.op == Op::kMul && scale_folded(st));
   }
+  // Conv step `st` may write its output into its concat's buffer this call (Step::concat_step):
+  // channels last, GpuTuning::concat_in_place.
+  bool slice_candidate(const Step& st) const {
+    return nhwc_ && tuning_.concat_in_place && st.concat_step >= 0;
+  }
+  // ... and does, run with `algo`: the gemm convolution with a ReLU or nothing after (cuBLASLt's
+  // epilogue), cutlass with an activation its epilogue applies, cuDNN (and cudnn-3xtf32's stacked
+  // conv) where its search chose a graph-API engine that writes the slice.
+  bool in_place(const Step& st, ConvAlgo algo) const {
+    if (!slice_candidate(st)) return false;
+    const ActFn act = act_fn(st.act);
+    const ConvWeights& c = conv_weights(st.layer);
+    switch (algo) {
+      case ConvAlgo::kGemm:
+        return act.kind == Act::kRelu || act.kind == Act::kIdentity;
+      case ConvAlgo::kCutlass:
+        return cutlass_fuses(act);
+      case ConvAlgo::kCudnn:
+        return c.cudnn->writes_slice();
+      case ConvAlgo::kCudnn3xTf32:
+        return c.tf32x3 && c.tf32x3->stacked_conv().writes_slice();
+      default:
+        return false;
+    }
+  }
+  // Concat step `cat`: which of its inputs their convs wrote in place this call.
+  std::vector<char> written_in_place(const Step& cat) const {
+    std::vector<char> written(cat.ins.size(), 0);
+    for (const Step& cs : plan_.steps)
+      if (cs.op == Op::kConv && cs.concat_step == cat.layer && in_place(cs, selector_.chosen(cs.layer)))
+        for (size_t k = 0; k < cat.ins.size(); ++k)
+          if (cat.ins[k] == cs.out) written[k] = 1;
+    return written;
+  }
+  // Where conv step `st` writes in place: its channels in its concat's buffer.
+  void* slice_ptr(const Step& st, Slot& s) const {
+    return static_cast<char*>(s.bufs[static_cast<size_t>(step(st.concat_step).out)].get()) +
+           st.concat_offset * storage_bytes(storage());
+  }
+  // The concat's copy of conv step `st`'s output, which writing in place saves.
+  void copy_into_concat(const Step& st, Slot& s, int64_t n) const {
+    launch_concat_nhwc(s.bufs[static_cast<size_t>(st.out)].get(), static_cast<int>(st.out_shape.c),
+                       s.bufs[static_cast<size_t>(step(st.concat_step).out)].get(),
+                       static_cast<int>(st.concat_ld), static_cast<int>(st.concat_offset), storage(),
+                       n * st.out_shape.h * st.out_shape.w, s.stream);
+  }
+  // cuDNN's search with an output slice (CudnnConv::OutSlice): the slice, and the copy's time.
+  CudnnConv::OutSlice out_slice(const Step& st, Slot& s, int64_t n) const {
+    CudnnConv::OutSlice o;
+    o.y = slice_ptr(st, s);
+    copy_into_concat(st, s, n);
+    o.copy_ms = least_ms(s.stream, kTuneRepeats, [&] { copy_into_concat(st, s, n); });
+    return o;
+  }
 
   // Each conv's algorithm for blocks of `block`, then slots for them.
   // share: buffers never in use at once share memory (run() with GpuTuning::share_buffers; never
@@ -358,6 +417,7 @@ class GpuExecutor : public Executor {
   void warm(Slot& s, const Dataset& data, int64_t n, std::vector<ConvTuning>* searched);
   void prepare_graphs(int64_t n, size_t ws_bytes);
   std::string step_algo(const Step& st) const;
+  std::string step_algo_base(const Step& st) const;  // step_algo without the concat's in-place writes
   // The slots and block size the last warm-up ran (RunOptions::warm_up false skips it for them).
   uint64_t warmed_gen_ = 0;  // BlockPipeline::generation() of those slots (0: none)
   int64_t warmed_block_ = -1;
@@ -482,8 +542,12 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       const ActFn epi = cutlass_fuses(act) ? act : ActFn{};
       const float* w = c.w_nhwc[static_cast<int>(prec_)].as<float>();
       const float* zf = static_cast<const float*>(z);
+      // Written in place: its channels of the concat's pixels.
+      const bool into = in_place(st, algo);
+      if (into) y = static_cast<float*>(slice_ptr(st, s));
+      const int64_t ld = into ? st.concat_ld : 0;
       if (c.centre_split > 0) {  // the centre-only filters as a 1x1 conv, the rest: two channel slices
-        const int64_t e = c.centre_split, K = st.conv.filters;
+        const int64_t e = c.centre_split, K = into ? ld : st.conv.filters;
         const ConvParams p1 = cutlass_centre_part(st.conv, e), p3 = cutlass_rest_part(st.conv, e);
         const float* w3 = w + e * st.conv.kernel_h * st.conv.kernel_w * st.conv.in_c;
         const float *b1 = c.bias.as<float>(), *b3 = b1 + e, *z3 = zf ? zf + e : nullptr;
@@ -497,8 +561,8 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
         launch_conv_cutlass(c.cutlass_tile, p3, n, x, w3, b3, z3, y + e, epi, s.stream, K);
       } else {
         if (c.cutlass_tile < 0)
-          c.cutlass_tile = cutlass_pick_tile(st.conv, n, x, w, c.bias.as<float>(), zf, y, epi, s.stream);
-        launch_conv_cutlass(c.cutlass_tile, st.conv, n, x, w, c.bias.as<float>(), zf, y, epi, s.stream);
+          c.cutlass_tile = cutlass_pick_tile(st.conv, n, x, w, c.bias.as<float>(), zf, y, epi, s.stream, ld);
+        launch_conv_cutlass(c.cutlass_tile, st.conv, n, x, w, c.bias.as<float>(), zf, y, epi, s.stream, ld);
       }
       if (epi != act) launch_act(y, y, n * st.out_shape.size(), act, s.stream);
       return;
@@ -513,6 +577,7 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       io.bias = c.bias_nhwc[static_cast<int>(prec_)].get();
       io.z = z;
       io.y = s.bufs[static_cast<size_t>(st.out)].get();
+      if (in_place(st, algo)) io.y = slice_ptr(st, s), io.y_ld = st.concat_ld;
       if (st.scale_layer >= 0) {  // the mul folded into per-image filters: x is the mul's input
         io.x = s.bufs[static_cast<size_t>(st.scaled_buf)].get();
         io.w_f32 = c.w.as<float>();
@@ -555,9 +620,14 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       if (!c.tf32x3)
         throw Error("layer '" + net_.layers[static_cast<size_t>(st.layer)]->name +
                     "': cudnn-3xtf32 cannot run it");
+      CudnnConv::OutSlice slice;  // where the stacked conv may write in place (its search: the copy's time)
+      if (slice_candidate(st))
+        slice = c.tf32x3->stacked_conv().found() ? CudnnConv::OutSlice{slice_ptr(st, s), 0.f}
+                                                 : out_slice(st, s, n);
       c.tf32x3->forward(*s.cudnn, s.stream, n, x, s.bufs[static_cast<size_t>(st.split_buf)].as<float>(),
                         c.w_nhwc[static_cast<int>(Precision::kFp32)].as<float>(), c.bias.as<float>(),
-                        static_cast<const float*>(z), y, s.cudnn_ws.get(), s.cudnn_ws.bytes());
+                        static_cast<const float*>(z), y, s.cudnn_ws.get(), s.cudnn_ws.bytes(),
+                        slice_candidate(st) ? &slice : nullptr);
       return;
     }
     case ConvAlgo::kCudnn: {
@@ -566,9 +636,13 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       void* ys = s.bufs[static_cast<size_t>(st.out)].get();
       const void* ws = nhwc_ ? c.w_nhwc[static_cast<int>(prec_)].get() : c.w.get();
       const void* bt = nhwc_ ? c.bias_nhwc[static_cast<int>(prec_)].get() : c.bias.get();
-      if (!c.cudnn->found())
+      if (!c.cudnn->found()) {
+        CudnnConv::OutSlice slice;  // where the graph API may write in place
+        if (slice_candidate(st)) slice = out_slice(st, s, n);
         c.cudnn->find(*s.cudnn, s.stream, n, xs, ws, c.bias.as<float>(), bt, z, ys, s.cudnn_ws.get(),
-                      s.cudnn_ws.bytes());
+                      s.cudnn_ws.bytes(), slice_candidate(st) ? &slice : nullptr);
+      }
+      if (in_place(st, algo)) ys = slice_ptr(st, s);
       c.cudnn->forward(*s.cudnn, s.stream, n, xs, ws, c.bias.as<float>(), bt, z, ys, s.cudnn_ws.get(),
                        s.cudnn_ws.bytes());
       return;
@@ -589,6 +663,8 @@ void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
   // The mul the gemm convolution folds (it runs channels last only: NCHW, no candidate saves it).
   if (st.scale_layer >= 0 && nhwc_ && algo != ConvAlgo::kGemm) run_step_nhwc(step(st.scale_layer), s, n);
   run_conv(st, s, n, algo);
+  // A concat's input not written in place: the concat's copy of it.
+  if (slice_candidate(st) && !in_place(st, algo)) copy_into_concat(st, s, n);
   // A pool of the conv's output, in that output's own layout and storage (an FP32 NCHW pool over
   // 16-bit channels-last buffers reads and writes past them).
   auto pool_pass = [&](int pool_layer) {
@@ -660,10 +736,11 @@ void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
       return launch_mul_nhwc(in, buf(st.out), t, n, C, st.out_shape.h * st.out_shape.w, s.stream);
     }
     case Op::kConcat: {
+      const std::vector<char> written = written_in_place(st);
       int offset = 0;
       for (size_t k = 0; k < st.ins.size(); ++k) {
         const int ck = static_cast<int>(l.in_shapes[k].c);
-        launch_concat_nhwc(buf(st.ins[k]), ck, buf(st.out), C, offset, t, pixels, s.stream);
+        if (!written[k]) launch_concat_nhwc(buf(st.ins[k]), ck, buf(st.out), C, offset, t, pixels, s.stream);
         offset += ck;
       }
       return;
@@ -906,6 +983,23 @@ void GpuExecutor::warm(Slot& s, const Dataset& data, int64_t n, std::vector<Conv
 }
 
 std::string GpuExecutor::step_algo(const Step& st) const {
+  const std::string base = step_algo_base(st);
+  if (st.op == Op::kConv && in_place(st, selector_.chosen(st.layer)))
+    return base + ", written into " + net_.layers[static_cast<size_t>(st.concat_step)]->name +
+           "'s channels " + std::to_string(st.concat_offset) + "-" +
+           std::to_string(st.concat_offset + st.out_shape.c - 1);
+  if (st.op == Op::kConcat && nhwc_) {
+    const std::vector<char> written = written_in_place(st);
+    const int64_t w = std::count(written.begin(), written.end(), 1);
+    if (w > 0)
+      return "copies " + std::to_string(written.size() - static_cast<size_t>(w)) + " of its " +
+             std::to_string(written.size()) + " inputs (" + std::to_string(w) +
+             " written in place by their convs)";
+  }
+  return base;
+}
+
+std::string GpuExecutor::step_algo_base(const Step& st) const {
   switch (st.op) {
     case Op::kConv: {
       const ConvAlgo a = selector_.chosen(st.layer);
@@ -1415,6 +1509,14 @@ std::vector<Tensor> GpuExecutor::forward_layers(const Dataset& data, int64_t fir
     const int64_t m = std::min(block, n - done);
     BlockPipeline::copy_in(s, data, first + done, m, false);
     run_layers(s, m, false, 0);
+    // A conv that wrote its output into its concat's buffer: its own buffer gets those values back
+    // (its layer's, and its fused activation's, are read from there).
+    for (const Step& st : plan_.steps)
+      if (st.op == Op::kConv && in_place(st, selector_.chosen(st.layer)))
+        launch_slice_nhwc(s.bufs[static_cast<size_t>(step(st.concat_step).out)].get(),
+                          static_cast<int>(st.concat_ld), static_cast<int>(st.concat_offset),
+                          s.bufs[static_cast<size_t>(st.out)].get(), static_cast<int>(st.out_shape.c),
+                          storage(), m * st.out_shape.h * st.out_shape.w, s.stream);
     for (size_t i = 0; i < plan_.steps.size(); ++i) {
       if (outs[i].data.empty()) continue;
       const size_t size = static_cast<size_t>(plan_.steps[i].out_shape.size());

@@ -341,6 +341,18 @@ __global__ void concat_kernel(const T* __restrict__ in, int in_c, T* __restrict_
   }
 }
 
+// The inverse: channels [offset, offset + out_c) of each pixel of `in` (in_c channels).
+template <typename T, int V>
+__global__ void slice_kernel(const T* __restrict__ in, int in_c, int offset, T* __restrict__ out, int out_c,
+                             int64_t vecs) {
+  const int cv = out_c / V;
+  GRID_STRIDE(i, vecs) {
+    const int64_t p = i / cv;
+    const int c = static_cast<int>(i % cv) * V;
+    reinterpret_cast<Vec<T, V>*>(out)[i] = *reinterpret_cast<const Vec<T, V>*>(in + p * in_c + offset + c);
+  }
+}
+
 // Channel vectors a block of the whole-plane pool covers (a warp's worth).
 constexpr int kGlobalPoolTile = 32;
 // Planes of at most this many pixels pool one thread per output vector.
@@ -579,6 +591,21 @@ void launch_concat_nhwc(const void* in, int in_channels, void* out, int out_chan
     });
   });
   CUDA_CHECK_LAUNCH("concat_kernel");
+}
+
+void launch_slice_nhwc(const void* in, int in_channels, int offset, void* out, int out_channels, Storage t,
+                       int64_t pixels, cudaStream_t s) {
+  if (pixels <= 0 || out_channels <= 0) return;
+  with_storage(t, [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    by_width<T>(vec_width<T>({in_channels, out_channels, offset}), [&](auto vw) {
+      constexpr int V = decltype(vw)::value;
+      const int64_t vecs = pixels * out_channels / V;
+      slice_kernel<T, V><<<grid_stride_blocks(vecs), kGridStrideThreads, 0, s>>>(
+          static_cast<const T*>(in), in_channels, offset, static_cast<T*>(out), out_channels, vecs);
+    });
+  });
+  CUDA_CHECK_LAUNCH("slice_kernel");
 }
 
 }  // namespace cnnrun::gpu

@@ -65,5 +65,9 @@ void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const P
 // out[p][offset + c] = in[p][c] for c < in_channels: one input of a channel concat.
 void launch_concat_nhwc(const void* in, int in_channels, void* out, int out_channels, int offset, Storage t,
                         int64_t pixels, cudaStream_t s);
+// out[p][c] = in[p][offset + c] for c < out_channels: a channel slice of a wider tensor (a conv's
+// output written into its concat's buffer, copied back where every layer's values are read).
+void launch_slice_nhwc(const void* in, int in_channels, int offset, void* out, int out_channels, Storage t,
+                       int64_t pixels, cudaStream_t s);
 
 }  // namespace cnnrun::gpu

@@ -155,6 +155,37 @@ Plan make_plan(const Network& net) {
     cs.mean_buf = new_buf(Shape{0, 1, 1});
     ps.mean_conv = i;
   }
+  // A concat's input that a conv writes and nothing else reads: the conv may write it in place.
+  // Readers are counted per buffer over the steps that launch (a fused or identity layer's own
+  // buffer is its producer's; its readers read that buffer), and the network output is read too.
+  std::vector<int> readers(plan.buf_floats.size(), 0);
+  for (const Step& st : steps) {
+    if (st.op == Op::kFused || st.op == Op::kIdentity) continue;
+    for (int b : st.ins) ++readers[static_cast<size_t>(b)];
+    for (int b : {st.residual_buf, st.scale_buf, st.scaled_buf})
+      if (b >= 0) ++readers[static_cast<size_t>(b)];
+  }
+  ++readers[static_cast<size_t>(out_buf[static_cast<size_t>(net.output)])];
+  for (Step& cat : steps) {
+    if (cat.op != Op::kConcat || cat.out_shape.c % 8 != 0) continue;
+    int64_t offset = 0;
+    for (size_t k = 0; k < cat.ins.size(); ++k) {
+      const int b = cat.ins[k];
+      const int i = conv_of[static_cast<size_t>(b)];
+      const Shape& in = net.layers[static_cast<size_t>(cat.layer)]->in_shapes[k];
+      const int64_t c = in.c;
+      if (i >= 0 && readers[static_cast<size_t>(b)] == 1 && offset % 8 == 0) {
+        Step& cs = steps[static_cast<size_t>(i)];
+        if (cs.residual_layer < 0 && cs.pool_layer < 0 && cs.mean_layer < 0 && cs.scale_layer < 0 &&
+            cs.out_shape == in) {
+          cs.concat_step = cat.layer;
+          cs.concat_offset = offset;
+          cs.concat_ld = cat.out_shape.c;
+        }
+      }
+      offset += c;
+    }
+  }
   // The cudnn-3xtf32 convolution's input split into TF32 parts (conv2d_cudnn_3xtf32.h), after
   // the layers' own buffers.
   for (Step& st : steps)
@@ -178,6 +209,7 @@ std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, con
     use(st.out, i);
     if (st.pool_layer >= 0) use(plan.steps[static_cast<size_t>(st.pool_layer)].out, i);
     if (st.mean_layer >= 0) use(plan.steps[static_cast<size_t>(st.mean_layer)].out, i);
+    if (st.concat_step >= 0) use(plan.steps[static_cast<size_t>(st.concat_step)].out, i);
     if (layout && layout->f32_in[static_cast<size_t>(i)] >= 0) use(layout->f32_in[static_cast<size_t>(i)], i);
   }
   use(plan.steps[static_cast<size_t>(net.output)].out, end);

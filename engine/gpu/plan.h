@@ -83,6 +83,15 @@ struct Step {
   // kConv, groups 1: the cudnn-3xtf32 convolution's split input (3x in_c channels, FP32 channels
   // last), written and read at this step only; sized 0 where that algorithm cannot run.
   int split_buf = -1;
+  // kConv: the concat that alone reads this conv's output (after its fused activation), which the
+  // conv may write straight into the concat's buffer at channel `concat_offset` of `concat_ld`
+  // (the concat's channels; both multiples of 8, so every storage format's slice is 16-byte
+  // aligned): no residual add, pool, mean or folded mul in its epilogue. Whether it does is the
+  // executor's (channels last, GpuTuning::concat_in_place, an algorithm that writes a channel
+  // slice); the conv's own buffer stays for the others, and the concat copies only the inputs not
+  // written in place.
+  int concat_step = -1;
+  int64_t concat_offset = 0, concat_ld = 0;
   ConvParams conv;  // kConv
 };
 
@@ -122,7 +131,8 @@ NhwcLayout make_nhwc_layout(const Network& net, const Plan& plan);
 // steps.size() (the argmax and the copy to the host). Over every algorithm a step may run: a
 // conv whose implicit kernel may compute the 2x2 pool writes the pool's buffer at its own step,
 // a residual input (and a folded mul's inputs and per-image filters) is read at its conv's step,
-// a conv's split input (Step::split_buf) is written and read at its step,
+// a conv's split input (Step::split_buf) is written and read at its step, a concat's buffer is
+// written at the step of each conv that may write into it (Step::concat_step),
 // and a layer computed in its producer's epilogue
 // (kFused) or aliasing its input (kIdentity) counts its reads at its own, later, step. With
 // `layout` (may be null), its FP32 NCHW copies (buffers plan.buf_floats.size() and on) are
