@@ -376,6 +376,55 @@ TEST_CASE("gpu: channels-last pools, the stride-1 3x3 max by rows among them, vs
   CHECK(by_rows == 11 * 3);  // every stride-1 3x3 max case ran the rows kernel
 }
 
+// The channels-last preprocess (launch_preprocess_nhwc): four pixels a thread where the plane
+// holds whole groups of four (grey, RGB and any other channel count), one value a thread where it
+// does not or where the bytes start off a 4-byte boundary. Each value is the host's
+// (v * scale) + shift in FP32, rounded as the products are, then converted to the storage format
+// on the device as a host tensor's conversion is: exact.
+TEST_CASE("gpu: the channels-last preprocess, four pixels a thread or one value a thread, vs the host" *
+          doctest::skip(!gpu_present())) {
+  Stream st;
+  struct Case {
+    int c, h, w, skew;  // skew: the bytes start this far past an aligned address
+  };
+  const Case cases[] = {{3, 8, 8, 0}, {1, 4, 6, 0}, {4, 2, 6, 0}, {5, 3, 4, 0},
+                        {3, 5, 7, 0}, {3, 8, 8, 1}, {2, 1, 1, 0}, {3, 224, 4, 0}};
+  std::mt19937 rng(31);
+  for (const Case& k : cases)
+    for (Storage t : {Storage::kF32, Storage::kF16, Storage::kBf16}) {
+      const int n = 3;
+      const int64_t plane = int64_t(k.h) * k.w, count = n * k.c * plane;
+      std::vector<uint8_t> bytes(static_cast<size_t>(count + k.skew));
+      for (uint8_t& b : bytes) b = static_cast<uint8_t>(rng() & 255);
+      std::vector<float> scale(static_cast<size_t>(k.c)), shift(static_cast<size_t>(k.c));
+      for (int c = 0; c < k.c; ++c)
+        scale[size_t(c)] = 1.f / (57.f + float(c)), shift[size_t(c)] = -0.4f - 0.3f * float(c);
+      std::vector<float> want(static_cast<size_t>(count));  // NCHW, FP32
+      for (int64_t i = 0; i < count; ++i) {
+        const int c = static_cast<int>((i / plane) % k.c);
+        volatile float prod = float(bytes[size_t(i + k.skew)]) * scale[size_t(c)];  // rounded, not fused
+        want[size_t(i)] = prod + shift[size_t(c)];
+      }
+      DevBuf in = upload(bytes.data(), bytes.size()), sc = upload(scale.data(), scale.size()),
+             sh = upload(shift.data(), shift.size()), ref = upload(want.data(), want.size());
+      const int64_t sb = storage_bytes(t);
+      DevBuf out(size_t(count * sb)), ref_t(size_t(count * sb)), got(size_t(count) * sizeof(float)),
+          exp(size_t(count) * sizeof(float));
+      launch_preprocess_nhwc(in.as<uint8_t>() + k.skew, out.get(), t, n, k.c, plane, sc.as<float>(),
+                             sh.as<float>(), st.s);
+      launch_nhwc_to_nchw(out.get(), t, got.as<float>(), n, k.c, plane, st.s);
+      launch_nchw_to_nhwc(ref.as<float>(), ref_t.get(), t, n, k.c, plane, st.s);
+      launch_nhwc_to_nchw(ref_t.get(), t, exp.as<float>(), n, k.c, plane, st.s);
+      const std::vector<float> g = download(got, size_t(count), st.s), e = download(exp, size_t(count), st.s);
+      std::ostringstream what;
+      what << k.c << "x" << k.h << "x" << k.w << (k.skew ? " skewed" : "") << ", " << storage_name(t);
+      INFO(what.str());
+      size_t bad = 0;
+      for (size_t i = 0; i < g.size(); ++i) bad += g[i] != e[i];
+      CHECK(bad == 0);
+    }
+}
+
 TEST_CASE("gpu: mul kernel with per-channel broadcast" * doctest::skip(!gpu_present())) {
   Stream st;
   const int n = 3, c = 7, plane = 5 * 9;
