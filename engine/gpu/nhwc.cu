@@ -302,6 +302,26 @@ __global__ void pool_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, 
   }
 }
 
+// acc = max(acc, v) for each value, a NaN in v never taken (pool_nhwc_kernel's `acc < v ? v :
+// acc`; acc starts at -inf, so it is never NaN): FP32 through fmaxf, 16-bit values two an
+// instruction (__hmax2 returns the other input where one is NaN).
+template <typename T, int V>
+__device__ __forceinline__ void max_into(Vec<T, V>& acc, const Vec<T, V>& v) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc.v[k] = fmaxf(acc.v[k], v.v[k]);
+  } else if constexpr (V % 2 == 0) {
+    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    T2* a = reinterpret_cast<T2*>(acc.v);
+    const T2* b = reinterpret_cast<const T2*>(v.v);
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) a[k] = __hmax2(a[k], b[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc.v[k] = __hmax(acc.v[k], v.v[k]);
+  }
+}
+
 // pool_by_rows' pools (3x3 windows at stride 1), R output rows of V channels of one column a
 // thread. Neighbouring outputs' windows share six of their nine taps; the one-output-a-thread
 // kernel reads each input about three times from L2 (a block's rows are other blocks' too). Here
@@ -309,19 +329,22 @@ __global__ void pool_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, 
 // loop bound depends on the data, so every load is in flight together), keeps each row's max
 // (one of its values, so in the storage format), then writes each output's max of its window's
 // rows: each input is read from L2 about (R + 2) / R times, its columns shared with the block's
-// other threads in L1. The same values as pool_nhwc_kernel: a max (NaN never taken, as there)
-// does not depend on the order.
-template <typename T, int V, int R>
-__global__ void max_pool_rows_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t items,
-                                          int groups, Pool2dArgs a) {
-  const int cv = a.channels / V;
-  GRID_STRIDE(i, items) {
+// other threads in L1. The maxima are taken in the storage format (max_into) and the thread's
+// position is divided out in I (32 bits where the items fit): with float compares and 64-bit
+// divisions the kernel was bound by its instructions (docs/performance.md). The same values as
+// pool_nhwc_kernel: a max (NaN never taken, as there) does not depend on the order.
+template <typename T, int V, int R, typename I>
+__global__ void max_pool_rows_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, I items, int groups,
+                                          Pool2dArgs a) {
+  const I cv = static_cast<I>(a.channels / V), ow = static_cast<I>(a.out_w), gs = static_cast<I>(groups);
+  const I stride = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+  for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + threadIdx.x; i < items; i += stride) {
     const int c0 = static_cast<int>(i % cv) * V;
-    const int64_t q = i / cv;
-    const int ox = static_cast<int>(q % a.out_w);
-    const int64_t q2 = q / a.out_w;
-    const int oy0 = static_cast<int>(q2 % groups) * R;
-    const int64_t img = q2 / groups;
+    const I q = i / cv;
+    const int ox = static_cast<int>(q % ow);
+    const I q2 = q / ow;
+    const int oy0 = static_cast<int>(q2 % gs) * R;
+    const int64_t img = static_cast<int64_t>(q2 / gs);
     const int oy_last = min(oy0 + R, a.out_h) - 1;
     // Input rows [ys, ye): the union of fixed_window(oy, 3, 1, pad_h) over oy0..oy_last; columns
     // [xs, xe): fixed_window(ox, 3, 1, pad_w).
@@ -330,23 +353,20 @@ __global__ void max_pool_rows_nhwc_kernel(const T* __restrict__ in, T* __restric
     const int x0 = ox - a.pad_w;
     const int xe = min(x0 + 3, a.in_w);
     const T* src = in + img * a.in_h * a.in_w * a.channels + c0;
-    const T lowest = to<T>(-INFINITY);
-    T rows[R + 2][V];
+    Vec<T, V> lowest;
+#pragma unroll
+    for (int k = 0; k < V; ++k) lowest.v[k] = to<T>(-INFINITY);
+    Vec<T, V> rows[R + 2];
 #pragma unroll
     for (int j = 0; j < R + 2; ++j) {
-#pragma unroll
-      for (int k = 0; k < V; ++k) rows[j][k] = lowest;
+      rows[j] = lowest;
       const int y = ys + j;
 #pragma unroll
       for (int dx = 0; dx < 3; ++dx) {
         const int x = x0 + dx;
-        if (y < ye && x >= 0 && x < xe) {
-          const Vec<T, V> v =
-              *reinterpret_cast<const Vec<T, V>*>(src + (int64_t(y) * a.in_w + x) * a.channels);
-#pragma unroll
-          for (int k = 0; k < V; ++k)
-            if (ld(rows[j][k]) < ld(v.v[k])) rows[j][k] = v.v[k];
-        }
+        if (y < ye && x >= 0 && x < xe)
+          max_into(rows[j],
+                   *reinterpret_cast<const Vec<T, V>*>(src + (int64_t(y) * a.in_w + x) * a.channels));
       }
     }
     T* dst = out + ((img * a.out_h + oy0) * a.out_w + ox) * a.channels + c0;
@@ -355,17 +375,11 @@ __global__ void max_pool_rows_nhwc_kernel(const T* __restrict__ in, T* __restric
       const int oy = oy0 + r;
       if (oy > oy_last) break;
       const PoolWindow wy = fixed_window(oy, 3, 1, a.pad_h, a.in_h);
-      Vec<T, V> o;
-#pragma unroll
-      for (int k = 0; k < V; ++k) o.v[k] = lowest;
+      Vec<T, V> o = lowest;
 #pragma unroll
       for (int j = 0; j < R + 2; ++j) {
         const int y = ys + j;
-        if (y >= wy.start && y < wy.end) {
-#pragma unroll
-          for (int k = 0; k < V; ++k)
-            if (ld(o.v[k]) < ld(rows[j][k])) o.v[k] = rows[j][k];
-        }
+        if (y >= wy.start && y < wy.end) max_into(o, rows[j]);
       }
       *reinterpret_cast<Vec<T, V>*>(dst + int64_t(r) * a.out_w * a.channels) = o;
     }
@@ -626,8 +640,14 @@ void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const P
         constexpr int R = 4;
         const int groups = (a.out_h + R - 1) / R;
         const int64_t items = n * groups * a.out_w * (a.channels / V);
-        max_pool_rows_nhwc_kernel<T, V, R><<<grid_stride_blocks(items), kGridStrideThreads, 0, s>>>(
-            static_cast<const T*>(in), static_cast<T*>(out), items, groups, a);
+        if (items < (int64_t{1} << 31))  // i + the grid's stride stays below 2^32
+          max_pool_rows_nhwc_kernel<T, V, R, uint32_t>
+              <<<grid_stride_blocks(items), kGridStrideThreads, 0, s>>>(
+                  static_cast<const T*>(in), static_cast<T*>(out), static_cast<uint32_t>(items), groups, a);
+        else
+          max_pool_rows_nhwc_kernel<T, V, R, int64_t>
+              <<<grid_stride_blocks(items), kGridStrideThreads, 0, s>>>(
+                  static_cast<const T*>(in), static_cast<T*>(out), items, groups, a);
         return;
       }
       const int64_t vecs = count / V;
