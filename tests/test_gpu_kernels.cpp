@@ -22,6 +22,7 @@
 #include "engine/gpu/conv2d_cutlass.h"
 #include "engine/gpu/conv2d_depthwise.h"
 #include "engine/gpu/conv_selector.h"
+#include "engine/gpu/kernels.h"
 #include "engine/gpu/mul.h"
 #include "engine/gpu/nhwc.h"
 #include "engine/gpu/pool2d.h"
@@ -423,6 +424,66 @@ TEST_CASE("gpu: the channels-last preprocess, four pixels a thread or one value 
       for (size_t i = 0; i < g.size(); ++i) bad += g[i] != e[i];
       CHECK(bad == 0);
     }
+}
+
+// The argmax (launch_argmax): a thread an image below 32 values, a warp an image from 32 on
+// (ImageNet's 1000 classes), against the serial rule both keep: the first index of the largest
+// value, a NaN never the largest, 0 where the first value is a NaN or none exceeds -inf; ties,
+// infinities and NaNs planted, the counts of right predictions and of images with a value that is
+// not finite.
+TEST_CASE("gpu: argmax a thread or a warp an image: the first largest, NaNs never taken, vs the serial rule" *
+          doctest::skip(!gpu_present())) {
+  Stream st;
+  std::mt19937 rng(41);
+  for (int size : {1, 10, 31, 32, 33, 100, 1000, 1001}) {
+    const int n = 70;
+    std::vector<float> x(size_t(n) * size);
+    std::uniform_real_distribution<float> u(-3.f, 3.f);
+    for (float& v : x) v = std::round(u(rng) * 4.f) / 4.f;  // coarse values: ties at the top happen
+    const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+    auto at = [&](int img, int k) -> float& { return x[size_t(img) * size + size_t(k % size)]; };
+    at(1, 0) = nan;                                  // the first a NaN: 0
+    at(2, size / 2) = nan;                           // a NaN elsewhere: skipped
+    at(3, size - 1) = inf;                           // +inf wins
+    for (int k = 0; k < size; ++k) at(4, k) = -inf;  // all -inf: 0
+    for (int k = 0; k < size; ++k) at(5, k) = nan;   // all NaN: 0
+    at(6, size / 3) = 9.f, at(6, size - 1) = 9.f;    // a tie: the first
+    for (int k = 1; k < size; ++k) at(7, k) = nan;   // only the first is a number
+    at(8, 0) = -inf, at(8, size - 1) = -inf;
+    std::vector<int32_t> labels(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) labels[size_t(i)] = static_cast<int32_t>(rng() % size);
+    std::vector<int32_t> want(static_cast<size_t>(n));
+    unsigned long long right = 0, bad = 0;
+    for (int i = 0; i < n; ++i) {
+      int best = 0;
+      float bv = at(i, 0);
+      bool finite = std::isfinite(bv);
+      for (int k = 1; k < size; ++k) {
+        if (at(i, k) > bv) bv = at(i, k), best = k;
+        finite = finite && std::isfinite(at(i, k));
+      }
+      want[size_t(i)] = best;
+      right += best == labels[size_t(i)];
+      bad += !finite;
+    }
+    DevBuf xd = upload(x.data(), x.size()), ld = upload(labels.data(), labels.size()), pd(size_t(n) * 4),
+           cd(2 * sizeof(unsigned long long));
+    CUDA_CHECK(cudaMemset(cd.get(), 0, 2 * sizeof(unsigned long long)));
+    launch_argmax(xd.as<float>(), n, size, pd.as<int32_t>(), ld.as<int32_t>(), 0, n,
+                  cd.as<unsigned long long>(), st.s);
+    CUDA_CHECK(cudaStreamSynchronize(st.s));
+    std::vector<int32_t> got(static_cast<size_t>(n));
+    unsigned long long counts[2];
+    CUDA_CHECK(cudaMemcpy(got.data(), pd.get(), got.size() * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(counts, cd.get(), sizeof(counts), cudaMemcpyDeviceToHost));
+    INFO("size " << size);
+    for (int i = 0; i < n; ++i) {
+      INFO("image " << i);
+      CHECK(got[size_t(i)] == want[size_t(i)]);
+    }
+    CHECK(counts[0] == right);
+    CHECK(counts[1] == bad);
+  }
 }
 
 TEST_CASE("gpu: mul kernel with per-channel broadcast" * doctest::skip(!gpu_present())) {
