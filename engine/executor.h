@@ -150,8 +150,10 @@ struct ConvTuning {
 struct GpuRunFacts {
   bool float_input = false;        // the images were float32 values (a float .npy), not uint8 pixels
   bool resident = false;           // the pixels were on the GPU before the clock
-  int64_t resident_images = 0;     // ... the distinct images uploaded
+  int64_t resident_images = 0;     // ... the images uploaded (the batch, or the data set's distinct ones)
+  int64_t resident_distinct = 0;   // ... the data set's distinct images among them
   int64_t resident_bytes = 0;      // ... and their bytes
+  bool pixels_in_place = false;    // ... read where they lie by the one block (no device-to-device copy)
   int64_t probs_bytes = 0;         // per image, when the output values came back (want_probs)
   int64_t block_cut_from = 0;      // > 0: the block asked for, cut to `block` to fit memory
   bool whole_batch = false;        // --resident, no --block or --streams: one block, one stream

@@ -118,11 +118,14 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
   out.push_back(
       g.resident
           ? "gpu: timed: forward, input resident on GPU: the " + std::to_string(g.resident_images) +
-                " distinct images' " + what + " (" + std::to_string(g.resident_bytes) +
-                " bytes) were uploaded before the clock; each block's device-to-device copy "
-                "of its " +
-                what + ", " + (g.float_input || !g.input_fused_into.empty() ? "" : "preprocess, ") +
-                "every layer" +
+                (g.resident_images > g.resident_distinct
+                     ? " images' " + what + " (" + std::to_string(g.resident_distinct) +
+                           " distinct, repeated; "
+                     : " distinct images' " + what + " (") +
+                std::to_string(g.resident_bytes) + " bytes) were uploaded before the clock; " +
+                (g.pixels_in_place ? "read where they lie (no copy), "
+                                   : "each block's device-to-device copy of its " + what + ", ") +
+                (g.float_input || !g.input_fused_into.empty() ? "" : "preprocess, ") + "every layer" +
                 (g.input_fused_into.empty()
                      ? std::string()
                      : " (" + g.input_fused_into + " reads the uint8 pixels itself: no preprocess pass)") +
@@ -211,7 +214,10 @@ void gpu_notes(const GpuRunFacts& g, std::vector<std::string>& out) {
       "gpu: preprocess " +
       (g.input_fused_into.empty() ? fmt_ms(g.preprocess_seconds)
                                   : "fused into " + g.input_fused_into + " (it reads the uint8 pixels)") +
-      ", argmax+accuracy " + fmt_ms(g.argmax_seconds) + (g.resident ? ", D2D pixels " : ", H2D ") +
+      ", argmax+accuracy " + fmt_ms(g.argmax_seconds) +
+      (g.pixels_in_place ? ", labels "
+       : g.resident      ? ", D2D pixels "
+                         : ", H2D ") +
       fmt_ms(g.h2d_seconds) + ", D2H " + fmt_ms(g.d2h_seconds) + " (event intervals summed over blocks)");
   out.push_back("gpu: per-layer times sum to " + fmt_ms(g.layer_sum_seconds) + "; GPU busy with compute " +
                 fmt_ms(g.busy_seconds) + " of the " + fmt_ms(g.wall_seconds) +

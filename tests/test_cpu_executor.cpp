@@ -403,6 +403,7 @@ TEST_CASE("report: the stem's measured input, and the timed note when the stem r
   GpuRunFacts& g = rep.run.gpu.emplace();
   g.resident = true;
   g.resident_images = 256;
+  g.resident_distinct = 256;
   g.resident_bytes = 38535168;
   auto note = [&](const std::string& part) {
     for (const std::string& n : report_notes(rep))
@@ -416,6 +417,17 @@ TEST_CASE("report: the stem's measured input, and the timed note when the stem r
         "were uploaded before the clock; each block's device-to-device copy of its uint8 pixels, preprocess, "
         "every layer, argmax and the predictions (4 bytes per image) copied to host memory are timed");
   CHECK(note("gpu: preprocess ").find("gpu: preprocess 0.000 ms, ") == 0);
+  CHECK(note("gpu: preprocess ").find(", D2D pixels 0.000 ms, ") != std::string::npos);
+  // A batch of 1000 uploaded whole from 256 distinct images and read in place by its one block.
+  g.resident_images = 1000;
+  g.pixels_in_place = true;
+  CHECK(note("gpu: timed:") ==
+        "gpu: timed: forward, input resident on GPU: the 1000 images' uint8 pixels (256 distinct, repeated; "
+        "38535168 bytes) were uploaded before the clock; read where they lie (no copy), preprocess, every "
+        "layer, argmax and the predictions (4 bytes per image) copied to host memory are timed");
+  CHECK(note("gpu: preprocess ").find(", labels 0.000 ms, ") != std::string::npos);
+  g.resident_images = 256;
+  g.pixels_in_place = false;
   // The search kept the bytes: the faster time first, the pass named fused, not timed.
   g.stem_input.layer = "conv1";
   g.stem_input.bytes = true;

@@ -890,6 +890,11 @@ TEST_CASE("gpu: --resident without --block or --streams runs the batch as one bl
   CHECK(b.gpu->blocks == 1);
   CHECK(b.gpu->block == 2000);
   CHECK(b.gpu->block_cut_from == 0);
+  // The 37 images repeated to the batch's 2000 on the GPU, read there by the one block (no copy).
+  CHECK(b.gpu->pixels_in_place);
+  CHECK(b.gpu->resident_images == 2000);
+  CHECK(b.gpu->resident_distinct == 37);
+  CHECK(b.gpu->resident_bytes == 2000 * data.shape.size());
   CHECK(b.predictions == a.predictions);
   REQUIRE(b.probs.size() == a.probs.size());
   test::Compare cmp = test::compare(b.probs.data(), a.probs.data(), a.probs.size(), 0.0, 0.0);
@@ -909,7 +914,22 @@ TEST_CASE("gpu: --resident without --block or --streams runs the batch as one bl
   CHECK(c.gpu->streams == 1);
   CHECK(c.gpu->block_cut_from == 2000);
   CHECK(c.gpu->blocks > 1);
+  CHECK_FALSE(c.gpu->pixels_in_place);  // several blocks: each copies its pixels
   CHECK(c.predictions == a.predictions);
+  // A batch within the data set: its images on the GPU as they are, read in place; afterwards the
+  // layers' values (forward_layers reads the slot's own copy again) are the reference's.
+  RunOptions part = res;
+  part.gpu_memory = 0;
+  part.batch = 30;
+  part.cycle = false;
+  const RunResult e = gpu->run(data, part);
+  REQUIRE(e.gpu);
+  CHECK(e.gpu->pixels_in_place);
+  CHECK(e.gpu->resident_images == 30);
+  REQUIRE(e.predictions.size() == 30);
+  CHECK(std::equal(e.predictions.begin(), e.predictions.end(), a.predictions.begin()));
+  auto cpu = make_cpu_executor(net);
+  CHECK(validate(*gpu, *cpu, net, data, 30, part).pass);
   // Host pixels keep blocks near 4096 images on several streams: 9000 images are 3 of 3000.
   RunOptions plain = res;
   plain.resident = false;

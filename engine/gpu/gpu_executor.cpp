@@ -467,21 +467,22 @@ void GpuExecutor::preprocess(Slot& s, int64_t n) const {
     const int C = static_cast<int>(net_.input.c);
     const int64_t plane = net_.input.h * net_.input.w;
     if (float_input_)
-      launch_nchw_to_nhwc(s.in_u8.as<float>(), s.bufs[0].get(), storage(), n, C, plane, s.stream);
+      launch_nchw_to_nhwc(static_cast<const float*>(s.input()), s.bufs[0].get(), storage(), n, C, plane,
+                          s.stream);
     else
-      launch_preprocess_nhwc(s.in_u8.as<uint8_t>(), s.bufs[0].get(), storage(), n, C, plane,
+      launch_preprocess_nhwc(static_cast<const uint8_t*>(s.input()), s.bufs[0].get(), storage(), n, C, plane,
                              weights_->pre_scale().as<float>(), weights_->pre_shift().as<float>(), s.stream);
     return;
   }
   if (float_input_) {  // the user's values are the network's input
-    CUDA_CHECK(cudaMemcpyAsync(s.bufs[0].get(), s.in_u8.get(),
+    CUDA_CHECK(cudaMemcpyAsync(s.bufs[0].get(), s.input(),
                                static_cast<size_t>(n * net_.input.size()) * sizeof(float),
                                cudaMemcpyDeviceToDevice, s.stream));
     return;
   }
-  launch_preprocess(s.in_u8.as<uint8_t>(), s.bufs[0].as<float>(), n, static_cast<int>(net_.input.c),
-                    net_.input.h * net_.input.w, weights_->pre_scale().as<float>(),
-                    weights_->pre_shift().as<float>(), s.stream);
+  launch_preprocess(static_cast<const uint8_t*>(s.input()), s.bufs[0].as<float>(), n,
+                    static_cast<int>(net_.input.c), net_.input.h * net_.input.w,
+                    weights_->pre_scale().as<float>(), weights_->pre_shift().as<float>(), s.stream);
 }
 
 void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
@@ -505,7 +506,7 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       ImplicitIo io;
       io.x = x;
       if (f.u8_input)
-        io.x_u8 = s.in_u8.as<uint8_t>(), io.scale = weights_->pre_scale().as<float>(),
+        io.x_u8 = static_cast<const uint8_t*>(s.input()), io.scale = weights_->pre_scale().as<float>(),
         io.shift = weights_->pre_shift().as<float>();
       if (f.u8_exact)
         io.scale = weights_->exact_scale().as<float>(), io.shift = weights_->exact_shift().as<float>(),
@@ -595,7 +596,7 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       const StemPool sp = stem_pool(net_, pool ? st.pool_layer : -1);
       if (u8_fused(st, algo)) {
         launch_conv_stem_bytes(
-            st.conv, s.in_u8.as<uint8_t>(), c.stem_bytes,
+            st.conv, static_cast<const uint8_t*>(s.input()), c.stem_bytes,
             s.bufs[static_cast<size_t>(pool ? step(st.pool_layer).out : st.out)].as<float>(), n, conv_act,
             s.stream, sp);
         add_residual();
@@ -1177,12 +1178,26 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   // --resident: the pixels every block reads, on the GPU before the clock (and before the slots,
   // which are then sized around them).
   // A --gpu-memory cap covers them too: the slots get what they leave of it.
-  const int64_t resident_count = std::min(batch, data.count);
+  // A batch longer than the data set (--cycle) run as one block is uploaded whole, the data set
+  // repeated, where that takes at most an eighth of the free GPU memory (and of a --gpu-memory
+  // cap): its block then reads the pixels where they lie. Otherwise the distinct images only, and
+  // each block copies its own from them.
+  int64_t resident_count = std::min(batch, data.count);
+  if (opt.resident && shape.whole_batch && batch > data.count) {
+    size_t free_b = 0, total_b = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const int64_t whole = batch * data.bytes_per_image();
+    if (whole <= static_cast<int64_t>(free_b / 8) && (opt.gpu_memory == 0 || whole <= opt.gpu_memory / 8))
+      resident_count = batch;
+  }
+  const std::string resident_what =
+      resident_count > data.count
+          ? std::to_string(resident_count) + " images (" + std::to_string(data.count) + " distinct, repeated)"
+          : std::to_string(resident_count) + " distinct images";
   const int64_t reserved = opt.resident && opt.gpu_memory > 0 ? resident_count * data.bytes_per_image() : 0;
   if (reserved > 0 && reserved >= opt.gpu_memory)
-    throw Error("--resident: the " + std::to_string(resident_count) + " distinct images take " +
-                std::to_string(reserved) + " bytes of GPU memory, and --gpu-memory allows only " +
-                std::to_string(opt.gpu_memory) +
+    throw Error("--resident: the " + resident_what + " take " + std::to_string(reserved) +
+                " bytes of GPU memory, and --gpu-memory allows only " + std::to_string(opt.gpu_memory) +
                 " bytes in all; raise --gpu-memory or run without --resident");
   DevBuf resident;
   if (opt.resident) resident = pipeline_->upload_resident(data, resident_count);
@@ -1191,8 +1206,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
                             reserved, &facts);
   } catch (const Error& e) {
     if (!opt.resident) throw;
-    throw Error("--resident (the " + std::to_string(resident_count) + " distinct images take " +
-                std::to_string(resident.bytes()) + " bytes of GPU memory): " + e.what());
+    throw Error("--resident (the " + resident_what + " take " + std::to_string(resident.bytes()) +
+                " bytes of GPU memory): " + e.what());
   }
   std::vector<std::unique_ptr<Slot>>& slots = pipeline_->slots();
   block = pipeline_->block();
@@ -1206,6 +1221,20 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   // its own. (Not a short first block so that compute starts after a shorter copy: one more
   // block cost more than it saved; docs/performance.md.)
   const int64_t nblocks = (batch + block - 1) / block;
+  // --resident, one block, the resident copy holding the batch in order: the block reads its
+  // pixels there (Slot::in_view) instead of copying them first. Cleared when the run ends, with
+  // the graphs captured on that address.
+  const bool pixels_in_place = opt.resident && nblocks == 1 && resident_count >= batch;
+  struct InView {
+    BlockPipeline* p;
+    bool on;
+    ~InView() {
+      if (!on) return;
+      for (auto& sp : p->slots()) sp->in_view = nullptr;
+      p->drop_graphs();
+    }
+  } in_view_guard{pipeline_.get(), pixels_in_place};
+  if (pixels_in_place) slots[0]->in_view = resident.get();
   const Layer& out_layer = *net_.layers[static_cast<size_t>(net_.output)];
   const int64_t out_size = out_layer.out_shape.size();
   const int out_buf = output_buf();
@@ -1391,7 +1420,7 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     harvest(s);  // the slot's previous block: its buffers and events are free again
     const int64_t n = std::min(block, batch - first);
     CUDA_CHECK(cudaEventRecord(s.ev[0], s.stream));
-    BlockPipeline::copy_in(s, data, first, n, staged, resident.as<uint8_t>());
+    if (!pixels_in_place) BlockPipeline::copy_in(s, data, first, n, staged, resident.as<uint8_t>());
     for (int64_t d = 0; d < n;) {  // the block's labels (the data set's, cycled)
       const int64_t idx = (first + d) % data.count, m = std::min(n - d, data.count - idx);
       CUDA_CHECK(cudaMemcpyAsync(s.labels.as<int32_t>() + d, labels.as<int32_t>() + idx,
@@ -1433,6 +1462,8 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
   }
   facts.resident = opt.resident;
   facts.resident_images = opt.resident ? resident_count : 0;
+  facts.resident_distinct = opt.resident ? std::min(resident_count, data.count) : 0;
+  facts.pixels_in_place = pixels_in_place;
   facts.resident_bytes = opt.resident ? static_cast<int64_t>(resident.bytes()) : 0;
   facts.float_input = float_input_;
   facts.probs_bytes = opt.want_probs ? out_size * 4 : 0;

@@ -165,11 +165,17 @@ DevBuf BlockPipeline::upload_resident(const Dataset& data, int64_t count) {
     CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
   }
   if (bytes > free_b)
-    throw Error("--resident: the " + std::to_string(count) + " distinct images need " +
-                std::to_string(bytes) + " bytes of GPU memory, but only " + std::to_string(free_b) +
-                " of the " + device_ + "'s " + std::to_string(total_b) + " are free; run without --resident");
+    throw Error("--resident: the " + std::to_string(count) + " images need " + std::to_string(bytes) +
+                " bytes of GPU memory, but only " + std::to_string(free_b) + " of the " + device_ + "'s " +
+                std::to_string(total_b) + " are free; run without --resident");
   DevBuf b(bytes);
-  CUDA_CHECK(cudaMemcpy(b.get(), data.image_bytes(0), bytes, cudaMemcpyHostToDevice));
+  const size_t img = static_cast<size_t>(data.bytes_per_image());
+  for (int64_t done = 0; done < count;) {  // the data set's images in order, cycled
+    const int64_t idx = done % data.count, run = std::min(count - done, data.count - idx);
+    CUDA_CHECK(cudaMemcpy(b.as<uint8_t>() + static_cast<size_t>(done) * img, data.image_bytes(idx),
+                          static_cast<size_t>(run) * img, cudaMemcpyHostToDevice));
+    done += run;
+  }
   return b;
 }
 

@@ -35,6 +35,10 @@ struct Slot {
   cudaStream_t stream = nullptr;
   int64_t block = 0;
   DevBuf in_u8, pred;
+  // --resident, the batch as one block: the block's pixels where they lie in the resident copy,
+  // read in place (no copy into in_u8); null: in_u8 holds them.
+  const void* in_view = nullptr;
+  const void* input() const { return in_view ? in_view : in_u8.get(); }
   std::vector<DevBuf> bufs;   // one per plan buffer, for a full block (views into `arena` when shared)
   std::vector<DevBuf> arena;  // SlotNeeds::share_group: one allocation per group of buffers
   DevBuf col, lt_ws, cudnn_ws;
@@ -106,8 +110,9 @@ class BlockPipeline {
   void cudnn_ws_for_search();
   void set_cudnn_ws(size_t bytes);
 
-  // --resident: images 0..count-1 of the data set in device memory, as stored (slots of an earlier run that
-  // leave too little room are given back first).
+  // --resident: images 0..count-1 of the data set in device memory, as stored, the data set
+  // cycled where count is larger (slots of an earlier run that leave too little room are given
+  // back first).
   DevBuf upload_resident(const Dataset& data, int64_t count);
   // Images first..first+n-1 (modulo the count), as stored (uint8 pixels or float32 values), into
   // the slot's input buffer: from
