@@ -636,7 +636,7 @@ void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const P
             static_cast<const T*>(in), static_cast<T*>(out), a.in_h * a.in_w, a.channels, a.is_max);
         return;
       }
-      if (pool_by_rows(a)) {  // 4 rows a thread (8 kept too many registers live: docs/performance.md)
+      if (pool_by_rows(a)) {  // 4 rows a thread (8 ran slower at 28x28: docs/performance.md)
         constexpr int R = 4;
         const int groups = (a.out_h + R - 1) / R;
         const int64_t items = n * groups * a.out_w * (a.channels / V);
