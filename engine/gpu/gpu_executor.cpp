@@ -247,8 +247,9 @@ class GpuExecutor : public Executor {
                 changed;
       if (conv_weights(st.layer).tf32x3)
         changed = conv_weights(st.layer).tf32x3->set_graph_use(use, opt.tuning.graph_plans) || changed;
-      // A concat's input: cuDNN's graph API may write it at its channel offset.
-      const int64_t ld = nhwc_ && opt.tuning.concat_in_place && st.concat_step >= 0 ? st.concat_ld : 0;
+      // A concat's input: cuDNN's graph API may write it at its channel offset (the same test
+      // run_conv uses to hand find() the slice, which find() requires once the slice is set).
+      const int64_t ld = slice_candidate(st) ? st.concat_ld : 0;
       changed = conv_weights(st.layer).cudnn->set_out_slice(ld) || changed;
       if (conv_weights(st.layer).tf32x3)
         changed = conv_weights(st.layer).tf32x3->stacked_conv().set_out_slice(ld) || changed;
