@@ -598,11 +598,12 @@ TEST_CASE("gpu: every stream's cuDNN workspace is what the chosen algorithms nee
 
 // The stem kernel (few input channels, channels last), pinned: ResNet's 7x7/2 stem, a 3x3/2
 // and a 3x3/1 one, a dilated 5x5, 1 to 4 input channels, 8 to 96 filters (96: a second block of
-// filters half empty), odd sizes (partial tiles at the right and bottom), its bias and activation
-// epilogue; then the rest of the network on the other kernels. Validated layer by layer at every
-// precision (16-bit storage on FP16/BF16 products, FP32 storage on TF32 or 3xTF32 products: fp32
-// at its own tolerance); the report names it; and what it cannot run is a one-line error naming
-// the layer.
+// filters half empty), odd sizes (partial tiles at the right and bottom), images smaller than a
+// tile's patch, its bias and activation epilogue, at 16-bit storage both of its kernels (A from
+// the patch's rows, A gathered through tables); then the rest of the network on the other kernels. Validated
+// layer by layer at every precision (16-bit storage on FP16/BF16 products, FP32 storage on TF32 or 3xTF32
+// products: fp32 at its own tolerance); the report names it; and what it cannot run is a one-line error
+// naming the layer.
 TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at every precision, vs reference" *
           doctest::skip(!gpu_present())) {
   struct Case {
@@ -613,6 +614,8 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
       {3, 37, 29, 64, 7, 2, 3, 1, "relu"},     {3, 33, 35, 32, 3, 2, 1, 1, "silu"},
       {1, 28, 28, 24, 3, 1, 1, 1, "relu6"},    {4, 19, 41, 96, 3, 1, 1, 1, "none"},
       {2, 23, 17, 8, 5, 1, 4, 2, "hardswish"}, {3, 224, 224, 64, 7, 2, 3, 1, "relu"},
+      {3, 31, 31, 64, 3, 2, 0, 1, "relu"},     {3, 45, 50, 96, 7, 2, 3, 1, "gelu"},
+      {3, 32, 32, 64, 7, 2, 3, 1, "relu"},     {3, 9, 40, 32, 7, 2, 2, 1, "none"},
   };
   for (const Case& k : cases) {
     const std::string act =
@@ -629,26 +632,35 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
     Dataset data = gpu_random_data(net.input, n, 10, 9);
     auto gpu = make_gpu_executor(net);
     auto cpu = make_cpu_executor(net);
-    for (Precision p : {Precision::kFp16, Precision::kBf16, Precision::kTf32, Precision::kFp32}) {
-      INFO(text << " at " << std::string(precision_name(p)));
-      RunOptions o;
-      o.batch = n;
-      o.block = 16;
-      o.precision = p;
-      o.layout = Layout::kNhwc;
-      o.tuning.exact_pixels = false;  // FP32 storage: the float path (the bytes': the test below)
-      const RunResult r = gpu->run(data, o);
-      bool saw = false;
-      for (const LayerTime& t : r.layers)
-        if (t.name == "s") {
-          saw = true;
-          CHECK(t.algo == stem_tag(p) + "tensor cores, bias" +
-                              (std::string(k.act) == "none" ? std::string() : "+" + std::string(k.act)) +
-                              " epilogue, " + stored_nhwc(p) + ")");
-        }
-      CHECK(saw);
-      nhwc_validated(*gpu, *cpu, net, data, n, o, p, "stem");
-    }
+    // The stride-2 7x7 and 3x3 windows of three channels at 16-bit storage run the kernel reading
+    // A from the patch's rows; --gpu-off stemrows (and every other shape) the one gathering it.
+    const bool rows_shape =
+        k.channels == 3 && k.stride == 2 && k.dilation == 1 && (k.kernel == 3 || k.kernel == 7);
+    for (Precision p : {Precision::kFp16, Precision::kBf16, Precision::kTf32, Precision::kFp32})
+      for (bool rows : {true, false}) {
+        const bool x16 = p == Precision::kFp16 || p == Precision::kBf16;
+        if (!rows && !(x16 && rows_shape)) continue;  // the same kernel as with rows on
+        INFO(text << " at " << std::string(precision_name(p)) << (rows ? "" : ", --gpu-off stemrows"));
+        RunOptions o;
+        o.batch = n;
+        o.block = 16;
+        o.precision = p;
+        o.layout = Layout::kNhwc;
+        o.tuning.exact_pixels = false;  // FP32 storage: the float path (the bytes': the test below)
+        o.tuning.stem_rows = rows;
+        const RunResult r = gpu->run(data, o);
+        bool saw = false;
+        for (const LayerTime& t : r.layers)
+          if (t.name == "s") {
+            saw = true;
+            CHECK(t.algo == stem_tag(p) + "tensor cores, " +
+                                (rows && x16 && rows_shape ? "A from the patch's rows, " : "") + "bias" +
+                                (std::string(k.act) == "none" ? std::string() : "+" + std::string(k.act)) +
+                                " epilogue, " + stored_nhwc(p) + ")");
+          }
+        CHECK(saw);
+        nhwc_validated(*gpu, *cpu, net, data, n, o, p, rows ? "stem" : "stem (tables)");
+      }
     // What it cannot run: channels first, and a conv of more channels.
     RunOptions o;
     o.batch = n;

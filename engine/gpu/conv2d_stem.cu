@@ -339,6 +339,192 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
+// Any of the stem kernels with nt 8-filter tiles a block and `smem` bytes of shared memory: enough
+// blocks to fill every SM several times over; each stages its weights once and loops over tiles.
+template <typename K, typename... Args>
+void launch_tiles(K kernel, const Geom& g, int nt, size_t smem, cudaStream_t s, Args... args) {
+  if (smem > (size_t{48} << 10))
+    CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const int64_t blocks = std::min<int64_t>(g.total, int64_t{sm_count()} * 16);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((g.filters + nt * 8 - 1) / (nt * 8)));
+  kernel<<<grid, kThreads, smem, s>>>(args...);
+}
+
+// The stride-2 stem of three channels at 16-bit storage (ResNet's and GoogLeNet's 7x7/2,
+// SqueezeNet's, MobileNetV2's and EfficientNet's 3x3/2): A's fragments by ldmatrix from rows of
+// the patch, no tables. Each pixel's channels padded to 4 are 8 bytes, so at stride 2 an output
+// pixel's window row starts 16 bytes after its left neighbour's, and the window row's taps (its
+// KS pixels, padded to KWP, a multiple of 4, with zero columns, against zero weights) are one
+// contiguous run: the taps of k-step (kh, q) for 8 consecutive output pixels are 8 aligned
+// 16-byte rows, one 8x8 matrix of A, read without bank conflicts. Depth KS x KWP x 4 (224 for
+// 7x7: the gather kernel's 208 rounded to the next k-step). The next tile's patch is loaded into
+// registers while this one's products run; a warp stages and writes its own 32 outputs.
+namespace rows {
+
+constexpr int kPatchH(int ks) { return (kTileH - 1) * 2 + ks; }
+constexpr int kKwp(int ks) { return (ks + 3) / 4 * 4; }                // a window row's pixels, padded
+constexpr int kPatchW(int ks) { return (kTileW - 1) * 2 + kKwp(ks); }  // even: rows 16-byte aligned
+constexpr int kDepth(int ks) { return ks * kKwp(ks) * 4; }
+constexpr int kWs(int ks) { return kDepth(ks) + 8; }  // a filter's row: 4 words past a multiple of 8
+constexpr int kPixels(int ks) { return kPatchH(ks) * kPatchW(ks); }
+constexpr int kPerThread(int ks) { return (kPixels(ks) + kThreads - 1) / kThreads; }
+
+template <int KS, int NT>
+constexpr size_t smem_bytes() {
+  return (size_t{NT} * 8 * kWs(KS) + size_t{kPixels(KS)} * 4 + size_t{4} * 32 * out_stride(NT, 2)) * 2;
+}
+
+// The patch's pixels of tile `o` this thread stages (pixel threadIdx.x + u * kThreads, row-major,
+// 4 channels: the fourth zero), from x's three channels; zeros outside the image and in the
+// padding columns past the window's last.
+template <int KS>
+__device__ __forceinline__ void load_patch(uint2 (&v)[kPerThread(KS)], const uint16_t* __restrict__ x,
+                                           const Geom& g, const TileOrigin& o) {
+  const uint16_t* xi = x + static_cast<int64_t>(o.img) * g.in_h * g.in_w * 3;
+#pragma unroll
+  for (int u = 0; u < kPerThread(KS); ++u) {
+    const int i = static_cast<int>(threadIdx.x) + u * kThreads;
+    const int py = i / kPatchW(KS), px = i - py * kPatchW(KS), iy = o.iy0 + py, ix = o.ix0 + px;
+    uint32_t c0 = 0, c1 = 0, c2 = 0;
+    if (i < kPixels(KS) && px < (kTileW - 1) * 2 + KS && iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w) {
+      const uint16_t* src = xi + (static_cast<int64_t>(iy) * g.in_w + ix) * 3;
+      c0 = src[0], c1 = src[1], c2 = src[2];
+    }
+    v[u] = make_uint2(c0 | (c1 << 16), c2);
+  }
+}
+
+template <typename T, int KS, int NT>
+__global__ void __launch_bounds__(kThreads, 4)
+    stem_rows_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
+                     const float* __restrict__ bias, T* __restrict__ y, Geom g, ActFn act) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int NB = NT * 8, OS = out_stride(NT, 2), KWP = kKwp(KS), PW = kPatchW(KS), WS = kWs(KS);
+  constexpr int QS = KWP / 4;                             // k-steps a window row
+  uint16_t* ws = reinterpret_cast<uint16_t*>(smem);       // [NB][WS]: [filter][kh][kw < KWP][4]
+  uint2* patch = reinterpret_cast<uint2*>(ws + NB * WS);  // [kPatchH][PW] pixels of 4 values
+  T* outs = reinterpret_cast<T*>(patch + kPixels(KS));    // [warp][32][OS]
+  const int f0 = blockIdx.y * NB;
+  for (int i = threadIdx.x; i < NB * kDepth(KS); i += kThreads) {
+    const int nn = i / kDepth(KS), k = i - nn * kDepth(KS), f = f0 + nn, ch = k & 3, kw = (k >> 2) % KWP,
+              kh = (k >> 2) / KWP;
+    ws[nn * WS + k] = f < g.filters && kw < KS && ch < 3
+                          ? w[static_cast<int64_t>(f) * KS * KS * 3 + (kh * KS + kw) * 3 + ch]
+                          : uint16_t{0};
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  const uint32_t b_row = static_cast<uint32_t>(
+      __cvta_generic_to_shared(ws + ((lane >> 4) * 8 + (lane & 7)) * WS + ((lane >> 3) & 1) * 8));
+  // ldmatrix.x4 of A: lane l gives the row address of matrix l / 8 (pixels 0-7 / 8-15 of the m16
+  // tile, its output row's columns; taps 0-7 / 8-15 of the k-step: 2 pixels of 4 channels each),
+  // row l % 8. The warp's two m16 tiles are output rows 2 warp and 2 warp + 1 of the tile.
+  uint32_t a_row[2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+    a_row[mt] = static_cast<uint32_t>(__cvta_generic_to_shared(
+        patch + (warp * 2 + mt) * 2 * PW + ((lane & 7) + ((lane >> 3) & 1) * 8) * 2 + (lane >> 4) * 2));
+  float bv[NT][2];
+  bias_fragment<NT>(bv, bias, g, f0, tq);
+  T* out = outs + warp * 32 * OS;
+
+  uint2 next[kPerThread(KS)];
+  if (blockIdx.x < g.total) load_patch<KS>(next, x, g, tile_origin(g, blockIdx.x));
+  for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
+    const TileOrigin o = tile_origin(g, t);
+    __syncthreads();  // the previous tile's reads of the patch are done (the first: the weights)
+#pragma unroll
+    for (int u = 0; u < kPerThread(KS); ++u) {
+      const int i = static_cast<int>(threadIdx.x) + u * kThreads;
+      if (i < kPixels(KS)) patch[i] = next[u];
+    }
+    __syncthreads();
+    if (t + gridDim.x < g.total) load_patch<KS>(next, x, g, tile_origin(g, t + gridDim.x));
+
+    float acc[2][NT][4];
+    zero_acc<NT>(acc);
+#pragma unroll
+    for (int kh = 0; kh < KS; ++kh)
+#pragma unroll
+      for (int q = 0; q < QS; ++q) {
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], a_row[mt] + (kh * PW + q * 4) * 8);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, b_row + static_cast<uint32_t>((nt * 8 * WS + (kh * QS + q) * 16) * 2));
+          constexpr int P = std::is_same_v<T, __half> ? implicit::kTcFp16 : implicit::kTcBf16;
+          implicit::mma_16<P>(acc[0][nt], a[0], b[0], b[1]);
+          implicit::mma_16<P>(acc[1][nt], a[1], b[0], b[1]);
+          implicit::mma_16<P>(acc[0][nt + 1], a[0], b[2], b[3]);
+          implicit::mma_16<P>(acc[1][nt + 1], a[1], b[2], b[3]);
+        }
+      }
+
+    // The warp's 32 outputs (bias, activation, one rounding) staged, then out in 16-byte stores:
+    // two runs of 16 pixels, each pixel's NB filters contiguous.
+    auto stage = [&](auto fn) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            Vec<T, 2> v;
+            v.v[0] = to<T>(fn(acc[mt][nt][h * 2] + bv[nt][0]));
+            v.v[1] = to<T>(fn(acc[mt][nt][h * 2 + 1] + bv[nt][1]));
+            *reinterpret_cast<Vec<T, 2>*>(out + (mt * 16 + h * 8 + gr) * OS + nt * 8 + tq * 2) = v;
+          }
+    };
+    if (act.kind == Act::kRelu)
+      stage([](float v) { return fmaxf(v, 0.f); });
+    else if (act.kind == Act::kIdentity)
+      stage([](float v) { return v; });
+    else
+      stage([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<T>(kind, slope, v); });
+    __syncwarp();
+    constexpr int VP = NB / 8;  // 16-byte vectors a pixel
+#pragma unroll
+    for (int u = 0; u < VP; ++u) {
+      const int v = lane + u * 32, m = v / VP, j = v - m * VP;
+      const int oy = o.oy0 + warp * 2 + m / kTileW, ox = o.ox0 + m % kTileW, f = f0 + j * 8;
+      if (oy < g.out_h && ox < g.out_w && f < g.filters)
+        *reinterpret_cast<uint4*>(
+            y + ((static_cast<int64_t>(o.img) * g.out_h + oy) * g.out_w + ox) * g.filters + f) =
+            *reinterpret_cast<const uint4*>(out + m * OS + j * 8);
+    }
+    __syncwarp();  // the staged outputs are read before the next tile's are written
+  }
+}
+
+// Whether the rows kernel computes p (16-bit storage; the caller checked the stem's own
+// conditions): three channels, stride 2, no dilation, a square window of 3 or 7, no pool.
+bool fits(const ConvParams& p, int es, const StemPool& pool) {
+  return es == 2 && p.in_c == 3 && p.stride_h == 2 && p.stride_w == 2 && p.dilation_h == 1 &&
+         p.dilation_w == 1 && p.kernel_h == p.kernel_w && (p.kernel_h == 3 || p.kernel_h == 7) &&
+         pool.kernel_h == 0;
+}
+
+template <typename T, int KS, int NT>
+void launch(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
+            cudaStream_t s) {
+  launch_tiles(stem_rows_kernel<T, KS, NT>, g, NT, smem_bytes<KS, NT>(), s, static_cast<const uint16_t*>(x),
+               static_cast<const uint16_t*>(w), bias, static_cast<T*>(y), g, act);
+}
+
+template <typename T>
+void launch_any(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
+                cudaStream_t s) {
+  const bool wide = n_tiles(g) == 8;
+  if (g.kh == 7)
+    wide ? launch<T, 7, 8>(g, x, w, bias, y, act, s) : launch<T, 7, 4>(g, x, w, bias, y, act, s);
+  else
+    wide ? launch<T, 3, 8>(g, x, w, bias, y, act, s) : launch<T, 3, 4>(g, x, w, bias, y, act, s);
+}
+
+}  // namespace rows
+
 // FP32 storage (--precision tf32 or fp32): the same GEMM on m16n8k8 TF32 products, a tap a
 // k-slot (no channel pairs: every value is a 32-bit word), the patch and the weights staged as
 // FP32. TF32: both operands rounded to nearest. FP32 (THREE): 3xTF32, each operand split into a
@@ -613,18 +799,6 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
-// Any of the stem kernels with nt 8-filter tiles a block and `smem` bytes of shared memory: enough
-// blocks to fill every SM several times over; each stages its weights once and loops over tiles.
-template <typename K, typename... Args>
-void launch_tiles(K kernel, const Geom& g, int nt, size_t smem, cudaStream_t s, Args... args) {
-  if (smem > (size_t{48} << 10))
-    CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const int64_t blocks = std::min<int64_t>(g.total, int64_t{sm_count()} * 16);
-  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>((g.filters + nt * 8 - 1) / (nt * 8)));
-  kernel<<<grid, kThreads, smem, s>>>(args...);
-}
-
 // `kernel` (stem_kernel, or stem_f32_kernel) with NT 8-filter tiles a block: X the type its input
 // and weights are read as, Y its output's.
 template <typename X, typename Y, int NT, typename K>
@@ -804,8 +978,12 @@ std::string stem_cannot_run(const ConvParams& p, Precision prec, bool channels_l
   return shape_cannot_run(p, bytes_of(prec));
 }
 
+bool stem_runs_rows(const ConvParams& p, Precision prec, const StemPool& pool) {
+  return shape_cannot_run(p, bytes_of(prec)).empty() && rows::fits(p, bytes_of(prec), pool);
+}
+
 void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const void* w, const float* bias,
-                      void* y, int64_t n, ActFn act, cudaStream_t s, const StemPool& pool) {
+                      void* y, int64_t n, ActFn act, cudaStream_t s, const StemPool& pool, bool rows) {
   const int es = bytes_of(prec);
   std::string why = shape_cannot_run(p, es);
   if (why.empty() && pool.kernel_h > 0) why = stem_pool_cannot_run(p, pool);
@@ -815,10 +993,18 @@ void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const 
   const bool wide = n_tiles(g) == 8;
   switch (prec) {
     case Precision::kFp16:
+      if (rows && rows::fits(p, es, pool)) {
+        rows::launch_any<__half>(g, x, w, bias, y, act, s);
+        break;
+      }
       wide ? launch<uint16_t, __half, 8>(stem_kernel<__half, 8>, g, x, w, bias, y, act, s)
            : launch<uint16_t, __half, 4>(stem_kernel<__half, 4>, g, x, w, bias, y, act, s);
       break;
     case Precision::kBf16:
+      if (rows && rows::fits(p, es, pool)) {
+        rows::launch_any<__nv_bfloat16>(g, x, w, bias, y, act, s);
+        break;
+      }
       wide ? launch<uint16_t, __nv_bfloat16, 8>(stem_kernel<__nv_bfloat16, 8>, g, x, w, bias, y, act, s)
            : launch<uint16_t, __nv_bfloat16, 4>(stem_kernel<__nv_bfloat16, 4>, g, x, w, bias, y, act, s);
       break;

@@ -48,8 +48,15 @@ std::string stem_pool_cannot_run(const ConvParams& p, const StemPool& pool);
 // pool.out_h, pool.out_w, filters]: a tile's 8 x 16 convolution outputs are the windows of its pooled outputs
 // (4 x 8 for a 2x2/2 pool), and the convolution's output is never written to memory. The max is taken over
 // the rounded values, as a separate pool would.
+// rows (GpuTuning::stem_rows): where stem_runs_rows, the kernel that reads A's fragments from rows
+// of the patch (ldmatrix) computes it; else (or false) the one that gathers them through tables.
 void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const void* w, const float* bias,
-                      void* y, int64_t n, ActFn act, cudaStream_t s, const StemPool& pool = StemPool{});
+                      void* y, int64_t n, ActFn act, cudaStream_t s, const StemPool& pool = StemPool{},
+                      bool rows = true);
+
+// Whether launch_conv_stem's `rows` kernel can compute p with `pool` at `prec`: 16-bit storage,
+// three input channels, stride 2, no dilation, a square window of 3 or 7, no pool.
+bool stem_runs_rows(const ConvParams& p, Precision prec, const StemPool& pool = StemPool{});
 
 // The stem reading the network's uint8 pixels (FP32 storage: --precision fp32 or tf32), the
 // preprocessing byte * scale[c] + shift[c] folded in. It equals scale[c] * (byte - o[c]) + r[c]

@@ -606,7 +606,7 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       launch_conv_stem(st.conv, s.bufs[static_cast<size_t>(st.ins[0])].get(), prec_,
                        c.w_nhwc[static_cast<int>(prec_)].get(), c.bias.as<float>(),
                        s.bufs[static_cast<size_t>(pool ? step(st.pool_layer).out : st.out)].get(), n,
-                       conv_act, s.stream, sp);
+                       conv_act, s.stream, sp, tuning_.stem_rows);
       add_residual();
       return;
     }
@@ -1065,7 +1065,11 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
                (u8_fused(st, a) ? "FP16 tensor cores on exact pixels, 2-part weights, uint8 input, "
                 : prec_ == Precision::kFp32 ? "3xTF32 tensor cores, "
                 : prec_ == Precision::kTf32 ? "TF32 tensor cores, "
-                                            : "tensor cores, ") +
+                : tuning_.stem_rows &&
+                        stem_runs_rows(st.conv, prec_,
+                                       stem_pool(net_, fuses_pool(st, a, tuning_) ? st.pool_layer : -1))
+                    ? "tensor cores, A from the patch's rows, "
+                    : "tensor cores, ") +
                "bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                (fuses_pool(st, a, tuning_) ? "+maxpool" : "") + " epilogue, " + storage_name(storage()) +
                " NHWC)" + res;
