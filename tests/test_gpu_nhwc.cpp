@@ -599,11 +599,11 @@ TEST_CASE("gpu: every stream's cuDNN workspace is what the chosen algorithms nee
 // The stem kernel (few input channels, channels last), pinned: ResNet's 7x7/2 stem, a 3x3/2
 // and a 3x3/1 one, a dilated 5x5, 1 to 4 input channels, 8 to 96 filters (96: a second block of
 // filters half empty), odd sizes (partial tiles at the right and bottom), images smaller than a
-// tile's patch, its bias and activation epilogue, at 16-bit storage both of its kernels (A from
-// the patch's rows, A gathered through tables); then the rest of the network on the other kernels. Validated
-// layer by layer at every precision (16-bit storage on FP16/BF16 products, FP32 storage on TF32 or 3xTF32
-// products: fp32 at its own tolerance); the report names it; and what it cannot run is a one-line error
-// naming the layer.
+// tile's patch, its bias and activation epilogue, both of its kernels where the rows one runs (A
+// from the patch's rows, A gathered through tables); then the rest of the network on the other kernels.
+// Validated layer by layer at every precision (16-bit storage on FP16/BF16 products, FP32 storage on TF32 or
+// 3xTF32 products: fp32 at its own tolerance); the report names it; and what it cannot run is a one-line
+// error naming the layer.
 TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at every precision, vs reference" *
           doctest::skip(!gpu_present())) {
   struct Case {
@@ -632,14 +632,13 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
     Dataset data = gpu_random_data(net.input, n, 10, 9);
     auto gpu = make_gpu_executor(net);
     auto cpu = make_cpu_executor(net);
-    // The stride-2 7x7 and 3x3 windows of three channels at 16-bit storage run the kernel reading
-    // A from the patch's rows; --gpu-off stemrows (and every other shape) the one gathering it.
+    // The stride-2 7x7 and 3x3 windows of three channels run the kernels reading A from the
+    // patch's rows; --gpu-off stemrows (and every other shape) the ones gathering it.
     const bool rows_shape =
         k.channels == 3 && k.stride == 2 && k.dilation == 1 && (k.kernel == 3 || k.kernel == 7);
     for (Precision p : {Precision::kFp16, Precision::kBf16, Precision::kTf32, Precision::kFp32})
       for (bool rows : {true, false}) {
-        const bool x16 = p == Precision::kFp16 || p == Precision::kBf16;
-        if (!rows && !(x16 && rows_shape)) continue;  // the same kernel as with rows on
+        if (!rows && !rows_shape) continue;  // the same kernel as with rows on
         INFO(text << " at " << std::string(precision_name(p)) << (rows ? "" : ", --gpu-off stemrows"));
         RunOptions o;
         o.batch = n;
@@ -654,7 +653,7 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
           if (t.name == "s") {
             saw = true;
             CHECK(t.algo == stem_tag(p) + "tensor cores, " +
-                                (rows && x16 && rows_shape ? "A from the patch's rows, " : "") + "bias" +
+                                (rows && rows_shape ? "A from the patch's rows, " : "") + "bias" +
                                 (std::string(k.act) == "none" ? std::string() : "+" + std::string(k.act)) +
                                 " epilogue, " + stored_nhwc(p) + ")");
           }
@@ -773,7 +772,11 @@ TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, b
       floats.tuning.exact_pixels = false;
       const RunResult r2 = gpu->run(data, floats);
       for (const LayerTime& t : r2.layers)
-        if (t.name == "s") CHECK(t.algo == stem_tag(p) + "tensor cores, " + epi + "fp32 NHWC)");
+        if (t.name == "s")
+          CHECK(t.algo ==
+                stem_tag(p) + "tensor cores, " +
+                    (k.channels == 3 && k.stride == 2 && !k.pooled ? "A from the patch's rows, " : "") + epi +
+                    "fp32 NHWC)");
       REQUIRE(r2.gpu);
       CHECK(r2.gpu->input_fused_into.empty());
       REQUIRE(r.probs.size() == r2.probs.size());
@@ -883,8 +886,11 @@ TEST_CASE("gpu: the stem kernel computes the max-pool after it, as the separate 
         if (t.name == "s") s_algo = t.algo;
         if (t.name == "mp") mp_algo = t.algo;
       }
-      CHECK(s_algo == stem_tag(p) + "tensor cores, bias+" + std::string(k.act) + (k.fused ? "+maxpool" : "") +
-                          " epilogue, " + stored_nhwc(p) + ")");
+      // A pool run apart leaves the stride-2 3x3/7x7 stems of 3 channels to the rows kernel.
+      const bool rows = !k.fused && k.channels == 3 && k.stride == 2 && (k.kernel == 3 || k.kernel == 7);
+      CHECK(s_algo == stem_tag(p) + "tensor cores, " + (rows ? "A from the patch's rows, " : "") + "bias+" +
+                          std::string(k.act) + (k.fused ? "+maxpool" : "") + " epilogue, " + stored_nhwc(p) +
+                          ")");
       CHECK(mp_algo == (k.fused ? "fused into s" : ""));
       CHECK(gpu->fused_into(0, o) == (k.fused ? "mp" : "a"));
       nhwc_validated(*gpu, *cpu, net, data, n, o, p, "stem+pool");

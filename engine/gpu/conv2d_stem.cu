@@ -498,29 +498,184 @@ __global__ void __launch_bounds__(kThreads, 4)
   }
 }
 
-// Whether the rows kernel computes p (16-bit storage; the caller checked the stem's own
-// conditions): three channels, stride 2, no dilation, a square window of 3 or 7, no pool.
-bool fits(const ConvParams& p, int es, const StemPool& pool) {
-  return es == 2 && p.in_c == 3 && p.stride_h == 2 && p.stride_w == 2 && p.dilation_h == 1 &&
-         p.dilation_w == 1 && p.kernel_h == p.kernel_w && (p.kernel_h == 3 || p.kernel_h == 7) &&
-         pool.kernel_h == 0;
+// FP32 storage (tf32, fp32): the same GEMM on m16n8k8 TF32 products, k-steps of 8 taps (2 pixels
+// of 4 channels: 32 bytes of the patch, a pixel each half of A's fragment). At stride 2 the
+// pixels of 8 neighbouring outputs are 32 bytes apart, so the patch is kept as two planes, its even
+// and its odd columns: an 8x8 matrix of A (16-byte rows, one pixel each) is then 8 consecutive
+// pixels of one plane, without bank conflicts. TF32: operands rounded to nearest as they are
+// staged. FP32 (THREE): 3xTF32, both operands split in the loop (as stem_f32_kernel). The outputs
+// go from the accumulators to memory: a quad of lanes writes 32 contiguous bytes of a pixel.
+constexpr int kPlaneW(int ks) { return kPatchW(ks) / 2; }
+
+template <int KS, int NT>
+constexpr size_t smem_bytes_f32() {
+  return (size_t{NT} * 8 * (kDepth(KS) + 4) + size_t{kPixels(KS)} * 4) * 4;
 }
 
-template <typename T, int KS, int NT>
+template <int KS>
+__device__ __forceinline__ void load_patch_f32(float (&v)[kPerThread(KS)][3], const float* __restrict__ x,
+                                               const Geom& g, const TileOrigin& o) {
+  const float* xi = x + static_cast<int64_t>(o.img) * g.in_h * g.in_w * 3;
+#pragma unroll
+  for (int u = 0; u < kPerThread(KS); ++u) {
+    const int i = static_cast<int>(threadIdx.x) + u * kThreads;
+    const int py = i / kPatchW(KS), px = i - py * kPatchW(KS), iy = o.iy0 + py, ix = o.ix0 + px;
+    v[u][0] = v[u][1] = v[u][2] = 0.f;
+    if (i < kPixels(KS) && px < (kTileW - 1) * 2 + KS && iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w) {
+      const float* src = xi + (static_cast<int64_t>(iy) * g.in_w + ix) * 3;
+      v[u][0] = src[0], v[u][1] = src[1], v[u][2] = src[2];
+    }
+  }
+}
+
+template <bool THREE, int KS, int NT>
+__global__ void __launch_bounds__(kThreads, 3)
+    stem_rows_f32_kernel(const float* __restrict__ x, const float* __restrict__ w,
+                         const float* __restrict__ bias, float* __restrict__ y, Geom g, ActFn act) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int NB = NT * 8, KWP = kKwp(KS), PH = kPatchH(KS), PWH = kPlaneW(KS), WS = kDepth(KS) + 4;
+  constexpr int QS = KWP / 2;                                // k-steps a window row
+  float* ws = reinterpret_cast<float*>(smem);                // [NB][WS]: [filter][kh][kw < KWP][4]
+  float4* planes = reinterpret_cast<float4*>(ws + NB * WS);  // [2][PH][PWH]: even, odd columns
+  auto operand = [](float v) { return THREE ? v : __uint_as_float(implicit::tf32_rn(v)); };
+  const int f0 = blockIdx.y * NB;
+  for (int i = threadIdx.x; i < NB * kDepth(KS); i += kThreads) {
+    const int nn = i / kDepth(KS), k = i - nn * kDepth(KS), f = f0 + nn, ch = k & 3, kw = (k >> 2) % KWP,
+              kh = (k >> 2) / KWP;
+    ws[nn * WS + k] = f < g.filters && kw < KS && ch < 3
+                          ? operand(w[static_cast<int64_t>(f) * KS * KS * 3 + (kh * KS + kw) * 3 + ch])
+                          : 0.f;
+  }
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  // B as stem_f32_kernel's: a row of 4 FP32 words read as 8 16-bit values.
+  const uint32_t b_row = static_cast<uint32_t>(
+      __cvta_generic_to_shared(ws + ((lane >> 4) * 8 + (lane & 7)) * WS + ((lane >> 3) & 1) * 4));
+  // A: lane l gives the row address of matrix l / 8: pixels 0-7 / 8-15 of the m16 tile (its
+  // output row's columns), the k-step's first pixel (the even plane) / second (the odd one).
+  uint32_t a_row[2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+    a_row[mt] = static_cast<uint32_t>(__cvta_generic_to_shared(
+        planes + (lane >> 4) * PH * PWH + (warp * 2 + mt) * 2 * PWH + (lane & 7) + ((lane >> 3) & 1) * 8));
+  float bv[NT][2];
+  bias_fragment<NT>(bv, bias, g, f0, tq);
+
+  float next[kPerThread(KS)][3];
+  if (blockIdx.x < g.total) load_patch_f32<KS>(next, x, g, tile_origin(g, blockIdx.x));
+  for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
+    const TileOrigin o = tile_origin(g, t);
+    __syncthreads();  // the previous tile's reads of the patch are done (the first: the weights)
+#pragma unroll
+    for (int u = 0; u < kPerThread(KS); ++u) {
+      const int i = static_cast<int>(threadIdx.x) + u * kThreads;
+      if (i < kPixels(KS)) {
+        const int py = i / kPatchW(KS), px = i - py * kPatchW(KS);
+        planes[(px & 1) * PH * PWH + py * PWH + (px >> 1)] =
+            make_float4(operand(next[u][0]), operand(next[u][1]), operand(next[u][2]), 0.f);
+      }
+    }
+    __syncthreads();
+    if (t + gridDim.x < g.total) load_patch_f32<KS>(next, x, g, tile_origin(g, t + gridDim.x));
+
+    float acc[2][NT][4];
+    zero_acc<NT>(acc);
+#pragma unroll
+    for (int kh = 0; kh < KS; ++kh)
+#pragma unroll
+      for (int q = 0; q < QS; ++q) {
+        uint32_t ah[2][4], al[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          ldmatrix_x4(ah[mt], a_row[mt] + (kh * PWH + q) * 16);
+          if constexpr (THREE)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const float a = __uint_as_float(ah[mt][i]);
+              ah[mt][i] = implicit::tf32_hi(a);
+              al[mt][i] = __float_as_uint(a - __uint_as_float(ah[mt][i]));
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < NT; nt += 2) {
+          uint32_t b[4];  // b0, b1 of filter tile nt, then of nt + 1
+          ldmatrix_x4(b, b_row + static_cast<uint32_t>((nt * 8 * WS + (kh * QS + q) * 8) * 4));
+#pragma unroll
+          for (int u = 0; u < 2; ++u) {
+            if constexpr (THREE) {
+              const unsigned bh0 = implicit::tf32_hi(__uint_as_float(b[2 * u]));
+              const unsigned bh1 = implicit::tf32_hi(__uint_as_float(b[2 * u + 1]));
+              const unsigned bl0 = __float_as_uint(__uint_as_float(b[2 * u]) - __uint_as_float(bh0));
+              const unsigned bl1 = __float_as_uint(__uint_as_float(b[2 * u + 1]) - __uint_as_float(bh1));
+#pragma unroll
+              for (int mt = 0; mt < 2; ++mt) {
+                implicit::mma_tf32(acc[mt][nt + u], al[mt], bh0, bh1);
+                implicit::mma_tf32(acc[mt][nt + u], ah[mt], bl0, bl1);
+                implicit::mma_tf32(acc[mt][nt + u], ah[mt], bh0, bh1);
+              }
+            } else {
+#pragma unroll
+              for (int mt = 0; mt < 2; ++mt)
+                implicit::mma_tf32(acc[mt][nt + u], ah[mt], b[2 * u], b[2 * u + 1]);
+            }
+          }
+        }
+      }
+
+    auto store = [&](auto fn) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int oy = o.oy0 + warp * 2 + mt, ox = o.ox0 + h * 8 + gr;
+          if (oy >= g.out_h || ox >= g.out_w) continue;
+          float* dst =
+              y + ((static_cast<int64_t>(o.img) * g.out_h + oy) * g.out_w + ox) * g.filters + f0 + tq * 2;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            if (f0 + nt * 8 < g.filters)
+              *reinterpret_cast<float2*>(dst + nt * 8) =
+                  make_float2(fn(acc[mt][nt][h * 2] + bv[nt][0]), fn(acc[mt][nt][h * 2 + 1] + bv[nt][1]));
+        }
+    };
+    if (act.kind == Act::kRelu)
+      store([](float v) { return fmaxf(v, 0.f); });
+    else if (act.kind == Act::kIdentity)
+      store([](float v) { return v; });
+    else
+      store([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<float>(kind, slope, v); });
+  }
+}
+
+// Whether a rows kernel computes p (the caller checked the stem's own conditions): three
+// channels, stride 2, no dilation, a square window of 3 or 7, no pool; any storage.
+bool fits(const ConvParams& p, const StemPool& pool) {
+  return p.in_c == 3 && p.stride_h == 2 && p.stride_w == 2 && p.dilation_h == 1 && p.dilation_w == 1 &&
+         p.kernel_h == p.kernel_w && (p.kernel_h == 3 || p.kernel_h == 7) && pool.kernel_h == 0;
+}
+
+// The 16-bit kernel (T: __half, __nv_bfloat16) or the FP32-storage one (T: float; THREE: 3xTF32).
+template <typename T, bool THREE, int KS, int NT>
 void launch(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
             cudaStream_t s) {
-  launch_tiles(stem_rows_kernel<T, KS, NT>, g, NT, smem_bytes<KS, NT>(), s, static_cast<const uint16_t*>(x),
-               static_cast<const uint16_t*>(w), bias, static_cast<T*>(y), g, act);
+  if constexpr (std::is_same_v<T, float>)
+    launch_tiles(stem_rows_f32_kernel<THREE, KS, NT>, g, NT, smem_bytes_f32<KS, NT>(), s,
+                 static_cast<const float*>(x), static_cast<const float*>(w), bias, static_cast<float*>(y), g,
+                 act);
+  else
+    launch_tiles(stem_rows_kernel<T, KS, NT>, g, NT, smem_bytes<KS, NT>(), s, static_cast<const uint16_t*>(x),
+                 static_cast<const uint16_t*>(w), bias, static_cast<T*>(y), g, act);
 }
 
-template <typename T>
+template <typename T, bool THREE = false>
 void launch_any(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
                 cudaStream_t s) {
   const bool wide = n_tiles(g) == 8;
   if (g.kh == 7)
-    wide ? launch<T, 7, 8>(g, x, w, bias, y, act, s) : launch<T, 7, 4>(g, x, w, bias, y, act, s);
+    wide ? launch<T, THREE, 7, 8>(g, x, w, bias, y, act, s)
+         : launch<T, THREE, 7, 4>(g, x, w, bias, y, act, s);
   else
-    wide ? launch<T, 3, 8>(g, x, w, bias, y, act, s) : launch<T, 3, 4>(g, x, w, bias, y, act, s);
+    wide ? launch<T, THREE, 3, 8>(g, x, w, bias, y, act, s)
+         : launch<T, THREE, 3, 4>(g, x, w, bias, y, act, s);
 }
 
 }  // namespace rows
@@ -979,7 +1134,7 @@ std::string stem_cannot_run(const ConvParams& p, Precision prec, bool channels_l
 }
 
 bool stem_runs_rows(const ConvParams& p, Precision prec, const StemPool& pool) {
-  return shape_cannot_run(p, bytes_of(prec)).empty() && rows::fits(p, bytes_of(prec), pool);
+  return shape_cannot_run(p, bytes_of(prec)).empty() && rows::fits(p, pool);
 }
 
 void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const void* w, const float* bias,
@@ -993,7 +1148,7 @@ void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const 
   const bool wide = n_tiles(g) == 8;
   switch (prec) {
     case Precision::kFp16:
-      if (rows && rows::fits(p, es, pool)) {
+      if (rows && rows::fits(p, pool)) {
         rows::launch_any<__half>(g, x, w, bias, y, act, s);
         break;
       }
@@ -1001,7 +1156,7 @@ void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const 
            : launch<uint16_t, __half, 4>(stem_kernel<__half, 4>, g, x, w, bias, y, act, s);
       break;
     case Precision::kBf16:
-      if (rows && rows::fits(p, es, pool)) {
+      if (rows && rows::fits(p, pool)) {
         rows::launch_any<__nv_bfloat16>(g, x, w, bias, y, act, s);
         break;
       }
@@ -1009,10 +1164,18 @@ void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const 
            : launch<uint16_t, __nv_bfloat16, 4>(stem_kernel<__nv_bfloat16, 4>, g, x, w, bias, y, act, s);
       break;
     case Precision::kTf32:
+      if (rows && rows::fits(p, pool)) {
+        rows::launch_any<float>(g, x, w, bias, y, act, s);
+        break;
+      }
       wide ? launch<float, float, 8>(stem_f32_kernel<false, 8>, g, x, w, bias, y, act, s)
            : launch<float, float, 4>(stem_f32_kernel<false, 4>, g, x, w, bias, y, act, s);
       break;
     case Precision::kFp32:
+      if (rows && rows::fits(p, pool)) {
+        rows::launch_any<float, true>(g, x, w, bias, y, act, s);
+        break;
+      }
       wide ? launch<float, float, 8>(stem_f32_kernel<true, 8>, g, x, w, bias, y, act, s)
            : launch<float, float, 4>(stem_f32_kernel<true, 4>, g, x, w, bias, y, act, s);
       break;

@@ -1060,19 +1060,23 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
                " epilogue, " + std::to_string(c.dw.cfg.planes) + " planes x " +
                std::to_string(c.dw.cfg.rows) + " rows a block)" + res;
       if (a == ConvAlgo::kIm2col && c.im2col) return c.im2col->algo_name() + res;
-      if (a == ConvAlgo::kStem)
+      if (a == ConvAlgo::kStem) {
+        const bool pooled = fuses_pool(st, a, tuning_);
+        if (u8_fused(st, a))
+          return std::string("stem(FP16 tensor cores on exact pixels, 2-part weights, uint8 input, bias") +
+                 (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
+                 (pooled ? "+maxpool" : "") + " epilogue, " + storage_name(storage()) + " NHWC)" + res;
         return std::string("stem(") +
-               (u8_fused(st, a) ? "FP16 tensor cores on exact pixels, 2-part weights, uint8 input, "
-                : prec_ == Precision::kFp32 ? "3xTF32 tensor cores, "
+               (prec_ == Precision::kFp32   ? "3xTF32 tensor cores, "
                 : prec_ == Precision::kTf32 ? "TF32 tensor cores, "
-                : tuning_.stem_rows &&
-                        stem_runs_rows(st.conv, prec_,
-                                       stem_pool(net_, fuses_pool(st, a, tuning_) ? st.pool_layer : -1))
-                    ? "tensor cores, A from the patch's rows, "
-                    : "tensor cores, ") +
+                                            : "tensor cores, ") +
+               (tuning_.stem_rows &&
+                        stem_runs_rows(st.conv, prec_, stem_pool(net_, pooled ? st.pool_layer : -1))
+                    ? "A from the patch's rows, "
+                    : "") +
                "bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
-               (fuses_pool(st, a, tuning_) ? "+maxpool" : "") + " epilogue, " + storage_name(storage()) +
-               " NHWC)" + res;
+               (pooled ? "+maxpool" : "") + " epilogue, " + storage_name(storage()) + " NHWC)" + res;
+      }
       if (a == ConvAlgo::kGemm) {
         const ActFn full = act_fn(st.act);
         return std::string("gemm(cuBLASLt, ") +
