@@ -693,7 +693,9 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
 // it, no preprocess pass runs (the first conv fused the input), the layers match the CPU
 // reference at FP32's tolerance (also at tf32: its products are exact), a fused pool gives the
 // bits of the pool run as its own pass, and the float path (--gpu-off exact) gives the same
-// predictions within FP32 rounding. At fp16 the stem reads its 16-bit input as before.
+// predictions within FP32 rounding; where the rows kernel runs (three channels, 7x7/2, no fused
+// pool), the gather kernel (--gpu-off stemrows) on the same bytes gives the same predictions
+// within FP32 rounding and validates too. At fp16 the stem reads its 16-bit input as before.
 TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, border table, vs reference" *
           doctest::skip(!gpu_present())) {
   struct Case {
@@ -744,8 +746,9 @@ TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, b
       std::string s_algo;
       for (const LayerTime& t : r.layers)
         if (t.name == "s") s_algo = t.algo;
-      CHECK(s_algo ==
-            "stem(FP16 tensor cores on exact pixels, 2-part weights, uint8 input, " + epi + "fp32 NHWC)");
+      const bool rows = k.channels == 3 && k.stride == 2 && !k.pooled;  // 7x7/2: the rows kernel
+      CHECK(s_algo == std::string("stem(FP16 tensor cores on exact pixels, 2-part weights, uint8 input, ") +
+                          (rows ? "A from the patch's rows, " : "") + epi + "fp32 NHWC)");
       REQUIRE(r.gpu);
       CHECK(r.gpu->input_fused_into == "s");
       const Validation v = validate(*gpu, *cpu, net, data, n, o);
@@ -767,6 +770,21 @@ TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, b
         const RunResult r3 = gpu->run(data, apart);
         REQUIRE(r3.probs.size() == r.probs.size());
         CHECK(std::equal(r.probs.begin(), r.probs.end(), r3.probs.begin()));
+      }
+      if (rows) {  // the gather kernel on the same bytes: the same sums in another order
+        RunOptions gather = o;
+        gather.tuning.stem_rows = false;
+        const RunResult rg = gpu->run(data, gather);
+        for (const LayerTime& t : rg.layers)
+          if (t.name == "s")
+            CHECK(t.algo == "stem(FP16 tensor cores on exact pixels, 2-part weights, uint8 input, " + epi +
+                                "fp32 NHWC)");
+        REQUIRE(rg.probs.size() == r.probs.size());
+        double most = 0;
+        for (size_t i = 0; i < r.probs.size(); ++i)
+          most = std::max(most, static_cast<double>(std::fabs(r.probs[i] - rg.probs[i])));
+        CHECK(most < 1e-5);
+        CHECK(validate(*gpu, *cpu, net, data, n, gather).pass);
       }
       RunOptions floats = o;
       floats.tuning.exact_pixels = false;

@@ -646,6 +646,153 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
+// The reading-bytes stem (StemBytesWeights) on the rows layout: the patch holds byte - o[c] as
+// FP16 (exact), 4 channels a pixel as the 16-bit kernel's, and each k-step multiplies A by the
+// low and then the high part of the scaled weights; the epilogue is stem_bytes_kernel's (the
+// accumulators scaled back, plus the bias and r[c] sum of the output's row and column classes),
+// the FP32 outputs from the accumulators to memory. The next tile's bytes (three planes, one
+// 32-bit word a pixel: the bytes and an inside flag) are loaded under this tile's products.
+template <int KS, int NT>
+constexpr size_t smem_u8() {
+  return (size_t{2} * NT * 8 * kWs(KS) + size_t{kPixels(KS)} * 4) * 2 + size_t{2} * NT * 8 * 4;
+}
+
+template <int KS>
+__device__ __forceinline__ void load_patch_u8(uint32_t (&v)[kPerThread(KS)], const uint8_t* __restrict__ x,
+                                              const Geom& g, const TileOrigin& o) {
+  const int64_t plane = static_cast<int64_t>(g.in_h) * g.in_w;
+  const uint8_t* xi = x + static_cast<int64_t>(o.img) * 3 * plane;
+#pragma unroll
+  for (int u = 0; u < kPerThread(KS); ++u) {
+    const int i = static_cast<int>(threadIdx.x) + u * kThreads;
+    const int py = i / kPatchW(KS), px = i - py * kPatchW(KS), iy = o.iy0 + py, ix = o.ix0 + px;
+    v[u] = 0;
+    if (i < kPixels(KS) && px < (kTileW - 1) * 2 + KS && iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w) {
+      const uint8_t* src = xi + static_cast<int64_t>(iy) * g.in_w + ix;
+      v[u] = uint32_t{src[0]} | (uint32_t{src[plane]} << 8) | (uint32_t{src[2 * plane]} << 16) | (1u << 24);
+    }
+  }
+}
+
+template <int KS, int NT>
+__global__ void __launch_bounds__(kThreads, 3)
+    stem_rows_bytes_kernel(const uint8_t* __restrict__ x, StemBytesDevice a, float* __restrict__ y, Geom g,
+                           ActFn act) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  constexpr int NB = NT * 8, KWP = kKwp(KS), PW = kPatchW(KS), WS = kWs(KS), QS = KWP / 4;
+  uint16_t* wh = reinterpret_cast<uint16_t*>(smem);       // [NB][WS]: high parts, [filter][kh][kw < KWP][4]
+  uint16_t* wl = wh + NB * WS;                            // [NB][WS]: low parts
+  uint2* patch = reinterpret_cast<uint2*>(wl + NB * WS);  // [kPatchH][PW] pixels of 4 FP16 values
+  float* osc = reinterpret_cast<float*>(patch + kPixels(KS));  // [NB]: the accumulators' scale
+  float* tmid = osc + NB;  // [NB]: the table's values for the middle output's classes
+  const int f0 = blockIdx.y * NB;
+  for (int i = threadIdx.x; i < NB * kDepth(KS); i += kThreads) {
+    const int nn = i / kDepth(KS), k = i - nn * kDepth(KS), f = f0 + nn, ch = k & 3, kw = (k >> 2) % KWP,
+              kh = (k >> 2) / KWP;
+    const bool in = f < g.filters && kw < KS && ch < 3;
+    const int64_t src = static_cast<int64_t>(f) * KS * KS * 3 + (kh * KS + kw) * 3 + ch;
+    wh[nn * WS + k] = in ? a.w_hi[src] : uint16_t{0};
+    wl[nn * WS + k] = in ? a.w_lo[src] : uint16_t{0};
+  }
+  const int rmid = a.row_class[g.out_h / 2], cmid = a.col_class[g.out_w / 2];
+  for (int i = threadIdx.x; i < NB; i += kThreads) {
+    const int f = f0 + i;
+    osc[i] = f < g.filters ? a.out_scale[f] : 0.f;
+    tmid[i] = f < g.filters ? a.table[(rmid * a.col_classes + cmid) * g.filters + f] : 0.f;
+  }
+  const float o0 = static_cast<float>(a.offset[0]), o1 = static_cast<float>(a.offset[1]),
+              o2 = static_cast<float>(a.offset[2]);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  const uint32_t b_row = static_cast<uint32_t>(
+      __cvta_generic_to_shared(wh + ((lane >> 4) * 8 + (lane & 7)) * WS + ((lane >> 3) & 1) * 8));
+  constexpr uint32_t kLoBytes = NB * WS * 2;
+  uint32_t a_row[2];
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+    a_row[mt] = static_cast<uint32_t>(__cvta_generic_to_shared(
+        patch + (warp * 2 + mt) * 2 * PW + ((lane & 7) + ((lane >> 3) & 1) * 8) * 2 + (lane >> 4) * 2));
+
+  uint32_t next[kPerThread(KS)];
+  if (blockIdx.x < g.total) load_patch_u8<KS>(next, x, g, tile_origin(g, blockIdx.x));
+  for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
+    const TileOrigin o = tile_origin(g, t);
+    __syncthreads();  // the previous tile's reads of the patch are done (the first: the weights)
+#pragma unroll
+    for (int u = 0; u < kPerThread(KS); ++u) {
+      const int i = static_cast<int>(threadIdx.x) + u * kThreads;
+      if (i >= kPixels(KS)) continue;
+      const uint32_t b = next[u];
+      uint2 v = make_uint2(0, 0);
+      if (b >> 24)  // inside the image: byte - o[c], exact in FP16 (the padding stays zero)
+        v = make_uint2(pack(__half_as_ushort(__float2half_rn(static_cast<float>(b & 0xff) - o0)),
+                            __half_as_ushort(__float2half_rn(static_cast<float>((b >> 8) & 0xff) - o1))),
+                       __half_as_ushort(__float2half_rn(static_cast<float>((b >> 16) & 0xff) - o2)));
+      patch[i] = v;
+    }
+    __syncthreads();
+    if (t + gridDim.x < g.total) load_patch_u8<KS>(next, x, g, tile_origin(g, t + gridDim.x));
+
+    float acc[2][NT][4];
+    zero_acc<NT>(acc);
+#pragma unroll
+    for (int kh = 0; kh < KS; ++kh)
+#pragma unroll
+      for (int q = 0; q < QS; ++q) {
+        uint32_t af[2][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(af[mt], a_row[mt] + (kh * PW + q * 4) * 8);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt += 2) {
+          const uint32_t addr = b_row + static_cast<uint32_t>((nt * 8 * WS + (kh * QS + q) * 16) * 2);
+          uint32_t bh[4], bl[4];
+          ldmatrix_x4(bl, addr + kLoBytes);
+          ldmatrix_x4(bh, addr);
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            implicit::mma_16<implicit::kTcFp16>(acc[mt][nt], af[mt], bl[0], bl[1]);
+            implicit::mma_16<implicit::kTcFp16>(acc[mt][nt + 1], af[mt], bl[2], bl[3]);
+          }
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+            implicit::mma_16<implicit::kTcFp16>(acc[mt][nt], af[mt], bh[0], bh[1]);
+            implicit::mma_16<implicit::kTcFp16>(acc[mt][nt + 1], af[mt], bh[2], bh[3]);
+          }
+        }
+      }
+
+    auto store = [&](auto fn) {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int oy = o.oy0 + warp * 2 + mt, ox = o.ox0 + h * 8 + gr;
+          if (oy >= g.out_h || ox >= g.out_w) continue;
+          const float* row = tmid;  // the table's row of the output's classes
+          int fr = 0;
+          const int rc = a.row_class[oy], cc = a.col_class[ox];
+          if (rc != rmid || cc != cmid)
+            row = a.table + static_cast<int64_t>(rc * a.col_classes + cc) * g.filters, fr = f0;
+          float* dst =
+              y + ((static_cast<int64_t>(o.img) * g.out_h + oy) * g.out_w + ox) * g.filters + f0 + tq * 2;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            const int i = nt * 8 + tq * 2;
+            if (f0 + nt * 8 < g.filters)
+              *reinterpret_cast<float2*>(dst + nt * 8) =
+                  make_float2(fn(fmaf(acc[mt][nt][h * 2], osc[i], row[fr + i])),
+                              fn(fmaf(acc[mt][nt][h * 2 + 1], osc[i + 1], row[fr + i + 1])));
+          }
+        }
+    };
+    if (act.kind == Act::kRelu)
+      store([](float v) { return fmaxf(v, 0.f); });
+    else if (act.kind == Act::kIdentity)
+      store([](float v) { return v; });
+    else
+      store([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<float>(kind, slope, v); });
+  }
+}
+
 // Whether a rows kernel computes p (the caller checked the stem's own conditions): three
 // channels, stride 2, no dilation, a square window of 3 or 7, no pool; any storage.
 bool fits(const ConvParams& p, const StemPool& pool) {
@@ -676,6 +823,21 @@ void launch_any(const Geom& g, const void* x, const void* w, const float* bias, 
   else
     wide ? launch<T, THREE, 3, 8>(g, x, w, bias, y, act, s)
          : launch<T, THREE, 3, 4>(g, x, w, bias, y, act, s);
+}
+
+template <int KS, int NT>
+void launch_bytes(const Geom& g, const uint8_t* x, const StemBytesDevice& w, float* y, ActFn act,
+                  cudaStream_t s) {
+  launch_tiles(stem_rows_bytes_kernel<KS, NT>, g, NT, smem_u8<KS, NT>(), s, x, w, y, g, act);
+}
+
+void launch_bytes_any(const Geom& g, const uint8_t* x, const StemBytesDevice& w, float* y, ActFn act,
+                      cudaStream_t s) {
+  const bool wide = n_tiles(g) == 8;
+  if (g.kh == 7)
+    wide ? launch_bytes<7, 8>(g, x, w, y, act, s) : launch_bytes<7, 4>(g, x, w, y, act, s);
+  else
+    wide ? launch_bytes<3, 8>(g, x, w, y, act, s) : launch_bytes<3, 4>(g, x, w, y, act, s);
 }
 
 }  // namespace rows
@@ -1097,7 +1259,7 @@ std::string stem_bytes_weights(const ConvParams& p, const float* weight, const f
 std::string stem_bytes_cannot_run(const ConvParams& p) { return bytes_cannot_run(p); }
 
 void launch_conv_stem_bytes(const ConvParams& p, const uint8_t* x, const StemBytesDevice& w, float* y,
-                            int64_t n, ActFn act, cudaStream_t s, const StemPool& pool) {
+                            int64_t n, ActFn act, cudaStream_t s, const StemPool& pool, bool rows) {
   std::string why = bytes_cannot_run(p);
   if (why.empty() && pool.kernel_h > 0) why = stem_pool_cannot_run(p, pool);
   const Geom g = geom(p, n, 2, pool);
@@ -1105,6 +1267,11 @@ void launch_conv_stem_bytes(const ConvParams& p, const uint8_t* x, const StemByt
     why = "the input under a tile and its outputs for the pool are over its shared memory";
   if (!why.empty()) throw Error("stem convolution: " + why);
   if (n <= 0) return;
+  if (rows && rows::fits(p, pool)) {
+    rows::launch_bytes_any(g, x, w, y, act, s);
+    CUDA_CHECK_LAUNCH("stem_rows_bytes_kernel");
+    return;
+  }
   if (n_tiles(g) == 8)
     launch_tiles(stem_bytes_kernel<8>, g, 8, smem_bytes_u8(g, 8), s, x, w, y, g, act);
   else

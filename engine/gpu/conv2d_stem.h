@@ -106,8 +106,10 @@ struct StemBytesDevice {
 
 // y = act(conv(preprocess(x)) + bias) for n images: x the uint8 pixels, planar [n][c][in_h][in_w]
 // (the data set's own order); y FP32 channels last [n, out_h, out_w, filters], or with `pool` the
-// pool's output (as launch_conv_stem's).
+// pool's output (as launch_conv_stem's). rows: where stem_runs_rows, the rows kernel's layout
+// (A by ldmatrix from the patch of byte - o[c]) computes it, else the gather kernel.
 void launch_conv_stem_bytes(const ConvParams& p, const uint8_t* x, const StemBytesDevice& w, float* y,
-                            int64_t n, ActFn act, cudaStream_t s, const StemPool& pool = StemPool{});
+                            int64_t n, ActFn act, cudaStream_t s, const StemPool& pool = StemPool{},
+                            bool rows = true);
 
 }  // namespace cnnrun::gpu

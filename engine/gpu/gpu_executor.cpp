@@ -599,7 +599,7 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
         launch_conv_stem_bytes(
             st.conv, static_cast<const uint8_t*>(s.input()), c.stem_bytes,
             s.bufs[static_cast<size_t>(pool ? step(st.pool_layer).out : st.out)].as<float>(), n, conv_act,
-            s.stream, sp);
+            s.stream, sp, tuning_.stem_rows);
         add_residual();
         return;
       }
@@ -1062,19 +1062,15 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
       if (a == ConvAlgo::kIm2col && c.im2col) return c.im2col->algo_name() + res;
       if (a == ConvAlgo::kStem) {
         const bool pooled = fuses_pool(st, a, tuning_);
-        if (u8_fused(st, a))
-          return std::string("stem(FP16 tensor cores on exact pixels, 2-part weights, uint8 input, bias") +
-                 (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
-                 (pooled ? "+maxpool" : "") + " epilogue, " + storage_name(storage()) + " NHWC)" + res;
+        const bool rows =
+            tuning_.stem_rows && stem_runs_rows(st.conv, prec_, stem_pool(net_, pooled ? st.pool_layer : -1));
         return std::string("stem(") +
-               (prec_ == Precision::kFp32   ? "3xTF32 tensor cores, "
+               (u8_fused(st, a) ? "FP16 tensor cores on exact pixels, 2-part weights, uint8 input, "
+                : prec_ == Precision::kFp32 ? "3xTF32 tensor cores, "
                 : prec_ == Precision::kTf32 ? "TF32 tensor cores, "
                                             : "tensor cores, ") +
-               (tuning_.stem_rows &&
-                        stem_runs_rows(st.conv, prec_, stem_pool(net_, pooled ? st.pool_layer : -1))
-                    ? "A from the patch's rows, "
-                    : "") +
-               "bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
+               (rows ? "A from the patch's rows, " : "") + "bias" +
+               (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                (pooled ? "+maxpool" : "") + " epilogue, " + storage_name(storage()) + " NHWC)" + res;
       }
       if (a == ConvAlgo::kGemm) {
