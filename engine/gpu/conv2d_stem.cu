@@ -137,6 +137,40 @@ __device__ __forceinline__ TileOrigin tile_origin(const Geom& g, int64_t t) {
   return o;
 }
 
+// store(fn) with fn the activation: the stems' usual ones (ReLU, identity) without act_eval's
+// switch per value, the others through it (T: the storage format they round to).
+template <typename T, typename Store>
+__device__ __forceinline__ void with_act(const ActFn& act, Store store) {
+  if (act.kind == Act::kRelu)
+    store([](float v) { return fmaxf(v, 0.f); });
+  else if (act.kind == Act::kIdentity)
+    store([](float v) { return v; });
+  else
+    store([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<T>(kind, slope, v); });
+}
+
+// A warp's 32 outputs (its two m16 tiles: rows mt * 16 + h * 8 + gr of out, out_stride(NT) values
+// apart) plus the bias, through the activation, rounded once to T, into shared memory.
+template <typename T, int NT>
+__device__ __forceinline__ void stage_warp(const float (&acc)[2][NT][4], const float (&bv)[NT][2], T* out,
+                                           const ActFn& act) {
+  constexpr int OS = out_stride(NT, static_cast<int>(sizeof(T)));
+  const int lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  with_act<T>(act, [&](auto fn) {
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          Vec<T, 2> v;
+          v.v[0] = to<T>(fn(acc[mt][nt][h * 2] + bv[nt][0]));
+          v.v[1] = to<T>(fn(acc[mt][nt][h * 2 + 1] + bv[nt][1]));
+          *reinterpret_cast<Vec<T, 2>*>(out + (mt * 16 + h * 8 + gr) * OS + nt * 8 + tq * 2) = v;
+        }
+  });
+}
+
 // The tile's outputs (bias, activation, one rounding to T) into shared memory, then out in
 // 16-byte stores: a pixel's filters are one run, and a tile row's pixels follow each other when
 // the block holds every filter. Pooled (Geom::pooled): each pooled output's window over the
@@ -150,29 +184,7 @@ __device__ __forceinline__ void write_tile(const float (&acc)[2][NT][4], const f
   constexpr int NB = NT * 8, E = 16 / static_cast<int>(sizeof(T)),
                 VP = NB / E;  // values a vector, vectors a pixel
   constexpr int OS = out_stride(NT, static_cast<int>(sizeof(T)));
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
-  auto store = [&](auto fn) {
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        T* row = out + (warp * 32 + mt * 16 + h * 8 + gr) * OS;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          Vec<T, 2> v;
-          v.v[0] = to<T>(fn(acc[mt][nt][h * 2] + bv[nt][0]));
-          v.v[1] = to<T>(fn(acc[mt][nt][h * 2 + 1] + bv[nt][1]));
-          *reinterpret_cast<Vec<T, 2>*>(row + nt * 8 + tq * 2) = v;
-        }
-      }
-  };
-  // The stems' usual activations without act_eval's switch per value.
-  if (act.kind == Act::kRelu)
-    store([](float v) { return fmaxf(v, 0.f); });
-  else if (act.kind == Act::kIdentity)
-    store([](float v) { return v; });
-  else
-    store([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<T>(kind, slope, v); });
+  stage_warp<T, NT>(acc, bv, out + (threadIdx.x >> 5) * 32 * OS, act);
   __syncthreads();
   if (g.pooled) {
     for (int v = threadIdx.x; v < g.tph * g.tpw * VP; v += kThreads) {
@@ -259,6 +271,65 @@ __device__ __forceinline__ void zero_acc(float (&acc)[2][NT][4]) {
       for (int j = 0; j < 4; ++j) acc[mt][nt][j] = 0.f;
 }
 
+// acc[mt][nt] and acc[mt][nt + 1] += a[mt] x B for both m16 tiles, m16n8k16 (P: FP16 or BF16),
+// b as one ldmatrix.x4 gives it: b0, b1 of filter tile nt, then of nt + 1.
+template <int P, int NT>
+__device__ __forceinline__ void mma16_tiles(float (&acc)[2][NT][4], const uint32_t (&a)[2][4],
+                                            const uint32_t (&b)[4], int nt) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    implicit::mma_16<P>(acc[mt][nt], a[mt], b[0], b[1]);
+    implicit::mma_16<P>(acc[mt][nt + 1], a[mt], b[2], b[3]);
+  }
+}
+
+// The same on m16n8k8 TF32 products: TF32 (THREE false: ah and b rounded already, al unused) or
+// 3xTF32 (ah, al: A's high and low parts; b split here), summed as implicit/mma.cuh's.
+template <bool THREE, int NT>
+__device__ __forceinline__ void mma_tf32_tiles(float (&acc)[2][NT][4], const uint32_t (&ah)[2][4],
+                                               const uint32_t (&al)[2][4], const uint32_t (&b)[4], int nt) {
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+    if constexpr (THREE) {
+      const unsigned bh0 = implicit::tf32_hi(__uint_as_float(b[2 * u]));
+      const unsigned bh1 = implicit::tf32_hi(__uint_as_float(b[2 * u + 1]));
+      const unsigned bl0 = __float_as_uint(__uint_as_float(b[2 * u]) - __uint_as_float(bh0));
+      const unsigned bl1 = __float_as_uint(__uint_as_float(b[2 * u + 1]) - __uint_as_float(bh1));
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        implicit::mma_tf32(acc[mt][nt + u], al[mt], bh0, bh1);
+        implicit::mma_tf32(acc[mt][nt + u], ah[mt], bl0, bl1);
+        implicit::mma_tf32(acc[mt][nt + u], ah[mt], bh0, bh1);
+      }
+    } else {
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) implicit::mma_tf32(acc[mt][nt + u], ah[mt], b[2 * u], b[2 * u + 1]);
+    }
+  }
+}
+
+// The reading-bytes stems' per-filter values in shared memory, for the block's nb filters from f0:
+// the accumulators' scale (osc) and the table's values for the middle output's classes (rmid,
+// cmid: those of most outputs), zero past the filters.
+__device__ __forceinline__ void stage_scale_table(float* osc, float* tmid, const StemBytesDevice& a,
+                                                  int filters, int f0, int nb, int rmid, int cmid) {
+  for (int i = threadIdx.x; i < nb; i += kThreads) {
+    const int f = f0 + i;
+    osc[i] = f < filters ? a.out_scale[f] : 0.f;
+    tmid[i] = f < filters ? a.table[(rmid * a.col_classes + cmid) * filters + f] : 0.f;
+  }
+}
+
+// The reading-bytes stems' epilogue: row[i] is the table's value (bias and r[c] sum) for filter
+// f0 + i at output (oy, ox), inside the output: the middle output's classes' from shared memory
+// (tmid), the others' from their row of the table.
+__device__ __forceinline__ const float* table_row(const StemBytesDevice& a, const float* tmid, int rmid,
+                                                  int cmid, int filters, int oy, int ox, int f0) {
+  const int rc = a.row_class[oy], cc = a.col_class[ox];
+  if (rc == rmid && cc == cmid) return tmid;
+  return a.table + static_cast<int64_t>(rc * a.col_classes + cc) * filters + f0;
+}
+
 // The GEMM: rows the tile's pixels, columns the block's NT x 8 filters, depth the taps (window
 // row, column, channel: the weights' own order, each pixel's channels padded with zeros to an even
 // count, 2 or 4). A's values come from the staged patch through two tables (a pixel's first value,
@@ -327,11 +398,7 @@ __global__ void __launch_bounds__(kThreads, 4)
       for (int nt = 0; nt < NT; nt += 2) {
         uint32_t b[4];
         ldmatrix_x4(b, b_row + static_cast<uint32_t>((nt * 8 * g.ks + kb) * 2));
-        constexpr int P = std::is_same_v<T, __half> ? implicit::kTcFp16 : implicit::kTcBf16;
-        implicit::mma_16<P>(acc[0][nt], a[0], b[0], b[1]);
-        implicit::mma_16<P>(acc[1][nt], a[1], b[0], b[1]);
-        implicit::mma_16<P>(acc[0][nt + 1], a[0], b[2], b[3]);
-        implicit::mma_16<P>(acc[1][nt + 1], a[1], b[2], b[3]);
+        mma16_tiles<std::is_same_v<T, __half> ? implicit::kTcFp16 : implicit::kTcBf16, NT>(acc, a, b, nt);
       }
     }
 
@@ -370,6 +437,107 @@ constexpr int kWs(int ks) { return kDepth(ks) + 8; }  // a filter's row: 4 words
 constexpr int kPixels(int ks) { return kPatchH(ks) * kPatchW(ks); }
 constexpr int kPerThread(int ks) { return (kPixels(ks) + kThreads - 1) / kThreads; }
 
+// A filter's row of weights in the rows kernels: tap k ([kh][kw < KWP][4 channels]) of filter f
+// -> its index in w ([filters][KS][KS][3]), or -1 for a zero (past the filters, the window's
+// columns or the channels).
+template <int KS>
+__device__ __forceinline__ int64_t weight_index(int f, int k, int filters) {
+  const int ch = k & 3, kw = (k >> 2) % kKwp(KS), kh = (k >> 2) / kKwp(KS);
+  return f < filters && kw < KS && ch < 3 ? static_cast<int64_t>(f) * KS * KS * 3 + (kh * KS + kw) * 3 + ch
+                                          : -1;
+}
+
+// The rows kernels' tile loop: the block's tiles from blockIdx.x, gridDim.x apart. Each tile's
+// patch is loaded (load(next, origin)) into registers one tile ahead, so that its loads are in
+// flight during the tile before's products; put(i, next[u]) writes the thread's pixels i of the
+// patch into shared memory between two barriers (the first: the tile before's reads are done, or
+// the weights staged), then body(origin) computes the tile.
+template <int KS, typename V, typename Load, typename Put, typename Body>
+__device__ __forceinline__ void pipelined_tiles(const Geom& g, V (&next)[kPerThread(KS)], Load load, Put put,
+                                                Body body) {
+  if (blockIdx.x < g.total) load(next, tile_origin(g, blockIdx.x));
+  for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
+    const TileOrigin o = tile_origin(g, t);
+    __syncthreads();
+#pragma unroll
+    for (int u = 0; u < kPerThread(KS); ++u) {
+      const int i = static_cast<int>(threadIdx.x) + u * kThreads;
+      if (i < kPixels(KS)) put(i, next[u]);
+    }
+    __syncthreads();
+    if (t + gridDim.x < g.total) load(next, tile_origin(g, t + gridDim.x));
+    body(o);
+  }
+}
+
+// The FP32-storage rows kernels' outputs from the accumulators: the warp's two m16 tiles are output
+// rows 2 warp + mt of tile o, their rows h * 8 + gr its columns; pixel(oy, ox) gives the output's
+// value(nt, j, accumulator) of filter f0 + nt * 8 + tq * 2 + j before the activation fn. A quad of
+// lanes writes 32 contiguous bytes of a pixel (a whole sector).
+template <int NT, typename Pixel, typename Fn>
+__device__ __forceinline__ void store_rows_f32(const float (&acc)[2][NT][4], float* __restrict__ y,
+                                               const Geom& g, const TileOrigin& o, int f0, Pixel pixel,
+                                               Fn fn) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int oy = o.oy0 + warp * 2 + mt, ox = o.ox0 + h * 8 + gr;
+      if (oy >= g.out_h || ox >= g.out_w) continue;
+      const auto value = pixel(oy, ox);
+      float* dst =
+          y + ((static_cast<int64_t>(o.img) * g.out_h + oy) * g.out_w + ox) * g.filters + f0 + tq * 2;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        if (f0 + nt * 8 < g.filters)
+          *reinterpret_cast<float2*>(dst + nt * 8) =
+              make_float2(fn(value(nt, 0, acc[mt][nt][h * 2])), fn(value(nt, 1, acc[mt][nt][h * 2 + 1])));
+    }
+}
+
+// The 16-bit rows kernels' ldmatrix.x4 of A: lane l gives the row address of matrix l / 8 (pixels
+// 0-7 / 8-15 of the m16 tile, its output row's columns; taps 0-7 / 8-15 of the k-step: 2 pixels of
+// 4 channels each), row l % 8. The warp's two m16 tiles are output rows 2 warp and 2 warp + 1 of
+// the tile; a k-step (kh, q) adds (kh * PW + 4 q) pixels of 8 bytes.
+template <int KS>
+__device__ __forceinline__ void a_rows16(uint32_t (&a_row)[2], const uint2* patch) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+    a_row[mt] = static_cast<uint32_t>(__cvta_generic_to_shared(patch + (warp * 2 + mt) * 2 * kPatchW(KS) +
+                                                               ((lane & 7) + ((lane >> 3) & 1) * 8) * 2 +
+                                                               (lane >> 4) * 2));
+}
+
+// The 16-bit rows kernels' GEMM over the whole window into acc: for each k-step (kh, q) A's two
+// m16 tiles by ldmatrix from the patch (a_rows16), then B's filter tiles, two at a time, by
+// ldmatrix from b_row (rows of kWs(KS) values). TWO (the reading-bytes stem): B's low parts,
+// lo_bytes after the high ones, are multiplied first, then the high parts.
+template <int P, int KS, int NT, bool TWO>
+__device__ __forceinline__ void rows16_products(float (&acc)[2][NT][4], const uint32_t (&a_row)[2],
+                                                uint32_t b_row, uint32_t lo_bytes) {
+  constexpr int QS = kKwp(KS) / 4;  // k-steps a window row
+  zero_acc<NT>(acc);
+#pragma unroll
+  for (int kh = 0; kh < KS; ++kh)
+#pragma unroll
+    for (int q = 0; q < QS; ++q) {
+      uint32_t a[2][4];
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], a_row[mt] + (kh * kPatchW(KS) + q * 4) * 8);
+#pragma unroll
+      for (int nt = 0; nt < NT; nt += 2) {
+        const uint32_t addr = b_row + static_cast<uint32_t>((nt * 8 * kWs(KS) + (kh * QS + q) * 16) * 2);
+        uint32_t bl[4], bh[4];
+        if constexpr (TWO) ldmatrix_x4(bl, addr + lo_bytes);
+        ldmatrix_x4(bh, addr);
+        if constexpr (TWO) mma16_tiles<P, NT>(acc, a, bl, nt);
+        mma16_tiles<P, NT>(acc, a, bh, nt);
+      }
+    }
+}
+
 template <int KS, int NT>
 constexpr size_t smem_bytes() {
   return (size_t{NT} * 8 * kWs(KS) + size_t{kPixels(KS)} * 4 + size_t{4} * 32 * out_stride(NT, 2)) * 2;
@@ -378,21 +546,30 @@ constexpr size_t smem_bytes() {
 // The patch's pixels of tile `o` this thread stages (pixel threadIdx.x + u * kThreads, row-major,
 // 4 channels: the fourth zero), from x's three channels; zeros outside the image and in the
 // padding columns past the window's last.
-template <int KS>
-__device__ __forceinline__ void load_patch(uint2 (&v)[kPerThread(KS)], const uint16_t* __restrict__ x,
-                                           const Geom& g, const TileOrigin& o) {
-  const uint16_t* xi = x + static_cast<int64_t>(o.img) * g.in_h * g.in_w * 3;
+// fn(u, p) for each of the thread's pixels u of tile o's patch (pixel threadIdx.x + u * kThreads,
+// row-major): p its index in its image plane (iy * in_w + ix), or -1 for a zero (outside the image,
+// past the window's last column, past the patch).
+template <int KS, typename Fn>
+__device__ __forceinline__ void patch_pixels(const Geom& g, const TileOrigin& o, Fn fn) {
 #pragma unroll
   for (int u = 0; u < kPerThread(KS); ++u) {
     const int i = static_cast<int>(threadIdx.x) + u * kThreads;
     const int py = i / kPatchW(KS), px = i - py * kPatchW(KS), iy = o.iy0 + py, ix = o.ix0 + px;
-    uint32_t c0 = 0, c1 = 0, c2 = 0;
-    if (i < kPixels(KS) && px < (kTileW - 1) * 2 + KS && iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w) {
-      const uint16_t* src = xi + (static_cast<int64_t>(iy) * g.in_w + ix) * 3;
-      c0 = src[0], c1 = src[1], c2 = src[2];
-    }
-    v[u] = make_uint2(c0 | (c1 << 16), c2);
+    fn(u, i < kPixels(KS) && px < (kTileW - 1) * 2 + KS && iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w
+              ? static_cast<int64_t>(iy) * g.in_w + ix
+              : int64_t{-1});
   }
+}
+
+template <int KS>
+__device__ __forceinline__ void load_patch(uint2 (&v)[kPerThread(KS)], const uint16_t* __restrict__ x,
+                                           const Geom& g, const TileOrigin& o) {
+  const uint16_t* xi = x + static_cast<int64_t>(o.img) * g.in_h * g.in_w * 3;
+  patch_pixels<KS>(g, o, [&](int u, int64_t p) {
+    uint32_t c0 = 0, c1 = 0, c2 = 0;
+    if (p >= 0) c0 = xi[p * 3], c1 = xi[p * 3 + 1], c2 = xi[p * 3 + 2];
+    v[u] = make_uint2(c0 | (c1 << 16), c2);
+  });
 }
 
 template <typename T, int KS, int NT>
@@ -401,88 +578,35 @@ __global__ void __launch_bounds__(kThreads, 4)
                      const float* __restrict__ bias, T* __restrict__ y, Geom g, ActFn act) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int NB = NT * 8, OS = out_stride(NT, 2), KWP = kKwp(KS), PW = kPatchW(KS), WS = kWs(KS);
-  constexpr int QS = KWP / 4;                             // k-steps a window row
   uint16_t* ws = reinterpret_cast<uint16_t*>(smem);       // [NB][WS]: [filter][kh][kw < KWP][4]
   uint2* patch = reinterpret_cast<uint2*>(ws + NB * WS);  // [kPatchH][PW] pixels of 4 values
   T* outs = reinterpret_cast<T*>(patch + kPixels(KS));    // [warp][32][OS]
   const int f0 = blockIdx.y * NB;
   for (int i = threadIdx.x; i < NB * kDepth(KS); i += kThreads) {
-    const int nn = i / kDepth(KS), k = i - nn * kDepth(KS), f = f0 + nn, ch = k & 3, kw = (k >> 2) % KWP,
-              kh = (k >> 2) / KWP;
-    ws[nn * WS + k] = f < g.filters && kw < KS && ch < 3
-                          ? w[static_cast<int64_t>(f) * KS * KS * 3 + (kh * KS + kw) * 3 + ch]
-                          : uint16_t{0};
+    const int nn = i / kDepth(KS), k = i - nn * kDepth(KS);
+    const int64_t src = weight_index<KS>(f0 + nn, k, g.filters);
+    ws[nn * WS + k] = src >= 0 ? w[src] : uint16_t{0};
   }
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
   const uint32_t b_row = static_cast<uint32_t>(
       __cvta_generic_to_shared(ws + ((lane >> 4) * 8 + (lane & 7)) * WS + ((lane >> 3) & 1) * 8));
-  // ldmatrix.x4 of A: lane l gives the row address of matrix l / 8 (pixels 0-7 / 8-15 of the m16
-  // tile, its output row's columns; taps 0-7 / 8-15 of the k-step: 2 pixels of 4 channels each),
-  // row l % 8. The warp's two m16 tiles are output rows 2 warp and 2 warp + 1 of the tile.
   uint32_t a_row[2];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-    a_row[mt] = static_cast<uint32_t>(__cvta_generic_to_shared(
-        patch + (warp * 2 + mt) * 2 * PW + ((lane & 7) + ((lane >> 3) & 1) * 8) * 2 + (lane >> 4) * 2));
+  a_rows16<KS>(a_row, patch);
   float bv[NT][2];
   bias_fragment<NT>(bv, bias, g, f0, tq);
   T* out = outs + warp * 32 * OS;
 
   uint2 next[kPerThread(KS)];
-  if (blockIdx.x < g.total) load_patch<KS>(next, x, g, tile_origin(g, blockIdx.x));
-  for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
-    const TileOrigin o = tile_origin(g, t);
-    __syncthreads();  // the previous tile's reads of the patch are done (the first: the weights)
-#pragma unroll
-    for (int u = 0; u < kPerThread(KS); ++u) {
-      const int i = static_cast<int>(threadIdx.x) + u * kThreads;
-      if (i < kPixels(KS)) patch[i] = next[u];
-    }
-    __syncthreads();
-    if (t + gridDim.x < g.total) load_patch<KS>(next, x, g, tile_origin(g, t + gridDim.x));
-
+  auto load = [&](auto& regs, const TileOrigin& to) { load_patch<KS>(regs, x, g, to); };
+  auto put = [&](int i, const uint2& v) { patch[i] = v; };
+  auto body = [&](const TileOrigin& o) {
     float acc[2][NT][4];
-    zero_acc<NT>(acc);
-#pragma unroll
-    for (int kh = 0; kh < KS; ++kh)
-#pragma unroll
-      for (int q = 0; q < QS; ++q) {
-        uint32_t a[2][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], a_row[mt] + (kh * PW + q * 4) * 8);
-#pragma unroll
-        for (int nt = 0; nt < NT; nt += 2) {
-          uint32_t b[4];
-          ldmatrix_x4(b, b_row + static_cast<uint32_t>((nt * 8 * WS + (kh * QS + q) * 16) * 2));
-          constexpr int P = std::is_same_v<T, __half> ? implicit::kTcFp16 : implicit::kTcBf16;
-          implicit::mma_16<P>(acc[0][nt], a[0], b[0], b[1]);
-          implicit::mma_16<P>(acc[1][nt], a[1], b[0], b[1]);
-          implicit::mma_16<P>(acc[0][nt + 1], a[0], b[2], b[3]);
-          implicit::mma_16<P>(acc[1][nt + 1], a[1], b[2], b[3]);
-        }
-      }
+    rows16_products<std::is_same_v<T, __half> ? implicit::kTcFp16 : implicit::kTcBf16, KS, NT, false>(
+        acc, a_row, b_row, 0);
 
     // The warp's 32 outputs (bias, activation, one rounding) staged, then out in 16-byte stores:
     // two runs of 16 pixels, each pixel's NB filters contiguous.
-    auto stage = [&](auto fn) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            Vec<T, 2> v;
-            v.v[0] = to<T>(fn(acc[mt][nt][h * 2] + bv[nt][0]));
-            v.v[1] = to<T>(fn(acc[mt][nt][h * 2 + 1] + bv[nt][1]));
-            *reinterpret_cast<Vec<T, 2>*>(out + (mt * 16 + h * 8 + gr) * OS + nt * 8 + tq * 2) = v;
-          }
-    };
-    if (act.kind == Act::kRelu)
-      stage([](float v) { return fmaxf(v, 0.f); });
-    else if (act.kind == Act::kIdentity)
-      stage([](float v) { return v; });
-    else
-      stage([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<T>(kind, slope, v); });
+    stage_warp<T, NT>(acc, bv, out, act);
     __syncwarp();
     constexpr int VP = NB / 8;  // 16-byte vectors a pixel
 #pragma unroll
@@ -495,7 +619,8 @@ __global__ void __launch_bounds__(kThreads, 4)
             *reinterpret_cast<const uint4*>(out + m * OS + j * 8);
     }
     __syncwarp();  // the staged outputs are read before the next tile's are written
-  }
+  };
+  pipelined_tiles<KS>(g, next, load, put, body);
 }
 
 // FP32 storage (tf32, fp32): the same GEMM on m16n8k8 TF32 products, k-steps of 8 taps (2 pixels
@@ -516,16 +641,10 @@ template <int KS>
 __device__ __forceinline__ void load_patch_f32(float (&v)[kPerThread(KS)][3], const float* __restrict__ x,
                                                const Geom& g, const TileOrigin& o) {
   const float* xi = x + static_cast<int64_t>(o.img) * g.in_h * g.in_w * 3;
-#pragma unroll
-  for (int u = 0; u < kPerThread(KS); ++u) {
-    const int i = static_cast<int>(threadIdx.x) + u * kThreads;
-    const int py = i / kPatchW(KS), px = i - py * kPatchW(KS), iy = o.iy0 + py, ix = o.ix0 + px;
+  patch_pixels<KS>(g, o, [&](int u, int64_t p) {
     v[u][0] = v[u][1] = v[u][2] = 0.f;
-    if (i < kPixels(KS) && px < (kTileW - 1) * 2 + KS && iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w) {
-      const float* src = xi + (static_cast<int64_t>(iy) * g.in_w + ix) * 3;
-      v[u][0] = src[0], v[u][1] = src[1], v[u][2] = src[2];
-    }
-  }
+    if (p >= 0) v[u][0] = xi[p * 3], v[u][1] = xi[p * 3 + 1], v[u][2] = xi[p * 3 + 2];
+  });
 }
 
 template <bool THREE, int KS, int NT>
@@ -540,13 +659,11 @@ __global__ void __launch_bounds__(kThreads, 3)
   auto operand = [](float v) { return THREE ? v : __uint_as_float(implicit::tf32_rn(v)); };
   const int f0 = blockIdx.y * NB;
   for (int i = threadIdx.x; i < NB * kDepth(KS); i += kThreads) {
-    const int nn = i / kDepth(KS), k = i - nn * kDepth(KS), f = f0 + nn, ch = k & 3, kw = (k >> 2) % KWP,
-              kh = (k >> 2) / KWP;
-    ws[nn * WS + k] = f < g.filters && kw < KS && ch < 3
-                          ? operand(w[static_cast<int64_t>(f) * KS * KS * 3 + (kh * KS + kw) * 3 + ch])
-                          : 0.f;
+    const int nn = i / kDepth(KS), k = i - nn * kDepth(KS);
+    const int64_t src = weight_index<KS>(f0 + nn, k, g.filters);
+    ws[nn * WS + k] = src >= 0 ? operand(w[src]) : 0.f;
   }
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
   // B as stem_f32_kernel's: a row of 4 FP32 words read as 8 16-bit values.
   const uint32_t b_row = static_cast<uint32_t>(
       __cvta_generic_to_shared(ws + ((lane >> 4) * 8 + (lane & 7)) * WS + ((lane >> 3) & 1) * 4));
@@ -561,22 +678,13 @@ __global__ void __launch_bounds__(kThreads, 3)
   bias_fragment<NT>(bv, bias, g, f0, tq);
 
   float next[kPerThread(KS)][3];
-  if (blockIdx.x < g.total) load_patch_f32<KS>(next, x, g, tile_origin(g, blockIdx.x));
-  for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
-    const TileOrigin o = tile_origin(g, t);
-    __syncthreads();  // the previous tile's reads of the patch are done (the first: the weights)
-#pragma unroll
-    for (int u = 0; u < kPerThread(KS); ++u) {
-      const int i = static_cast<int>(threadIdx.x) + u * kThreads;
-      if (i < kPixels(KS)) {
-        const int py = i / kPatchW(KS), px = i - py * kPatchW(KS);
-        planes[(px & 1) * PH * PWH + py * PWH + (px >> 1)] =
-            make_float4(operand(next[u][0]), operand(next[u][1]), operand(next[u][2]), 0.f);
-      }
-    }
-    __syncthreads();
-    if (t + gridDim.x < g.total) load_patch_f32<KS>(next, x, g, tile_origin(g, t + gridDim.x));
-
+  auto load = [&](auto& regs, const TileOrigin& to) { load_patch_f32<KS>(regs, x, g, to); };
+  auto put = [&](int i, const float(&v)[3]) {
+    const int py = i / kPatchW(KS), px = i - py * kPatchW(KS);
+    planes[(px & 1) * PH * PWH + py * PWH + (px >> 1)] =
+        make_float4(operand(v[0]), operand(v[1]), operand(v[2]), 0.f);
+  };
+  auto body = [&](const TileOrigin& o) {
     float acc[2][NT][4];
     zero_acc<NT>(acc);
 #pragma unroll
@@ -587,63 +695,27 @@ __global__ void __launch_bounds__(kThreads, 3)
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
           ldmatrix_x4(ah[mt], a_row[mt] + (kh * PWH + q) * 16);
-          if constexpr (THREE)
+          if constexpr (THREE) {  // 3xTF32: A's high part and the remainder
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
               const float a = __uint_as_float(ah[mt][i]);
               ah[mt][i] = implicit::tf32_hi(a);
               al[mt][i] = __float_as_uint(a - __uint_as_float(ah[mt][i]));
             }
+          }
         }
 #pragma unroll
         for (int nt = 0; nt < NT; nt += 2) {
           uint32_t b[4];  // b0, b1 of filter tile nt, then of nt + 1
           ldmatrix_x4(b, b_row + static_cast<uint32_t>((nt * 8 * WS + (kh * QS + q) * 8) * 4));
-#pragma unroll
-          for (int u = 0; u < 2; ++u) {
-            if constexpr (THREE) {
-              const unsigned bh0 = implicit::tf32_hi(__uint_as_float(b[2 * u]));
-              const unsigned bh1 = implicit::tf32_hi(__uint_as_float(b[2 * u + 1]));
-              const unsigned bl0 = __float_as_uint(__uint_as_float(b[2 * u]) - __uint_as_float(bh0));
-              const unsigned bl1 = __float_as_uint(__uint_as_float(b[2 * u + 1]) - __uint_as_float(bh1));
-#pragma unroll
-              for (int mt = 0; mt < 2; ++mt) {
-                implicit::mma_tf32(acc[mt][nt + u], al[mt], bh0, bh1);
-                implicit::mma_tf32(acc[mt][nt + u], ah[mt], bl0, bl1);
-                implicit::mma_tf32(acc[mt][nt + u], ah[mt], bh0, bh1);
-              }
-            } else {
-#pragma unroll
-              for (int mt = 0; mt < 2; ++mt)
-                implicit::mma_tf32(acc[mt][nt + u], ah[mt], b[2 * u], b[2 * u + 1]);
-            }
-          }
+          mma_tf32_tiles<THREE, NT>(acc, ah, al, b, nt);
         }
       }
 
-    auto store = [&](auto fn) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int oy = o.oy0 + warp * 2 + mt, ox = o.ox0 + h * 8 + gr;
-          if (oy >= g.out_h || ox >= g.out_w) continue;
-          float* dst =
-              y + ((static_cast<int64_t>(o.img) * g.out_h + oy) * g.out_w + ox) * g.filters + f0 + tq * 2;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-            if (f0 + nt * 8 < g.filters)
-              *reinterpret_cast<float2*>(dst + nt * 8) =
-                  make_float2(fn(acc[mt][nt][h * 2] + bv[nt][0]), fn(acc[mt][nt][h * 2 + 1] + bv[nt][1]));
-        }
-    };
-    if (act.kind == Act::kRelu)
-      store([](float v) { return fmaxf(v, 0.f); });
-    else if (act.kind == Act::kIdentity)
-      store([](float v) { return v; });
-    else
-      store([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<float>(kind, slope, v); });
-  }
+    auto pixel = [&](int, int) { return [&](int nt, int j, float v) { return v + bv[nt][j]; }; };
+    with_act<float>(act, [&](auto fn) { store_rows_f32<NT>(acc, y, g, o, f0, pixel, fn); });
+  };
+  pipelined_tiles<KS>(g, next, load, put, body);
 }
 
 // The reading-bytes stem (StemBytesWeights) on the rows layout: the patch holds byte - o[c] as
@@ -662,16 +734,11 @@ __device__ __forceinline__ void load_patch_u8(uint32_t (&v)[kPerThread(KS)], con
                                               const Geom& g, const TileOrigin& o) {
   const int64_t plane = static_cast<int64_t>(g.in_h) * g.in_w;
   const uint8_t* xi = x + static_cast<int64_t>(o.img) * 3 * plane;
-#pragma unroll
-  for (int u = 0; u < kPerThread(KS); ++u) {
-    const int i = static_cast<int>(threadIdx.x) + u * kThreads;
-    const int py = i / kPatchW(KS), px = i - py * kPatchW(KS), iy = o.iy0 + py, ix = o.ix0 + px;
-    v[u] = 0;
-    if (i < kPixels(KS) && px < (kTileW - 1) * 2 + KS && iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w) {
-      const uint8_t* src = xi + static_cast<int64_t>(iy) * g.in_w + ix;
-      v[u] = uint32_t{src[0]} | (uint32_t{src[plane]} << 8) | (uint32_t{src[2 * plane]} << 16) | (1u << 24);
-    }
-  }
+  patch_pixels<KS>(g, o, [&](int u, int64_t p) {
+    v[u] = p < 0 ? 0u
+                 : uint32_t{xi[p]} | (uint32_t{xi[p + plane]} << 8) | (uint32_t{xi[p + 2 * plane]} << 16) |
+                       (1u << 24);
+  });
 }
 
 template <int KS, int NT>
@@ -679,7 +746,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     stem_rows_bytes_kernel(const uint8_t* __restrict__ x, StemBytesDevice a, float* __restrict__ y, Geom g,
                            ActFn act) {
   extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int NB = NT * 8, KWP = kKwp(KS), PW = kPatchW(KS), WS = kWs(KS), QS = KWP / 4;
+  constexpr int NB = NT * 8, KWP = kKwp(KS), PW = kPatchW(KS), WS = kWs(KS);
   uint16_t* wh = reinterpret_cast<uint16_t*>(smem);       // [NB][WS]: high parts, [filter][kh][kw < KWP][4]
   uint16_t* wl = wh + NB * WS;                            // [NB][WS]: low parts
   uint2* patch = reinterpret_cast<uint2*>(wl + NB * WS);  // [kPatchH][PW] pixels of 4 FP16 values
@@ -687,110 +754,45 @@ __global__ void __launch_bounds__(kThreads, 3)
   float* tmid = osc + NB;  // [NB]: the table's values for the middle output's classes
   const int f0 = blockIdx.y * NB;
   for (int i = threadIdx.x; i < NB * kDepth(KS); i += kThreads) {
-    const int nn = i / kDepth(KS), k = i - nn * kDepth(KS), f = f0 + nn, ch = k & 3, kw = (k >> 2) % KWP,
-              kh = (k >> 2) / KWP;
-    const bool in = f < g.filters && kw < KS && ch < 3;
-    const int64_t src = static_cast<int64_t>(f) * KS * KS * 3 + (kh * KS + kw) * 3 + ch;
-    wh[nn * WS + k] = in ? a.w_hi[src] : uint16_t{0};
-    wl[nn * WS + k] = in ? a.w_lo[src] : uint16_t{0};
+    const int nn = i / kDepth(KS), k = i - nn * kDepth(KS);
+    const int64_t src = weight_index<KS>(f0 + nn, k, g.filters);
+    wh[nn * WS + k] = src >= 0 ? a.w_hi[src] : uint16_t{0};
+    wl[nn * WS + k] = src >= 0 ? a.w_lo[src] : uint16_t{0};
   }
   const int rmid = a.row_class[g.out_h / 2], cmid = a.col_class[g.out_w / 2];
-  for (int i = threadIdx.x; i < NB; i += kThreads) {
-    const int f = f0 + i;
-    osc[i] = f < g.filters ? a.out_scale[f] : 0.f;
-    tmid[i] = f < g.filters ? a.table[(rmid * a.col_classes + cmid) * g.filters + f] : 0.f;
-  }
+  stage_scale_table(osc, tmid, a, g.filters, f0, NB, rmid, cmid);
   const float o0 = static_cast<float>(a.offset[0]), o1 = static_cast<float>(a.offset[1]),
               o2 = static_cast<float>(a.offset[2]);
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  const int lane = threadIdx.x & 31, tq = lane & 3;
   const uint32_t b_row = static_cast<uint32_t>(
       __cvta_generic_to_shared(wh + ((lane >> 4) * 8 + (lane & 7)) * WS + ((lane >> 3) & 1) * 8));
   constexpr uint32_t kLoBytes = NB * WS * 2;
   uint32_t a_row[2];
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-    a_row[mt] = static_cast<uint32_t>(__cvta_generic_to_shared(
-        patch + (warp * 2 + mt) * 2 * PW + ((lane & 7) + ((lane >> 3) & 1) * 8) * 2 + (lane >> 4) * 2));
+  a_rows16<KS>(a_row, patch);
 
   uint32_t next[kPerThread(KS)];
-  if (blockIdx.x < g.total) load_patch_u8<KS>(next, x, g, tile_origin(g, blockIdx.x));
-  for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
-    const TileOrigin o = tile_origin(g, t);
-    __syncthreads();  // the previous tile's reads of the patch are done (the first: the weights)
-#pragma unroll
-    for (int u = 0; u < kPerThread(KS); ++u) {
-      const int i = static_cast<int>(threadIdx.x) + u * kThreads;
-      if (i >= kPixels(KS)) continue;
-      const uint32_t b = next[u];
-      uint2 v = make_uint2(0, 0);
-      if (b >> 24)  // inside the image: byte - o[c], exact in FP16 (the padding stays zero)
-        v = make_uint2(pack(__half_as_ushort(__float2half_rn(static_cast<float>(b & 0xff) - o0)),
-                            __half_as_ushort(__float2half_rn(static_cast<float>((b >> 8) & 0xff) - o1))),
-                       __half_as_ushort(__float2half_rn(static_cast<float>((b >> 16) & 0xff) - o2)));
-      patch[i] = v;
-    }
-    __syncthreads();
-    if (t + gridDim.x < g.total) load_patch_u8<KS>(next, x, g, tile_origin(g, t + gridDim.x));
-
+  auto load = [&](auto& regs, const TileOrigin& to) { load_patch_u8<KS>(regs, x, g, to); };
+  auto put = [&](int i, const uint32_t& b) {
+    uint2 v = make_uint2(0, 0);
+    if (b >> 24)  // inside the image: byte - o[c], exact in FP16 (the padding stays zero)
+      v = make_uint2(pack(__half_as_ushort(__float2half_rn(static_cast<float>(b & 0xff) - o0)),
+                          __half_as_ushort(__float2half_rn(static_cast<float>((b >> 8) & 0xff) - o1))),
+                     __half_as_ushort(__float2half_rn(static_cast<float>((b >> 16) & 0xff) - o2)));
+    patch[i] = v;
+  };
+  auto body = [&](const TileOrigin& o) {
     float acc[2][NT][4];
-    zero_acc<NT>(acc);
-#pragma unroll
-    for (int kh = 0; kh < KS; ++kh)
-#pragma unroll
-      for (int q = 0; q < QS; ++q) {
-        uint32_t af[2][4];
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(af[mt], a_row[mt] + (kh * PW + q * 4) * 8);
-#pragma unroll
-        for (int nt = 0; nt < NT; nt += 2) {
-          const uint32_t addr = b_row + static_cast<uint32_t>((nt * 8 * WS + (kh * QS + q) * 16) * 2);
-          uint32_t bh[4], bl[4];
-          ldmatrix_x4(bl, addr + kLoBytes);
-          ldmatrix_x4(bh, addr);
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            implicit::mma_16<implicit::kTcFp16>(acc[mt][nt], af[mt], bl[0], bl[1]);
-            implicit::mma_16<implicit::kTcFp16>(acc[mt][nt + 1], af[mt], bl[2], bl[3]);
-          }
-#pragma unroll
-          for (int mt = 0; mt < 2; ++mt) {
-            implicit::mma_16<implicit::kTcFp16>(acc[mt][nt], af[mt], bh[0], bh[1]);
-            implicit::mma_16<implicit::kTcFp16>(acc[mt][nt + 1], af[mt], bh[2], bh[3]);
-          }
-        }
-      }
+    rows16_products<implicit::kTcFp16, KS, NT, true>(acc, a_row, b_row, kLoBytes);
 
-    auto store = [&](auto fn) {
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int oy = o.oy0 + warp * 2 + mt, ox = o.ox0 + h * 8 + gr;
-          if (oy >= g.out_h || ox >= g.out_w) continue;
-          const float* row = tmid;  // the table's row of the output's classes
-          int fr = 0;
-          const int rc = a.row_class[oy], cc = a.col_class[ox];
-          if (rc != rmid || cc != cmid)
-            row = a.table + static_cast<int64_t>(rc * a.col_classes + cc) * g.filters, fr = f0;
-          float* dst =
-              y + ((static_cast<int64_t>(o.img) * g.out_h + oy) * g.out_w + ox) * g.filters + f0 + tq * 2;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            const int i = nt * 8 + tq * 2;
-            if (f0 + nt * 8 < g.filters)
-              *reinterpret_cast<float2*>(dst + nt * 8) =
-                  make_float2(fn(fmaf(acc[mt][nt][h * 2], osc[i], row[fr + i])),
-                              fn(fmaf(acc[mt][nt][h * 2 + 1], osc[i + 1], row[fr + i + 1])));
-          }
-        }
+    // Scaled back, plus the bias and the r[c] sum of the output's classes.
+    auto pixel = [&](int oy, int ox) {
+      const float* row = table_row(a, tmid, rmid, cmid, g.filters, oy, ox, f0);
+      return
+          [=](int nt, int j, float v) { return fmaf(v, osc[nt * 8 + tq * 2 + j], row[nt * 8 + tq * 2 + j]); };
     };
-    if (act.kind == Act::kRelu)
-      store([](float v) { return fmaxf(v, 0.f); });
-    else if (act.kind == Act::kIdentity)
-      store([](float v) { return v; });
-    else
-      store([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<float>(kind, slope, v); });
-  }
+    with_act<float>(act, [&](auto fn) { store_rows_f32<NT>(acc, y, g, o, f0, pixel, fn); });
+  };
+  pipelined_tiles<KS>(g, next, load, put, body);
 }
 
 // Whether a rows kernel computes p (the caller checked the stem's own conditions): three
@@ -919,25 +921,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int nt = 0; nt < NT; nt += 2) {
         uint32_t b[4];  // b0, b1 of filter tile nt, then of nt + 1
         ldmatrix_x4(b, b_row + static_cast<uint32_t>((nt * 8 * g.ks + kb) * 4));
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          if constexpr (THREE) {
-            const unsigned bh0 = implicit::tf32_hi(__uint_as_float(b[2 * u]));
-            const unsigned bh1 = implicit::tf32_hi(__uint_as_float(b[2 * u + 1]));
-            const unsigned bl0 = __float_as_uint(__uint_as_float(b[2 * u]) - __uint_as_float(bh0));
-            const unsigned bl1 = __float_as_uint(__uint_as_float(b[2 * u + 1]) - __uint_as_float(bh1));
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt) {
-              implicit::mma_tf32(acc[mt][nt + u], al[mt], bh0, bh1);
-              implicit::mma_tf32(acc[mt][nt + u], ah[mt], bl0, bl1);
-              implicit::mma_tf32(acc[mt][nt + u], ah[mt], bh0, bh1);
-            }
-          } else {
-#pragma unroll
-            for (int mt = 0; mt < 2; ++mt)
-              implicit::mma_tf32(acc[mt][nt + u], ah[mt], b[2 * u], b[2 * u + 1]);
-          }
-        }
+        mma_tf32_tiles<THREE, NT>(acc, ah, al, b, nt);
       }
     }
     __syncthreads();  // every warp's reads of the patch are done: the outputs take its place
@@ -984,11 +968,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   // Every output whose row and column classes are the middle output's (most of them) takes the
   // table's value from shared memory; the others read their row of the table.
   const int rmid = a.row_class[g.out_h / 2], cmid = a.col_class[g.out_w / 2];
-  for (int i = threadIdx.x; i < NB; i += kThreads) {
-    const int f = f0 + i;
-    osc[i] = f < g.filters ? a.out_scale[f] : 0.f;
-    tmid[i] = f < g.filters ? a.table[(rmid * a.col_classes + cmid) * g.filters + f] : 0.f;
-  }
+  stage_scale_table(osc, tmid, a, g.filters, f0, NB, rmid, cmid);
   if (threadIdx.x == 0)  // (constant indices: the parameters stay out of local memory)
     offs[0] = a.offset[0], offs[1] = a.offset[1], offs[2] = a.offset[2], offs[3] = a.offset[3];
 
@@ -1049,16 +1029,8 @@ __global__ void __launch_bounds__(kThreads, 3)
         uint32_t bh[4], bl[4];
         ldmatrix_x4(bl, addr + lo_bytes);
         ldmatrix_x4(bh, addr);
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          implicit::mma_16<implicit::kTcFp16>(acc[mt][nt], af[mt], bl[0], bl[1]);
-          implicit::mma_16<implicit::kTcFp16>(acc[mt][nt + 1], af[mt], bl[2], bl[3]);
-        }
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt) {
-          implicit::mma_16<implicit::kTcFp16>(acc[mt][nt], af[mt], bh[0], bh[1]);
-          implicit::mma_16<implicit::kTcFp16>(acc[mt][nt + 1], af[mt], bh[2], bh[3]);
-        }
+        mma16_tiles<implicit::kTcFp16, NT>(acc, af, bl, nt);  // the low parts first
+        mma16_tiles<implicit::kTcFp16, NT>(acc, af, bh, nt);
       }
     }
     // Scaled back, plus the bias and the r[c] sum of the output's classes.
@@ -1067,19 +1039,14 @@ __global__ void __launch_bounds__(kThreads, 3)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int m = warp * 32 + mt * 16 + h * 8 + gr, oy = o.oy0 + m / kTileW, ox = o.ox0 + m % kTileW;
-        const float* row = tmid;
-        int fr = 0;  // the row's first filter
-        if (oy < g.out_h && ox < g.out_w) {
-          const int rc = a.row_class[oy], cc = a.col_class[ox];
-          if (rc != rmid || cc != cmid)
-            row = a.table + static_cast<int64_t>(rc * a.col_classes + cc) * g.filters, fr = f0;
-        }
+        const float* row =
+            oy < g.out_h && ox < g.out_w ? table_row(a, tmid, rmid, cmid, g.filters, oy, ox, f0) : tmid;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
             const int i = nt * 8 + tq * 2 + j;
-            const float tv = f0 + i < g.filters ? row[fr + i] : 0.f;
+            const float tv = f0 + i < g.filters ? row[i] : 0.f;
             acc[mt][nt][h * 2 + j] = fmaf(acc[mt][nt][h * 2 + j], osc[i], tv);
           }
       }
@@ -1107,12 +1074,7 @@ __global__ void __launch_bounds__(kThreads, 3)
                   make_float2(fn(acc[mt][nt][h * 2]), fn(acc[mt][nt][h * 2 + 1]));
         }
     };
-    if (act.kind == Act::kRelu)
-      store([](float v) { return fmaxf(v, 0.f); });
-    else if (act.kind == Act::kIdentity)
-      store([](float v) { return v; });
-    else
-      store([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<float>(kind, slope, v); });
+    with_act<float>(act, store);
   }
 }
 
