@@ -6,7 +6,10 @@
 // about FP32 accuracy). cuDNN's kernels for three input channels are slow at BF16 (ResNet-18's
 // 7x7 stem: 8.0 ms for 1000 images at 224x224 against 2.2 ms at FP16) and in FP32 storage (6.2
 // ms at tf32, 11.4 ms at fp32; docs/performance.md), cutlass takes channels in fours, and no
-// library's implicit GEMM reads three 2-byte channels with its vector loads.
+// library's implicit GEMM reads three 2-byte channels with its vector loads. Two kernels compute
+// it: one gathers A's values from the staged input through tables (any shape above); the other
+// (`rows`: three channels, stride 2, 3x3 or 7x7) reads A's fragments with ldmatrix straight from
+// rows of the staged input, which is about twice as fast (docs/architecture.md, **stem**).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -54,8 +57,9 @@ void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const 
                       void* y, int64_t n, ActFn act, cudaStream_t s, const StemPool& pool = StemPool{},
                       bool rows = true);
 
-// Whether launch_conv_stem's `rows` kernel can compute p with `pool` at `prec`: 16-bit storage,
-// three input channels, stride 2, no dilation, a square window of 3 or 7, no pool.
+// Whether the `rows` kernels (launch_conv_stem's and launch_conv_stem_bytes') compute p with
+// `pool` at `prec`: the stem's own conditions, three input channels, stride 2, no dilation, a
+// square window of 3 or 7, no pool (any storage: 16-bit on m16n8k16, FP32 on TF32 or 3xTF32).
 bool stem_runs_rows(const ConvParams& p, Precision prec, const StemPool& pool = StemPool{});
 
 // The stem reading the network's uint8 pixels (FP32 storage: --precision fp32 or tf32), the
