@@ -543,9 +543,6 @@ constexpr size_t smem_bytes() {
   return (size_t{NT} * 8 * kWs(KS) + size_t{kPixels(KS)} * 4 + size_t{4} * 32 * out_stride(NT, 2)) * 2;
 }
 
-// The patch's pixels of tile `o` this thread stages (pixel threadIdx.x + u * kThreads, row-major,
-// 4 channels: the fourth zero), from x's three channels; zeros outside the image and in the
-// padding columns past the window's last.
 // fn(u, p) for each of the thread's pixels u of tile o's patch (pixel threadIdx.x + u * kThreads,
 // row-major): p its index in its image plane (iy * in_w + ix), or -1 for a zero (outside the image,
 // past the window's last column, past the patch).
@@ -561,6 +558,8 @@ __device__ __forceinline__ void patch_pixels(const Geom& g, const TileOrigin& o,
   }
 }
 
+// The 16-bit patch's pixels of tile o this thread stages, 4 channels (the fourth zero) from x's
+// three.
 template <int KS>
 __device__ __forceinline__ void load_patch(uint2 (&v)[kPerThread(KS)], const uint16_t* __restrict__ x,
                                            const Geom& g, const TileOrigin& o) {
