@@ -261,6 +261,17 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&b)[4], uint32_t addr) {
                : "r"(addr));
 }
 
+// The lane's row address for ldmatrix.x4 of B from weights w staged as [filter][tap] rows of
+// `stride` values: matrix l / 8 for lane l (two filter tiles x the k-step's two halves, 16 bytes
+// each: 8 16-bit values, or 4 FP32 words read as 8 16-bit values), row l % 8. Thread t then holds
+// of each matrix row t / 4's 32-bit word t % 4: B's (k = 2tq, n = gr) pair, or (k = tq, n = gr) word.
+template <typename T>
+__device__ __forceinline__ uint32_t b_rows(const T* w, int stride) {
+  const int lane = threadIdx.x & 31;
+  return static_cast<uint32_t>(__cvta_generic_to_shared(
+      w + ((lane >> 4) * 8 + (lane & 7)) * stride + ((lane >> 3) & 1) * (16 / static_cast<int>(sizeof(T)))));
+}
+
 template <int NT>
 __device__ __forceinline__ void zero_acc(float (&acc)[2][NT][4]) {
 #pragma unroll
@@ -356,10 +367,7 @@ __global__ void __launch_bounds__(kThreads, 4)
   pair_offsets(koff, g);
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
-  // ldmatrix.x4 of B: lane l gives the row address of matrix l / 8 (two filter tiles x two
-  // halves of the 16 taps), row l % 8.
-  const uint32_t b_row = static_cast<uint32_t>(
-      __cvta_generic_to_shared(ws + ((lane >> 4) * 8 + (lane & 7)) * g.ks + ((lane >> 3) & 1) * 8));
+  const uint32_t b_row = b_rows(ws, g.ks);
   int base[2][2];  // [m16 tile][row gr, gr + 8]: the pixel's first value in the patch
   pixel_bases(base, g, warp, gr);
   float bv[NT][2];
@@ -418,15 +426,15 @@ void launch_tiles(K kernel, const Geom& g, int nt, size_t smem, cudaStream_t s, 
   kernel<<<grid, kThreads, smem, s>>>(args...);
 }
 
-// The stride-2 stem of three channels at 16-bit storage (ResNet's and GoogLeNet's 7x7/2,
-// SqueezeNet's, MobileNetV2's and EfficientNet's 3x3/2): A's fragments by ldmatrix from rows of
-// the patch, no tables. Each pixel's channels padded to 4 are 8 bytes, so at stride 2 an output
-// pixel's window row starts 16 bytes after its left neighbour's, and the window row's taps (its
-// KS pixels, padded to KWP, a multiple of 4, with zero columns, against zero weights) are one
-// contiguous run: the taps of k-step (kh, q) for 8 consecutive output pixels are 8 aligned
-// 16-byte rows, one 8x8 matrix of A, read without bank conflicts. Depth KS x KWP x 4 (224 for
-// 7x7: the gather kernel's 208 rounded to the next k-step). The next tile's patch is loaded into
-// registers while this one's products run; a warp stages and writes its own 32 outputs.
+// The stride-2 stems of three channels (ResNet's and GoogLeNet's 7x7/2, SqueezeNet's,
+// MobileNetV2's and EfficientNet's 3x3/2), here at 16-bit storage (FP32 storage and the bytes:
+// below): A's fragments by ldmatrix from rows of the patch, no tables. Each pixel's channels padded to 4 are
+// 8 bytes, so at stride 2 an output pixel's window row starts 16 bytes after its left neighbour's, and the
+// window row's taps (its KS pixels, padded to KWP, a multiple of 4, with zero columns, against zero weights)
+// are one contiguous run: the taps of k-step (kh, q) for 8 consecutive output pixels are 8 aligned 16-byte
+// rows, one 8x8 matrix of A, read without bank conflicts. Depth KS x KWP x 4 (224 for 7x7: the gather
+// kernel's 208 rounded to the next k-step). The next tile's patch is loaded into registers while this one's
+// products run; a warp stages and writes its own 32 outputs.
 namespace rows {
 
 constexpr int kPatchH(int ks) { return (kTileH - 1) * 2 + ks; }
@@ -587,8 +595,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     ws[nn * WS + k] = src >= 0 ? w[src] : uint16_t{0};
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
-  const uint32_t b_row = static_cast<uint32_t>(
-      __cvta_generic_to_shared(ws + ((lane >> 4) * 8 + (lane & 7)) * WS + ((lane >> 3) & 1) * 8));
+  const uint32_t b_row = b_rows(ws, WS);
   uint32_t a_row[2];
   a_rows16<KS>(a_row, patch);
   float bv[NT][2];
@@ -663,9 +670,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     ws[nn * WS + k] = src >= 0 ? operand(w[src]) : 0.f;
   }
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
-  // B as stem_f32_kernel's: a row of 4 FP32 words read as 8 16-bit values.
-  const uint32_t b_row = static_cast<uint32_t>(
-      __cvta_generic_to_shared(ws + ((lane >> 4) * 8 + (lane & 7)) * WS + ((lane >> 3) & 1) * 4));
+  const uint32_t b_row = b_rows(ws, WS);
   // A: lane l gives the row address of matrix l / 8: pixels 0-7 / 8-15 of the m16 tile (its
   // output row's columns), the k-step's first pixel (the even plane) / second (the odd one).
   uint32_t a_row[2];
@@ -763,8 +768,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   const float o0 = static_cast<float>(a.offset[0]), o1 = static_cast<float>(a.offset[1]),
               o2 = static_cast<float>(a.offset[2]);
   const int lane = threadIdx.x & 31, tq = lane & 3;
-  const uint32_t b_row = static_cast<uint32_t>(
-      __cvta_generic_to_shared(wh + ((lane >> 4) * 8 + (lane & 7)) * WS + ((lane >> 3) & 1) * 8));
+  const uint32_t b_row = b_rows(wh, WS);
   constexpr uint32_t kLoBytes = NB * WS * 2;
   uint32_t a_row[2];
   a_rows16<KS>(a_row, patch);
@@ -876,11 +880,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
-  // ldmatrix.x4 of B, a row of 4 FP32 words read as 8 16-bit values: lane l gives the row address
-  // of matrix l / 8 (two filter tiles x taps kb..kb+3, kb+4..kb+7), row l % 8; thread t then holds
-  // word t % 4 of row t / 4 of each, B's (k = tq, n = gr) fragment value.
-  const uint32_t b_row = static_cast<uint32_t>(
-      __cvta_generic_to_shared(ws + ((lane >> 4) * 8 + (lane & 7)) * g.ks + ((lane >> 3) & 1) * 4));
+  const uint32_t b_row = b_rows(ws, g.ks);
   int base[2][2];  // [m16 tile][row gr, gr + 8]: the pixel's first value in the patch (cp = c)
   pixel_bases(base, g, warp, gr);
   float bv[NT][2];
@@ -972,8 +972,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     offs[0] = a.offset[0], offs[1] = a.offset[1], offs[2] = a.offset[2], offs[3] = a.offset[3];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
-  const uint32_t b_row = static_cast<uint32_t>(
-      __cvta_generic_to_shared(wh + ((lane >> 4) * 8 + (lane & 7)) * g.ks + ((lane >> 3) & 1) * 8));
+  const uint32_t b_row = b_rows(wh, g.ks);
   const uint32_t lo_bytes = static_cast<uint32_t>(NB * g.ks * 2);
   int base[2][2];
   pixel_bases(base, g, warp, gr);
