@@ -1,11 +1,16 @@
 // The GPU planner's buffer sharing (engine/gpu/plan.h): when each buffer is in use, and which
-// buffers may share memory. Pure planning, no GPU: these run with the CPU tests wherever the GPU
-// executor is built; tests/test_gpu_layers.cpp runs networks with and without sharing on a GPU.
+// buffers may share memory; and how the block pipeline splits a cycled range of images. Pure planning, no
+// GPU: these run with the CPU tests wherever the GPU executor is built; tests/test_gpu_layers.cpp runs
+// networks with and without sharing on a GPU.
 #ifdef CNNRUN_HAVE_GPU
 #include <doctest/doctest.h>
 
+#include <array>
+#include <vector>
+
 #include "engine/gpu/conv2d_implicit.h"
 #include "engine/gpu/conv2d_stem.h"
+#include "engine/gpu/pipeline.h"
 #include "engine/gpu/plan.h"
 #include "engine/network.h"
 #include "tests/test_util.h"
@@ -284,4 +289,23 @@ TEST_CASE(
     CHECK(group[static_cast<size_t>(st(c).out)] != group[static_cast<size_t>(st("cat").out)]);
   }
 }
+
+// The block pipeline's cycled runs (resident upload, a block's pixels and labels): images
+// first..first+n-1 of a data set of `count`, as runs of consecutive data set images.
+TEST_CASE("for_each_cycled_run splits a cycled range into runs of consecutive images") {
+  using Run = std::array<int64_t, 3>;
+  auto runs = [](int64_t first, int64_t n, int64_t count) {
+    std::vector<Run> out;
+    cnnrun::gpu::for_each_cycled_run(first, n, count, [&](int64_t done, int64_t idx, int64_t run) {
+      out.push_back({done, idx, run});
+    });
+    return out;
+  };
+  CHECK(runs(5, 12, 7) == std::vector<Run>{{0, 5, 2}, {2, 0, 7}, {9, 0, 3}});
+  CHECK(runs(15, 3, 7) == std::vector<Run>{{0, 1, 3}});
+  CHECK(runs(0, 7, 7) == std::vector<Run>{{0, 0, 7}});
+  CHECK(runs(0, 20, 1).size() == 20);
+  CHECK(runs(3, 0, 7).empty());
+}
+
 #endif  // CNNRUN_HAVE_GPU

@@ -1426,13 +1426,11 @@ RunResult GpuExecutor::run(const Dataset& data, const RunOptions& opt) {
     const int64_t n = std::min(block, batch - first);
     CUDA_CHECK(cudaEventRecord(s.ev[0], s.stream));
     if (!pixels_in_place) BlockPipeline::copy_in(s, data, first, n, staged, resident.as<uint8_t>());
-    for (int64_t d = 0; d < n;) {  // the block's labels (the data set's, cycled)
-      const int64_t idx = (first + d) % data.count, m = std::min(n - d, data.count - idx);
+    for_each_cycled_run(first, n, data.count, [&](int64_t d, int64_t idx, int64_t m) {  // the block's labels
       CUDA_CHECK(cudaMemcpyAsync(s.labels.as<int32_t>() + d, labels.as<int32_t>() + idx,
                                  static_cast<size_t>(m) * sizeof(int32_t), cudaMemcpyDeviceToDevice,
                                  s.stream));
-      d += m;
-    }
+    });
     CUDA_CHECK(cudaEventRecord(s.ev[1], s.stream));
     if (cudaGraphExec_t g = s.graph_for(n))
       CUDA_CHECK(cudaGraphLaunch(g, s.stream));

@@ -170,28 +170,22 @@ DevBuf BlockPipeline::upload_resident(const Dataset& data, int64_t count) {
                 std::to_string(total_b) + " are free; run without --resident");
   DevBuf b(bytes);
   const size_t img = static_cast<size_t>(data.bytes_per_image());
-  for (int64_t done = 0; done < count;) {  // the data set's images in order, cycled
-    const int64_t idx = done % data.count, run = std::min(count - done, data.count - idx);
+  for_each_cycled_run(0, count, data.count, [&](int64_t done, int64_t idx, int64_t run) {
     CUDA_CHECK(cudaMemcpy(b.as<uint8_t>() + static_cast<size_t>(done) * img, data.image_bytes(idx),
                           static_cast<size_t>(run) * img, cudaMemcpyHostToDevice));
-    done += run;
-  }
+  });
   return b;
 }
 
 void BlockPipeline::copy_in(Slot& s, const Dataset& data, int64_t first, int64_t n, bool staged,
                             const uint8_t* resident) {
   const size_t img = static_cast<size_t>(data.bytes_per_image());
-  int64_t done = 0;
-  while (done < n) {
-    int64_t idx = (first + done) % data.count;
-    int64_t run = std::min(n - done, data.count - idx);
+  for_each_cycled_run(first, n, data.count, [&](int64_t done, int64_t idx, int64_t run) {
     uint8_t* dst = s.in_u8.as<uint8_t>() + static_cast<size_t>(done) * img;
     if (resident) {
       CUDA_CHECK(cudaMemcpyAsync(dst, resident + static_cast<size_t>(idx) * img,
                                  static_cast<size_t>(run) * img, cudaMemcpyDeviceToDevice, s.stream));
-      done += run;
-      continue;
+      return;
     }
     const uint8_t* src = data.image_bytes(idx);
     if (staged) {
@@ -200,8 +194,7 @@ void BlockPipeline::copy_in(Slot& s, const Dataset& data, int64_t first, int64_t
       src = st;
     }
     CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(run) * img, cudaMemcpyHostToDevice, s.stream));
-    done += run;
-  }
+  });
 }
 
 // The slot's buffers and events are its own, so one graph serves every full block on it: one

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -19,6 +20,18 @@
 #include "engine/gpu/conv2d_cudnn.h"
 
 namespace cnnrun::gpu {
+
+// Images first..first+n-1 of a data set of `count` images, cycled (image i is image i % count), as
+// runs of images consecutive in the data set: fn(done, idx, run) for each run, `done` images after
+// first, starting at data set image idx.
+template <typename Fn>
+void for_each_cycled_run(int64_t first, int64_t n, int64_t count, Fn fn) {
+  for (int64_t done = 0; done < n;) {
+    const int64_t idx = (first + done) % count, run = std::min(n - done, count - idx);
+    fn(done, idx, run);
+    done += run;
+  }
+}
 
 constexpr int kDefaultStreams = 3;
 constexpr int64_t kDefaultBlock = 4096;     // images; large enough to fill the GPU per layer
