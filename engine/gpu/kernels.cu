@@ -65,6 +65,18 @@ __global__ void softmax_kernel(const float* __restrict__ in, float* __restrict__
   }
 }
 
+// Image i's prediction `best` into pred, counted in correct[0] when it is its label (the data set's,
+// cycled: labels null, none) and in correct[1] when its outputs were not all finite (the argmax of
+// NaNs is no prediction).
+__device__ __forceinline__ void record_prediction(int64_t i, int best, bool finite,
+                                                  int32_t* __restrict__ pred,
+                                                  const int32_t* __restrict__ labels, int64_t first,
+                                                  int64_t label_count, unsigned long long* correct) {
+  pred[i] = best;
+  if (labels && best == labels[(first + i) % label_count]) atomicAdd(correct, 1ull);
+  if (!finite) atomicAdd(correct + 1, 1ull);
+}
+
 __global__ void argmax_kernel(const float* __restrict__ in, int64_t n, int size, int32_t* __restrict__ pred,
                               const int32_t* __restrict__ labels, int64_t first, int64_t label_count,
                               unsigned long long* correct) {
@@ -78,9 +90,7 @@ __global__ void argmax_kernel(const float* __restrict__ in, int64_t n, int size,
       if (x[k] > bv) bv = x[k], best = k;
       finite = finite && isfinite(x[k]);
     }
-    pred[i] = best;
-    if (labels && best == labels[(first + i) % label_count]) atomicAdd(correct, 1ull);
-    if (!finite) atomicAdd(correct + 1, 1ull);  // the argmax of NaNs is no prediction
+    record_prediction(i, best, finite, pred, labels, first, label_count, correct);
   }
 }
 
@@ -112,9 +122,7 @@ __global__ void argmax_warp_kernel(const float* __restrict__ in, int64_t n, int 
     finite = __all_sync(0xffffffffu, finite);
     if (lane == 0) {
       if (best < 0 || isnan(x[0])) best = 0;
-      pred[i] = best;
-      if (labels && best == labels[(first + i) % label_count]) atomicAdd(correct, 1ull);
-      if (!finite) atomicAdd(correct + 1, 1ull);
+      record_prediction(i, best, finite, pred, labels, first, label_count, correct);
     }
   }
 }
