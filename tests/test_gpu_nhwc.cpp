@@ -167,6 +167,17 @@ std::string stem_tag(Precision p) {
   return std::string("stem(") + (p == Precision::kFp32 ? "3xTF32 " : p == Precision::kTf32 ? "TF32 " : "");
 }
 
+// Whether the stem's rows kernel (A from the patch's rows) computes a stem of these channels,
+// window, stride and dilation at precision p, with or without a pool in its epilogue: three
+// channels, no dilation; at 16-bit storage 3x3 or 7x7 at stride 2 and 3x3 at stride 1, pooled or
+// not; in FP32 storage 3x3 or 7x7 at stride 2 without a pool.
+bool stem_rows_expected(int channels, int kernel, int stride, int dilation, bool pooled, Precision p) {
+  const bool x16 = p == Precision::kFp16 || p == Precision::kBf16;
+  if (channels != 3 || dilation != 1) return false;
+  if (stride == 1) return x16 && kernel == 3;
+  return stride == 2 && (kernel == 3 || kernel == 7) && (x16 || !pooled);
+}
+
 // How the report names channels-last activations at precision p ("fp16 NHWC"): FP16 and BF16
 // stored as such, the others in FP32.
 std::string stored_nhwc(Precision p) {
@@ -616,6 +627,7 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
       {2, 23, 17, 8, 5, 1, 4, 2, "hardswish"}, {3, 224, 224, 64, 7, 2, 3, 1, "relu"},
       {3, 31, 31, 64, 3, 2, 0, 1, "relu"},     {3, 45, 50, 96, 7, 2, 3, 1, "gelu"},
       {3, 32, 32, 64, 7, 2, 3, 1, "relu"},     {3, 9, 40, 32, 7, 2, 2, 1, "none"},
+      {3, 21, 37, 64, 3, 1, 1, 1, "relu"},     {3, 6, 7, 96, 3, 1, 0, 1, "silu"},
   };
   for (const Case& k : cases) {
     const std::string act =
@@ -632,12 +644,11 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
     Dataset data = gpu_random_data(net.input, n, 10, 9);
     auto gpu = make_gpu_executor(net);
     auto cpu = make_cpu_executor(net);
-    // The stride-2 7x7 and 3x3 windows of three channels run the kernels reading A from the
-    // patch's rows; --gpu-off stemrows (and every other shape) the ones gathering it.
-    const bool rows_shape =
-        k.channels == 3 && k.stride == 2 && k.dilation == 1 && (k.kernel == 3 || k.kernel == 7);
+    // The shapes of stem_rows_expected run the kernels reading A from the patch's rows; --gpu-off
+    // stemrows (and every other shape) the ones gathering it.
     for (Precision p : {Precision::kFp16, Precision::kBf16, Precision::kTf32, Precision::kFp32})
       for (bool rows : {true, false}) {
+        const bool rows_shape = stem_rows_expected(k.channels, k.kernel, k.stride, k.dilation, false, p);
         if (!rows && !rows_shape) continue;  // the same kernel as with rows on
         INFO(text << " at " << std::string(precision_name(p)) << (rows ? "" : ", --gpu-off stemrows"));
         RunOptions o;
@@ -875,6 +886,7 @@ TEST_CASE("gpu: the stem kernel computes the max-pool after it, as the separate 
       {4, 25, 31, 24, 3, 1, 1, "relu6", "size: 4, stride: 4, ceil_mode: true", true},
       {3, 224, 224, 64, 3, 1, 1, "relu", "size: 2, stride: 2", true},
       {3, 23, 40, 8, 3, 1, 1, "relu", "size: [16, 2], stride: [16, 2]", false},
+      {3, 37, 41, 64, 7, 2, 3, "relu", "size: 2, stride: 2", true},
   };
   for (const Case& k : cases) {
     const std::string text = stem_netdef(
@@ -904,16 +916,21 @@ TEST_CASE("gpu: the stem kernel computes the max-pool after it, as the separate 
         if (t.name == "s") s_algo = t.algo;
         if (t.name == "mp") mp_algo = t.algo;
       }
-      // A pool run apart leaves the stride-2 3x3/7x7 stems of 3 channels to the rows kernel.
-      const bool rows = !k.fused && k.channels == 3 && k.stride == 2 && (k.kernel == 3 || k.kernel == 7);
+      const bool rows = stem_rows_expected(k.channels, k.kernel, k.stride, 1, k.fused, p);
       CHECK(s_algo == stem_tag(p) + "tensor cores, " + (rows ? "A from the patch's rows, " : "") + "bias+" +
                           std::string(k.act) + (k.fused ? "+maxpool" : "") + " epilogue, " + stored_nhwc(p) +
                           ")");
       CHECK(mp_algo == (k.fused ? "fused into s" : ""));
       CHECK(gpu->fused_into(0, o) == (k.fused ? "mp" : "a"));
       nhwc_validated(*gpu, *cpu, net, data, n, o, p, "stem+pool");
+      if (rows) {  // the gather kernel with the same pool
+        RunOptions gather = o;
+        gather.tuning.stem_rows = false;
+        nhwc_validated(*gpu, *cpu, net, data, n, gather, p, "stem+pool (tables)");
+      }
       RunOptions apart = o;
       apart.tuning.fuse_pool = false;
+      apart.tuning.stem_rows = rows;  // the same kernel (in FP32 storage rows may run only unpooled)
       const RunResult r2 = gpu->run(data, apart);
       for (const LayerTime& t : r2.layers)
         if (t.name == "mp") CHECK(t.algo.empty());

@@ -426,24 +426,29 @@ void launch_tiles(K kernel, const Geom& g, int nt, size_t smem, cudaStream_t s, 
   kernel<<<grid, kThreads, smem, s>>>(args...);
 }
 
-// The stride-2 stems of three channels (ResNet's and GoogLeNet's 7x7/2, SqueezeNet's,
-// MobileNetV2's and EfficientNet's 3x3/2), here at 16-bit storage (FP32 storage and the bytes:
-// below): A's fragments by ldmatrix from rows of the patch, no tables. Each pixel's channels padded to 4 are
-// 8 bytes, so at stride 2 an output pixel's window row starts 16 bytes after its left neighbour's, and the
-// window row's taps (its KS pixels, padded to KWP, a multiple of 4, with zero columns, against zero weights)
-// are one contiguous run: the taps of k-step (kh, q) for 8 consecutive output pixels are 8 aligned 16-byte
-// rows, one 8x8 matrix of A, read without bank conflicts. Depth KS x KWP x 4 (224 for 7x7: the gather
-// kernel's 208 rounded to the next k-step). The next tile's patch is loaded into registers while this one's
-// products run; a warp stages and writes its own 32 outputs.
+// The stems of three channels (ResNet's and GoogLeNet's 7x7/2, SqueezeNet's, MobileNetV2's and
+// EfficientNet's 3x3/2; at 16-bit storage VGG's 3x3/1 too: below), here at 16-bit storage (FP32 storage and
+// the bytes: below): A's fragments by ldmatrix from rows of the patch, no tables. Each pixel's channels
+// padded to 4 are 8 bytes, so at stride 2 an output pixel's window row starts 16 bytes after its left
+// neighbour's, and the window row's taps (its KS pixels, padded to KWP, a multiple of 4, with zero columns,
+// against zero weights) are one contiguous run: the taps of k-step (kh, q) for 8 consecutive output pixels
+// are 8 aligned 16-byte rows, one 8x8 matrix of A, read without bank conflicts. Depth KS x KWP x 4 (224 for
+// 7x7: the gather kernel's 208 rounded to the next k-step). The next tile's patch is loaded into registers
+// while this one's products run; a warp stages and writes its own 32 outputs.
 namespace rows {
 
-constexpr int kPatchH(int ks) { return (kTileH - 1) * 2 + ks; }
-constexpr int kKwp(int ks) { return (ks + 3) / 4 * 4; }                // a window row's pixels, padded
-constexpr int kPatchW(int ks) { return (kTileW - 1) * 2 + kKwp(ks); }  // even: rows 16-byte aligned
+// Stride s (2, or 1: the 16-bit kernel's 3x3): the patch under a tile, its rows even (16-byte
+// aligned), and the columns past (kTileW - 1) * s + ks zeros (under the padded taps).
+constexpr int kPatchH(int ks, int s = 2) { return (kTileH - 1) * s + ks; }
+constexpr int kKwp(int ks) { return (ks + 3) / 4 * 4; }  // a window row's pixels, padded
+constexpr int kPatchW(int ks, int s = 2) { return ((kTileW - 1) * s + kKwp(ks) + 1) / 2 * 2; }
 constexpr int kDepth(int ks) { return ks * kKwp(ks) * 4; }
 constexpr int kWs(int ks) { return kDepth(ks) + 8; }  // a filter's row: 4 words past a multiple of 8
-constexpr int kPixels(int ks) { return kPatchH(ks) * kPatchW(ks); }
-constexpr int kPerThread(int ks) { return (kPixels(ks) + kThreads - 1) / kThreads; }
+constexpr int kPixels(int ks, int s = 2) { return kPatchH(ks, s) * kPatchW(ks, s); }
+constexpr int kPerThread(int ks, int s = 2) { return (kPixels(ks, s) + kThreads - 1) / kThreads; }
+// Stride 1: the patch twice, the second copy a pixel to the left (pixel p at p - 1), so that
+// every output's window row starts 16-byte aligned in one of them (odd outputs: the second).
+constexpr int kPatchSlots(int ks, int s) { return kPixels(ks, s) * (s == 1 ? 2 : 1); }
 
 // A filter's row of weights in the rows kernels: tap k ([kh][kw < KWP][4 channels]) of filter f
 // -> its index in w ([filters][KS][KS][3]), or -1 for a zero (past the filters, the window's
@@ -460,17 +465,17 @@ __device__ __forceinline__ int64_t weight_index(int f, int k, int filters) {
 // flight during the tile before's products; put(i, next[u]) writes the thread's pixels i of the
 // patch into shared memory between two barriers (the first: the tile before's reads are done, or
 // the weights staged), then body(origin) computes the tile.
-template <int KS, typename V, typename Load, typename Put, typename Body>
-__device__ __forceinline__ void pipelined_tiles(const Geom& g, V (&next)[kPerThread(KS)], Load load, Put put,
-                                                Body body) {
+template <int KS, int S = 2, typename V, typename Load, typename Put, typename Body>
+__device__ __forceinline__ void pipelined_tiles(const Geom& g, V (&next)[kPerThread(KS, S)], Load load,
+                                                Put put, Body body) {
   if (blockIdx.x < g.total) load(next, tile_origin(g, blockIdx.x));
   for (int64_t t = blockIdx.x; t < g.total; t += gridDim.x) {
     const TileOrigin o = tile_origin(g, t);
     __syncthreads();
 #pragma unroll
-    for (int u = 0; u < kPerThread(KS); ++u) {
+    for (int u = 0; u < kPerThread(KS, S); ++u) {
       const int i = static_cast<int>(threadIdx.x) + u * kThreads;
-      if (i < kPixels(KS)) put(i, next[u]);
+      if (i < kPixels(KS, S)) put(i, next[u]);
     }
     __syncthreads();
     if (t + gridDim.x < g.total) load(next, tile_origin(g, t + gridDim.x));
@@ -507,22 +512,25 @@ __device__ __forceinline__ void store_rows_f32(const float (&acc)[2][NT][4], flo
 // The 16-bit rows kernels' ldmatrix.x4 of A: lane l gives the row address of matrix l / 8 (pixels
 // 0-7 / 8-15 of the m16 tile, its output row's columns; taps 0-7 / 8-15 of the k-step: 2 pixels of
 // 4 channels each), row l % 8. The warp's two m16 tiles are output rows 2 warp and 2 warp + 1 of
-// the tile; a k-step (kh, q) adds (kh * PW + 4 q) pixels of 8 bytes.
-template <int KS>
+// the tile; a k-step (kh, q) adds (kh * PW + 4 q) pixels of 8 bytes. Stride 1: an odd output's
+// row starts in the second copy (kPatchSlots), a pixel to the left; 8 neighbouring outputs' rows
+// are then 4 16-byte rows in each copy, the copies 64 bytes apart modulo 128: no bank conflicts.
+template <int KS, int S = 2>
 __device__ __forceinline__ void a_rows16(uint32_t (&a_row)[2], const uint2* patch) {
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-    a_row[mt] = static_cast<uint32_t>(__cvta_generic_to_shared(patch + (warp * 2 + mt) * 2 * kPatchW(KS) +
-                                                               ((lane & 7) + ((lane >> 3) & 1) * 8) * 2 +
-                                                               (lane >> 4) * 2));
+  for (int mt = 0; mt < 2; ++mt) {
+    const uint2* row = patch + (warp * 2 + mt) * S * kPatchW(KS, S) + (lane >> 4) * 2;
+    a_row[mt] = static_cast<uint32_t>(
+        __cvta_generic_to_shared(S == 2 ? row + r * 2 : row + (r & 1) * kPixels(KS, S) + (r - (r & 1))));
+  }
 }
 
 // The 16-bit rows kernels' GEMM over the whole window into acc: for each k-step (kh, q) A's two
 // m16 tiles by ldmatrix from the patch (a_rows16), then B's filter tiles, two at a time, by
 // ldmatrix from b_row (rows of kWs(KS) values). TWO (the reading-bytes stem): B's low parts,
 // lo_bytes after the high ones, are multiplied first, then the high parts.
-template <int P, int KS, int NT, bool TWO>
+template <int P, int KS, int NT, bool TWO, int S = 2>
 __device__ __forceinline__ void rows16_products(float (&acc)[2][NT][4], const uint32_t (&a_row)[2],
                                                 uint32_t b_row, uint32_t lo_bytes) {
   constexpr int QS = kKwp(KS) / 4;  // k-steps a window row
@@ -533,7 +541,7 @@ __device__ __forceinline__ void rows16_products(float (&acc)[2][NT][4], const ui
     for (int q = 0; q < QS; ++q) {
       uint32_t a[2][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], a_row[mt] + (kh * kPatchW(KS) + q * 4) * 8);
+      for (int mt = 0; mt < 2; ++mt) ldmatrix_x4(a[mt], a_row[mt] + (kh * kPatchW(KS, S) + q * 4) * 8);
 #pragma unroll
       for (int nt = 0; nt < NT; nt += 2) {
         const uint32_t addr = b_row + static_cast<uint32_t>((nt * 8 * kWs(KS) + (kh * QS + q) * 16) * 2);
@@ -546,48 +554,48 @@ __device__ __forceinline__ void rows16_products(float (&acc)[2][NT][4], const ui
     }
 }
 
-template <int KS, int NT>
+template <int KS, int NT, int S>
 constexpr size_t smem_bytes() {
-  return (size_t{NT} * 8 * kWs(KS) + size_t{kPixels(KS)} * 4 + size_t{4} * 32 * out_stride(NT, 2)) * 2;
+  return (size_t{NT} * 8 * kWs(KS) + size_t{kPatchSlots(KS, S)} * 4 + size_t{4} * 32 * out_stride(NT, 2)) * 2;
 }
 
 // fn(u, p) for each of the thread's pixels u of tile o's patch (pixel threadIdx.x + u * kThreads,
 // row-major): p its index in its image plane (iy * in_w + ix), or -1 for a zero (outside the image,
 // past the window's last column, past the patch).
-template <int KS, typename Fn>
+template <int KS, int S = 2, typename Fn>
 __device__ __forceinline__ void patch_pixels(const Geom& g, const TileOrigin& o, Fn fn) {
 #pragma unroll
-  for (int u = 0; u < kPerThread(KS); ++u) {
+  for (int u = 0; u < kPerThread(KS, S); ++u) {
     const int i = static_cast<int>(threadIdx.x) + u * kThreads;
-    const int py = i / kPatchW(KS), px = i - py * kPatchW(KS), iy = o.iy0 + py, ix = o.ix0 + px;
-    fn(u, i < kPixels(KS) && px < (kTileW - 1) * 2 + KS && iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w
+    const int py = i / kPatchW(KS, S), px = i - py * kPatchW(KS, S), iy = o.iy0 + py, ix = o.ix0 + px;
+    fn(u, i < kPixels(KS, S) && px < (kTileW - 1) * S + KS && iy >= 0 && iy < g.in_h && ix >= 0 && ix < g.in_w
               ? static_cast<int64_t>(iy) * g.in_w + ix
               : int64_t{-1});
   }
 }
 
-// The 16-bit patch's pixels of tile o this thread stages, 4 channels (the fourth zero) from x's
-// three.
-template <int KS>
-__device__ __forceinline__ void load_patch(uint2 (&v)[kPerThread(KS)], const uint16_t* __restrict__ x,
+// The 16-bit patch's pixels of tile o this thread stages (at stride S), 4 channels (the fourth
+// zero) from x's three.
+template <int KS, int S>
+__device__ __forceinline__ void load_patch(uint2 (&v)[kPerThread(KS, S)], const uint16_t* __restrict__ x,
                                            const Geom& g, const TileOrigin& o) {
   const uint16_t* xi = x + static_cast<int64_t>(o.img) * g.in_h * g.in_w * 3;
-  patch_pixels<KS>(g, o, [&](int u, int64_t p) {
+  patch_pixels<KS, S>(g, o, [&](int u, int64_t p) {
     uint32_t c0 = 0, c1 = 0, c2 = 0;
     if (p >= 0) c0 = xi[p * 3], c1 = xi[p * 3 + 1], c2 = xi[p * 3 + 2];
     v[u] = make_uint2(c0 | (c1 << 16), c2);
   });
 }
 
-template <typename T, int KS, int NT>
+template <typename T, int KS, int NT, int S>
 __global__ void __launch_bounds__(kThreads, 4)
     stem_rows_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                      const float* __restrict__ bias, T* __restrict__ y, Geom g, ActFn act) {
   extern __shared__ __align__(16) unsigned char smem[];
-  constexpr int NB = NT * 8, OS = out_stride(NT, 2), KWP = kKwp(KS), PW = kPatchW(KS), WS = kWs(KS);
+  constexpr int NB = NT * 8, OS = out_stride(NT, 2), KWP = kKwp(KS), PW = kPatchW(KS, S), WS = kWs(KS);
   uint16_t* ws = reinterpret_cast<uint16_t*>(smem);       // [NB][WS]: [filter][kh][kw < KWP][4]
-  uint2* patch = reinterpret_cast<uint2*>(ws + NB * WS);  // [kPatchH][PW] pixels of 4 values
-  T* outs = reinterpret_cast<T*>(patch + kPixels(KS));    // [warp][32][OS]
+  uint2* patch = reinterpret_cast<uint2*>(ws + NB * WS);  // [kPatchH][PW] pixels of 4 values (S 1: twice)
+  T* outs = reinterpret_cast<T*>(patch + kPatchSlots(KS, S));  // [warp][32][OS]
   const int f0 = blockIdx.y * NB;
   for (int i = threadIdx.x; i < NB * kDepth(KS); i += kThreads) {
     const int nn = i / kDepth(KS), k = i - nn * kDepth(KS);
@@ -597,18 +605,25 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
   const uint32_t b_row = b_rows(ws, WS);
   uint32_t a_row[2];
-  a_rows16<KS>(a_row, patch);
+  a_rows16<KS, S>(a_row, patch);
   float bv[NT][2];
   bias_fragment<NT>(bv, bias, g, f0, tq);
   T* out = outs + warp * 32 * OS;
 
-  uint2 next[kPerThread(KS)];
-  auto load = [&](auto& regs, const TileOrigin& to) { load_patch<KS>(regs, x, g, to); };
-  auto put = [&](int i, const uint2& v) { patch[i] = v; };
+  uint2 next[kPerThread(KS, S)];
+  auto load = [&](auto& regs, const TileOrigin& to) { load_patch<KS, S>(regs, x, g, to); };
+  auto put = [&](int i, const uint2& v) {
+    patch[i] = v;
+    if (S == 1 && i % PW != 0) patch[kPixels(KS, S) + i - 1] = v;  // the copy a pixel to the left
+  };
   auto body = [&](const TileOrigin& o) {
     float acc[2][NT][4];
-    rows16_products<std::is_same_v<T, __half> ? implicit::kTcFp16 : implicit::kTcBf16, KS, NT, false>(
+    rows16_products<std::is_same_v<T, __half> ? implicit::kTcFp16 : implicit::kTcBf16, KS, NT, false, S>(
         acc, a_row, b_row, 0);
+    if (g.pooled) {  // the pool's windows tile the tile: every warp's outputs staged, then pooled
+      write_tile<T, NT>(acc, bv, outs, y, g, act, o.img, o.oy0, o.ox0, o.py0, o.px0, f0);
+      return;
+    }
 
     // The warp's 32 outputs (bias, activation, one rounding) staged, then out in 16-byte stores:
     // two runs of 16 pixels, each pixel's NB filters contiguous.
@@ -626,7 +641,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
     __syncwarp();  // the staged outputs are read before the next tile's are written
   };
-  pipelined_tiles<KS>(g, next, load, put, body);
+  pipelined_tiles<KS, S>(g, next, load, put, body);
 }
 
 // FP32 storage (tf32, fp32): the same GEMM on m16n8k8 TF32 products, k-steps of 8 taps (2 pixels
@@ -798,15 +813,20 @@ __global__ void __launch_bounds__(kThreads, 3)
   pipelined_tiles<KS>(g, next, load, put, body);
 }
 
-// Whether a rows kernel computes p (the caller checked the stem's own conditions): three
-// channels, stride 2, no dilation, a square window of 3 or 7, no pool; any storage.
-bool fits(const ConvParams& p, const StemPool& pool) {
-  return p.in_c == 3 && p.stride_h == 2 && p.stride_w == 2 && p.dilation_h == 1 && p.dilation_w == 1 &&
-         p.kernel_h == p.kernel_w && (p.kernel_h == 3 || p.kernel_h == 7) && pool.kernel_h == 0;
+// Whether a rows kernel computes p (the caller checked the stem's own conditions, and those of a
+// pool in the epilogue): three channels, no dilation, a square window; at 16-bit storage (x16)
+// 3x3 or 7x7 at stride 2 and 3x3 at stride 1, with or without the pool; in FP32 storage and
+// reading the bytes 3x3 or 7x7 at stride 2 without a pool.
+bool fits(const ConvParams& p, const StemPool& pool, bool x16) {
+  if (p.in_c != 3 || p.dilation_h != 1 || p.dilation_w != 1 || p.kernel_h != p.kernel_w ||
+      p.stride_h != p.stride_w)
+    return false;
+  if (p.stride_h == 1) return x16 && p.kernel_h == 3;
+  return p.stride_h == 2 && (p.kernel_h == 3 || p.kernel_h == 7) && (x16 || pool.kernel_h == 0);
 }
 
 // The 16-bit kernel (T: __half, __nv_bfloat16) or the FP32-storage one (T: float; THREE: 3xTF32).
-template <typename T, bool THREE, int KS, int NT>
+template <typename T, bool THREE, int KS, int NT, int S = 2>
 void launch(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
             cudaStream_t s) {
   if constexpr (std::is_same_v<T, float>)
@@ -814,14 +834,21 @@ void launch(const Geom& g, const void* x, const void* w, const float* bias, void
                  static_cast<const float*>(x), static_cast<const float*>(w), bias, static_cast<float*>(y), g,
                  act);
   else
-    launch_tiles(stem_rows_kernel<T, KS, NT>, g, NT, smem_bytes<KS, NT>(), s, static_cast<const uint16_t*>(x),
-                 static_cast<const uint16_t*>(w), bias, static_cast<T*>(y), g, act);
+    launch_tiles(stem_rows_kernel<T, KS, NT, S>, g, NT, smem_bytes<KS, NT, S>(), s,
+                 static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w), bias, static_cast<T*>(y),
+                 g, act);
 }
 
 template <typename T, bool THREE = false>
 void launch_any(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
                 cudaStream_t s) {
   const bool wide = n_tiles(g) == 8;
+  if constexpr (!std::is_same_v<T, float>)
+    if (g.sh == 1) {  // 3x3 (fits)
+      wide ? launch<T, false, 3, 8, 1>(g, x, w, bias, y, act, s)
+           : launch<T, false, 3, 4, 1>(g, x, w, bias, y, act, s);
+      return;
+    }
   if (g.kh == 7)
     wide ? launch<T, THREE, 7, 8>(g, x, w, bias, y, act, s)
          : launch<T, THREE, 7, 4>(g, x, w, bias, y, act, s);
@@ -1227,7 +1254,7 @@ void launch_conv_stem_bytes(const ConvParams& p, const uint8_t* x, const StemByt
     why = "the input under a tile and its outputs for the pool are over its shared memory";
   if (!why.empty()) throw Error("stem convolution: " + why);
   if (n <= 0) return;
-  if (rows && rows::fits(p, pool)) {
+  if (rows && rows::fits(p, pool, false)) {
     rows::launch_bytes_any(g, x, w, y, act, s);
     CUDA_CHECK_LAUNCH("stem_rows_bytes_kernel");
     return;
@@ -1261,7 +1288,7 @@ std::string stem_cannot_run(const ConvParams& p, Precision prec, bool channels_l
 }
 
 bool stem_runs_rows(const ConvParams& p, Precision prec, const StemPool& pool) {
-  return shape_cannot_run(p, bytes_of(prec)).empty() && rows::fits(p, pool);
+  return shape_cannot_run(p, bytes_of(prec)).empty() && rows::fits(p, pool, bytes_of(prec) == 2);
 }
 
 void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const void* w, const float* bias,
@@ -1275,7 +1302,7 @@ void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const 
   const bool wide = n_tiles(g) == 8;
   switch (prec) {
     case Precision::kFp16:
-      if (rows && rows::fits(p, pool)) {
+      if (rows && rows::fits(p, pool, true)) {
         rows::launch_any<__half>(g, x, w, bias, y, act, s);
         break;
       }
@@ -1283,7 +1310,7 @@ void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const 
            : launch<uint16_t, __half, 4>(stem_kernel<__half, 4>, g, x, w, bias, y, act, s);
       break;
     case Precision::kBf16:
-      if (rows && rows::fits(p, pool)) {
+      if (rows && rows::fits(p, pool, true)) {
         rows::launch_any<__nv_bfloat16>(g, x, w, bias, y, act, s);
         break;
       }
@@ -1291,7 +1318,7 @@ void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const 
            : launch<uint16_t, __nv_bfloat16, 4>(stem_kernel<__nv_bfloat16, 4>, g, x, w, bias, y, act, s);
       break;
     case Precision::kTf32:
-      if (rows && rows::fits(p, pool)) {
+      if (rows && rows::fits(p, pool, false)) {
         rows::launch_any<float>(g, x, w, bias, y, act, s);
         break;
       }
@@ -1299,7 +1326,7 @@ void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const 
            : launch<float, float, 4>(stem_f32_kernel<false, 4>, g, x, w, bias, y, act, s);
       break;
     case Precision::kFp32:
-      if (rows && rows::fits(p, pool)) {
+      if (rows && rows::fits(p, pool, false)) {
         rows::launch_any<float, true>(g, x, w, bias, y, act, s);
         break;
       }
