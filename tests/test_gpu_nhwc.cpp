@@ -169,13 +169,13 @@ std::string stem_tag(Precision p) {
 
 // Whether the stem's rows kernel (A from the patch's rows) computes a stem of these channels,
 // window, stride and dilation at precision p, with or without a pool in its epilogue: three
-// channels, no dilation; at 16-bit storage 3x3 or 7x7 at stride 2 and 3x3 at stride 1, pooled or
-// not; in FP32 storage 3x3 or 7x7 at stride 2 without a pool.
+// channels, no dilation; 3x3 or 7x7 at stride 2 without a pool at any precision; at 16-bit
+// storage 3x3 at stride 1 too, pooled or not.
 bool stem_rows_expected(int channels, int kernel, int stride, int dilation, bool pooled, Precision p) {
   const bool x16 = p == Precision::kFp16 || p == Precision::kBf16;
   if (channels != 3 || dilation != 1) return false;
   if (stride == 1) return x16 && kernel == 3;
-  return stride == 2 && (kernel == 3 || kernel == 7) && (x16 || !pooled);
+  return stride == 2 && (kernel == 3 || kernel == 7) && !pooled;
 }
 
 // How the report names channels-last activations at precision p ("fp16 NHWC"): FP16 and BF16
@@ -930,7 +930,7 @@ TEST_CASE("gpu: the stem kernel computes the max-pool after it, as the separate 
       }
       RunOptions apart = o;
       apart.tuning.fuse_pool = false;
-      apart.tuning.stem_rows = rows;  // the same kernel (in FP32 storage rows may run only unpooled)
+      apart.tuning.stem_rows = rows;  // the same kernel (pooled, the stride-2 stems gather A)
       const RunResult r2 = gpu->run(data, apart);
       for (const LayerTime& t : r2.layers)
         if (t.name == "mp") CHECK(t.algo.empty());

@@ -587,7 +587,9 @@ __device__ __forceinline__ void load_patch(uint2 (&v)[kPerThread(KS, S)], const 
   });
 }
 
-template <typename T, int KS, int NT, int S>
+// POOL (Geom::pooled): the max-pool in the epilogue; its own instance, so that the unpooled
+// kernels keep their registers.
+template <typename T, int KS, int NT, int S, bool POOL>
 __global__ void __launch_bounds__(kThreads, 4)
     stem_rows_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
                      const float* __restrict__ bias, T* __restrict__ y, Geom g, ActFn act) {
@@ -620,7 +622,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     float acc[2][NT][4];
     rows16_products<std::is_same_v<T, __half> ? implicit::kTcFp16 : implicit::kTcBf16, KS, NT, false, S>(
         acc, a_row, b_row, 0);
-    if (g.pooled) {  // the pool's windows tile the tile: every warp's outputs staged, then pooled
+    if constexpr (POOL) {  // the pool's windows tile the tile: every warp's outputs staged, then pooled
       write_tile<T, NT>(acc, bv, outs, y, g, act, o.img, o.oy0, o.ox0, o.py0, o.px0, f0);
       return;
     }
@@ -814,19 +816,19 @@ __global__ void __launch_bounds__(kThreads, 3)
 }
 
 // Whether a rows kernel computes p (the caller checked the stem's own conditions, and those of a
-// pool in the epilogue): three channels, no dilation, a square window; at 16-bit storage (x16)
-// 3x3 or 7x7 at stride 2 and 3x3 at stride 1, with or without the pool; in FP32 storage and
-// reading the bytes 3x3 or 7x7 at stride 2 without a pool.
+// pool in the epilogue): three channels, no dilation, a square window; 3x3 or 7x7 at stride 2
+// without a pool, any storage; at 16-bit storage (x16) 3x3 at stride 1 too, with or without the
+// pool (VGG's stem; at stride 2 the pooled 16-bit kernels would spill: the gather kernels run).
 bool fits(const ConvParams& p, const StemPool& pool, bool x16) {
   if (p.in_c != 3 || p.dilation_h != 1 || p.dilation_w != 1 || p.kernel_h != p.kernel_w ||
       p.stride_h != p.stride_w)
     return false;
   if (p.stride_h == 1) return x16 && p.kernel_h == 3;
-  return p.stride_h == 2 && (p.kernel_h == 3 || p.kernel_h == 7) && (x16 || pool.kernel_h == 0);
+  return p.stride_h == 2 && (p.kernel_h == 3 || p.kernel_h == 7) && pool.kernel_h == 0;
 }
 
 // The 16-bit kernel (T: __half, __nv_bfloat16) or the FP32-storage one (T: float; THREE: 3xTF32).
-template <typename T, bool THREE, int KS, int NT, int S = 2>
+template <typename T, bool THREE, int KS, int NT, int S = 2, bool POOL = false>
 void launch(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
             cudaStream_t s) {
   if constexpr (std::is_same_v<T, float>)
@@ -834,21 +836,37 @@ void launch(const Geom& g, const void* x, const void* w, const float* bias, void
                  static_cast<const float*>(x), static_cast<const float*>(w), bias, static_cast<float*>(y), g,
                  act);
   else
-    launch_tiles(stem_rows_kernel<T, KS, NT, S>, g, NT, smem_bytes<KS, NT, S>(), s,
+    launch_tiles(stem_rows_kernel<T, KS, NT, S, POOL>, g, NT, smem_bytes<KS, NT, S>(), s,
                  static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w), bias, static_cast<T*>(y),
                  g, act);
+}
+
+// The 16-bit kernels (fits): 3x3 at stride 1, pooled or not; 3x3 or 7x7 at stride 2, unpooled.
+template <typename T, bool POOL>
+void launch16(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
+              cudaStream_t s) {
+  const bool wide = n_tiles(g) == 8;
+  if (g.sh == 1)
+    wide ? launch<T, false, 3, 8, 1, POOL>(g, x, w, bias, y, act, s)
+         : launch<T, false, 3, 4, 1, POOL>(g, x, w, bias, y, act, s);
+  else if constexpr (!POOL) {
+    if (g.kh == 7)
+      wide ? launch<T, false, 7, 8>(g, x, w, bias, y, act, s)
+           : launch<T, false, 7, 4>(g, x, w, bias, y, act, s);
+    else
+      wide ? launch<T, false, 3, 8>(g, x, w, bias, y, act, s)
+           : launch<T, false, 3, 4>(g, x, w, bias, y, act, s);
+  }
 }
 
 template <typename T, bool THREE = false>
 void launch_any(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
                 cudaStream_t s) {
-  const bool wide = n_tiles(g) == 8;
-  if constexpr (!std::is_same_v<T, float>)
-    if (g.sh == 1) {  // 3x3 (fits)
-      wide ? launch<T, false, 3, 8, 1>(g, x, w, bias, y, act, s)
-           : launch<T, false, 3, 4, 1>(g, x, w, bias, y, act, s);
-      return;
-    }
+  if constexpr (!std::is_same_v<T, float>) {
+    g.pooled ? launch16<T, true>(g, x, w, bias, y, act, s) : launch16<T, false>(g, x, w, bias, y, act, s);
+    return;
+  }
+  const bool wide = n_tiles(g) == 8;  // FP32 storage: stride 2, no pool (fits)
   if (g.kh == 7)
     wide ? launch<T, THREE, 7, 8>(g, x, w, bias, y, act, s)
          : launch<T, THREE, 7, 4>(g, x, w, bias, y, act, s);

@@ -58,8 +58,9 @@ void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const 
                       bool rows = true);
 
 // Whether the `rows` kernels (launch_conv_stem's and launch_conv_stem_bytes') compute p with
-// `pool` at `prec`: the stem's own conditions, three input channels, stride 2, no dilation, a
-// square window of 3 or 7, no pool (any storage: 16-bit on m16n8k16, FP32 on TF32 or 3xTF32).
+// `pool` at `prec`: the stem's own conditions, three input channels, no dilation, a square window;
+// 3x3 or 7x7 at stride 2 without a pool at any storage (16-bit on m16n8k16, FP32 on TF32 or
+// 3xTF32); at 16-bit storage 3x3 at stride 1 too (VGG's stem), with or without the pool.
 bool stem_runs_rows(const ConvParams& p, Precision prec, const StemPool& pool = StemPool{});
 
 // The stem reading the network's uint8 pixels (FP32 storage: --precision fp32 or tf32), the
