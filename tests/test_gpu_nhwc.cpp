@@ -863,7 +863,8 @@ TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, b
 }
 
 // The stem kernel with the max-pool after its activation in its epilogue where the pool's
-// windows tile the kernel's 8 x 16 outputs (VGG's 3x3 conv + 2x2/2 pool, a 2x4 window, a
+// windows tile the kernel's 8 x 16 outputs (VGG's 3x3 conv + 2x2/2 pool, unrolled where its
+// windows are inside the output, a ceil_mode 2x2/2 whose last windows are not, a 2x4 window, a
 // ceil_mode 4x4/4 whose last windows are cut by the edge, after ReLU and other activations, odd
 // sizes: partial tiles): validated layer by layer at every precision, named in the report, and bit
 // for bit the outputs of the same kernel with the pool run as its own pass (--gpu-off pool; the
@@ -887,6 +888,7 @@ TEST_CASE("gpu: the stem kernel computes the max-pool after it, as the separate 
       {3, 224, 224, 64, 3, 1, 1, "relu", "size: 2, stride: 2", true},
       {3, 23, 40, 8, 3, 1, 1, "relu", "size: [16, 2], stride: [16, 2]", false},
       {3, 37, 41, 64, 7, 2, 3, "relu", "size: 2, stride: 2", true},
+      {3, 23, 25, 16, 3, 1, 1, "relu", "size: 2, stride: 2, ceil_mode: true", true},
   };
   for (const Case& k : cases) {
     const std::string text = stem_netdef(

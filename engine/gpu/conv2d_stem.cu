@@ -12,6 +12,7 @@
 #include "engine/gpu/activation.cuh"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_stem.h"
+#include "engine/gpu/fast_div.cuh"
 #include "engine/gpu/implicit/mma.cuh"
 #include "engine/gpu/pool_window.cuh"
 #include "engine/gpu/storage.cuh"
@@ -35,11 +36,14 @@ struct Geom {
   int patch_h, patch_w;  // the input under one tile
   int patch;             // its values (patch_h * patch_w * cp)
   int tiles_x, tiles;    // tiles a row and an image
-  int64_t total;         // tiles of all the images
+  int64_t total;         // tiles of all the images (below 2^31: geom)
+  FastDiv div_tiles, div_tiles_x;  // tile_origin's divisions
   // The max-pool in the epilogue (StemPool; pooled false: none): its window, stride, padding
   // and output, and the pooled outputs a tile (tph x tpw): windows that tile its 8 x 16 outputs.
   bool pooled;
   int pkh, pkw, psh, psw, pph, ppw, pout_h, pout_w, tph, tpw;
+  bool pool2;  // 2x2 windows at stride 2 inside the output (VGG's): write_tile's unrolled form
+  FastDiv div_tpw;
 };
 
 Geom geom(const ConvParams& p, int64_t n, int es, const StemPool& pool = StemPool{}) {
@@ -65,6 +69,8 @@ Geom geom(const ConvParams& p, int64_t n, int es, const StemPool& pool = StemPoo
   if (g.pooled) {
     g.pkh = pool.kernel_h, g.pkw = pool.kernel_w, g.psh = pool.stride_h, g.psw = pool.stride_w;
     g.pph = pool.pad_h, g.ppw = pool.pad_w, g.pout_h = pool.out_h, g.pout_w = pool.out_w;
+    g.pool2 = g.pkh == 2 && g.pkw == 2 && g.psh == 2 && g.psw == 2 && g.pph == 0 && g.ppw == 0 &&
+              g.pout_h * 2 <= g.out_h && g.pout_w * 2 <= g.out_w;  // no ceil_mode window past the edge
     g.tph = kTileH / g.pkh;
     g.tpw = kTileW / g.pkw;
     g.tiles_x = (g.pout_w + g.tpw - 1) / g.tpw;
@@ -74,6 +80,13 @@ Geom geom(const ConvParams& p, int64_t n, int es, const StemPool& pool = StemPoo
     g.tiles = g.tiles_x * ((g.out_h + kTileH - 1) / kTileH);
   }
   g.total = n * g.tiles;
+  // The tile arithmetic is 32-bit (FastDiv): 2^31 tiles would be 2^38 outputs of one launch.
+  if (g.total >= (int64_t{1} << 31))
+    throw Error("stem convolution: " + std::to_string(g.total) +
+                " tiles of 8x16 outputs in one launch, over 2^31");
+  g.div_tiles = make_fastdiv(static_cast<unsigned>(g.tiles));
+  g.div_tiles_x = make_fastdiv(static_cast<unsigned>(g.tiles_x));
+  g.div_tpw = make_fastdiv(static_cast<unsigned>(g.pooled ? g.tpw : 1));
   return g;
 }
 
@@ -127,9 +140,10 @@ struct TileOrigin {
 };
 __device__ __forceinline__ TileOrigin tile_origin(const Geom& g, int64_t t) {
   TileOrigin o;
-  o.img = static_cast<int>(t / g.tiles);
-  const int tt = static_cast<int>(t - int64_t{o.img} * g.tiles);
-  const int ty = tt / g.tiles_x, tx = tt - ty * g.tiles_x;
+  const int t32 = static_cast<int>(t);  // t < g.total < 2^31
+  o.img = fdiv(t32, g.div_tiles);
+  const int tt = t32 - o.img * g.tiles;
+  const int ty = fdiv(tt, g.div_tiles_x), tx = tt - ty * g.tiles_x;
   o.py0 = ty * g.tph, o.px0 = tx * g.tpw;
   o.oy0 = g.pooled ? o.py0 * g.psh - g.pph : ty * kTileH;
   o.ox0 = g.pooled ? o.px0 * g.psw - g.ppw : tx * kTileW;
@@ -175,7 +189,8 @@ __device__ __forceinline__ void stage_warp(const float (&acc)[2][NT][4], const f
 // 16-byte stores: a pixel's filters are one run, and a tile row's pixels follow each other when
 // the block holds every filter. Pooled (Geom::pooled): each pooled output's window over the
 // staged outputs, with the separate pool's arithmetic (engine/gpu/nhwc.cu: rows then columns,
-// `<` on the rounded values), a 16-byte vector of filters a thread. Ends the tile: the next
+// `<` on the rounded values; 2x2/2 windows, Geom::pool2, unrolled with max_into: the same
+// maxima, a NaN never taken), a 16-byte vector of filters a thread. Ends the tile: the next
 // one's first barrier orders its reuse of shared memory.
 template <typename T, int NT>
 __device__ __forceinline__ void write_tile(const float (&acc)[2][NT][4], const float (&bv)[NT][2], T* out,
@@ -186,9 +201,31 @@ __device__ __forceinline__ void write_tile(const float (&acc)[2][NT][4], const f
   constexpr int OS = out_stride(NT, static_cast<int>(sizeof(T)));
   stage_warp<T, NT>(acc, bv, out + (threadIdx.x >> 5) * 32 * OS, act);
   __syncthreads();
+  if (g.pooled && g.pool2) {  // each window inside the tile's outputs and the image's: no bounds
+    constexpr int PV = (kTileH / 2) * (kTileW / 2) * VP;  // pooled vectors a tile
+    static_assert(PV % kThreads == 0, "a tile's pooled vectors are spread evenly over the threads");
+#pragma unroll
+    for (int u = 0; u < PV / kThreads; ++u) {
+      const int v = threadIdx.x + u * kThreads, m = v / VP, j = v - m * VP, my = m / (kTileW / 2),
+                mx = m - my * (kTileW / 2), py = py0 + my, px = px0 + mx, f = f0 + j * E;
+      if (py >= g.pout_h || px >= g.pout_w || f >= g.filters) continue;
+      const T* s = out + (my * 2 * kTileW + mx * 2) * OS + j * E;
+      Vec<T, E> r;
+#pragma unroll
+      for (int k = 0; k < E; ++k) r.v[k] = to<T>(-INFINITY);
+      max_into(r, *reinterpret_cast<const Vec<T, E>*>(s));
+      max_into(r, *reinterpret_cast<const Vec<T, E>*>(s + OS));
+      max_into(r, *reinterpret_cast<const Vec<T, E>*>(s + kTileW * OS));
+      max_into(r, *reinterpret_cast<const Vec<T, E>*>(s + (kTileW + 1) * OS));
+      *reinterpret_cast<Vec<T, E>*>(
+          y + ((static_cast<int64_t>(img) * g.pout_h + py) * g.pout_w + px) * g.filters + f) = r;
+    }
+    return;
+  }
   if (g.pooled) {
     for (int v = threadIdx.x; v < g.tph * g.tpw * VP; v += kThreads) {
-      const int m = v / VP, j = v - m * VP, py = py0 + m / g.tpw, px = px0 + m % g.tpw, f = f0 + j * E;
+      const int m = v / VP, j = v - m * VP, my = fdiv(m, g.div_tpw), py = py0 + my, px = px0 + m - my * g.tpw,
+                f = f0 + j * E;
       if (py >= g.pout_h || px >= g.pout_w || f >= g.filters) continue;
       const PoolWindow wy = fixed_window(py, g.pkh, g.psh, g.pph, g.out_h);
       const PoolWindow wx = fixed_window(px, g.pkw, g.psw, g.ppw, g.out_w);
@@ -556,7 +593,9 @@ __device__ __forceinline__ void rows16_products(float (&acc)[2][NT][4], const ui
 
 template <int KS, int NT, int S>
 constexpr size_t smem_bytes() {
-  return (size_t{NT} * 8 * kWs(KS) + size_t{kPatchSlots(KS, S)} * 4 + size_t{4} * 32 * out_stride(NT, 2)) * 2;
+  return (size_t{NT} * 8 * kWs(KS) + size_t{kPatchSlots(KS, S)} * 4 + size_t{4} * 32 * out_stride(NT, 2)) *
+             2 +
+         size_t{NT} * 8 * 4;
 }
 
 // fn(u, p) for each of the thread's pixels u of tile o's patch (pixel threadIdx.x + u * kThreads,
@@ -574,16 +613,18 @@ __device__ __forceinline__ void patch_pixels(const Geom& g, const TileOrigin& o,
   }
 }
 
-// The 16-bit patch's pixels of tile o this thread stages (at stride S), 4 channels (the fourth
-// zero) from x's three.
+// The 16-bit patch's pixels of tile o this thread stages (at stride S): x's three channels as
+// loaded, a register each. They are packed (the fourth channel zero) only as they are put into
+// shared memory: an instruction using a loaded value waits for it, and packing here would wait
+// for the loads before the tile's products, which they are meant to run under.
 template <int KS, int S>
-__device__ __forceinline__ void load_patch(uint2 (&v)[kPerThread(KS, S)], const uint16_t* __restrict__ x,
-                                           const Geom& g, const TileOrigin& o) {
+__device__ __forceinline__ void load_patch(uint32_t (&v)[kPerThread(KS, S)][3],
+                                           const uint16_t* __restrict__ x, const Geom& g,
+                                           const TileOrigin& o) {
   const uint16_t* xi = x + static_cast<int64_t>(o.img) * g.in_h * g.in_w * 3;
   patch_pixels<KS, S>(g, o, [&](int u, int64_t p) {
-    uint32_t c0 = 0, c1 = 0, c2 = 0;
-    if (p >= 0) c0 = xi[p * 3], c1 = xi[p * 3 + 1], c2 = xi[p * 3 + 2];
-    v[u] = make_uint2(c0 | (c1 << 16), c2);
+    v[u][0] = v[u][1] = v[u][2] = 0;
+    if (p >= 0) v[u][0] = xi[p * 3], v[u][1] = xi[p * 3 + 1], v[u][2] = xi[p * 3 + 2];
   });
 }
 
@@ -598,23 +639,27 @@ __global__ void __launch_bounds__(kThreads, 4)
   uint16_t* ws = reinterpret_cast<uint16_t*>(smem);       // [NB][WS]: [filter][kh][kw < KWP][4]
   uint2* patch = reinterpret_cast<uint2*>(ws + NB * WS);  // [kPatchH][PW] pixels of 4 values (S 1: twice)
   T* outs = reinterpret_cast<T*>(patch + kPatchSlots(KS, S));  // [warp][32][OS]
+  // The bias (zero past the filters) in shared memory, read for the epilogue: 2 NT registers
+  // held through the products would spill the NT = 8 instances.
+  float* bias_s = reinterpret_cast<float*>(outs + 4 * 32 * OS);  // [NB]
   const int f0 = blockIdx.y * NB;
   for (int i = threadIdx.x; i < NB * kDepth(KS); i += kThreads) {
     const int nn = i / kDepth(KS), k = i - nn * kDepth(KS);
     const int64_t src = weight_index<KS>(f0 + nn, k, g.filters);
     ws[nn * WS + k] = src >= 0 ? w[src] : uint16_t{0};
   }
+  for (int i = threadIdx.x; i < NB; i += kThreads)
+    bias_s[i] = bias && f0 + i < g.filters ? bias[f0 + i] : 0.f;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
   const uint32_t b_row = b_rows(ws, WS);
   uint32_t a_row[2];
   a_rows16<KS, S>(a_row, patch);
-  float bv[NT][2];
-  bias_fragment<NT>(bv, bias, g, f0, tq);
   T* out = outs + warp * 32 * OS;
 
-  uint2 next[kPerThread(KS, S)];
+  uint32_t next[kPerThread(KS, S)][3];
   auto load = [&](auto& regs, const TileOrigin& to) { load_patch<KS, S>(regs, x, g, to); };
-  auto put = [&](int i, const uint2& v) {
+  auto put = [&](int i, const uint32_t(&c)[3]) {
+    const uint2 v = make_uint2(c[0] | (c[1] << 16), c[2]);
     patch[i] = v;
     if (S == 1 && i % PW != 0) patch[kPixels(KS, S) + i - 1] = v;  // the copy a pixel to the left
   };
@@ -622,6 +667,12 @@ __global__ void __launch_bounds__(kThreads, 4)
     float acc[2][NT][4];
     rows16_products<std::is_same_v<T, __half> ? implicit::kTcFp16 : implicit::kTcBf16, KS, NT, false, S>(
         acc, a_row, b_row, 0);
+    float bv[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const float2 b = *reinterpret_cast<const float2*>(bias_s + nt * 8 + tq * 2);
+      bv[nt][0] = b.x, bv[nt][1] = b.y;
+    }
     if constexpr (POOL) {  // the pool's windows tile the tile: every warp's outputs staged, then pooled
       write_tile<T, NT>(acc, bv, outs, y, g, act, o.img, o.oy0, o.ox0, o.py0, o.px0, f0);
       return;
@@ -631,14 +682,15 @@ __global__ void __launch_bounds__(kThreads, 4)
     // two runs of 16 pixels, each pixel's NB filters contiguous.
     stage_warp<T, NT>(acc, bv, out, act);
     __syncwarp();
+    // The warp's first output's address once a tile (64-bit); the vectors' offsets from it 32-bit.
     constexpr int VP = NB / 8;  // 16-byte vectors a pixel
+    const int oyw = o.oy0 + warp * 2;
+    T* yw = y + ((static_cast<int64_t>(o.img) * g.out_h + oyw) * g.out_w + o.ox0) * g.filters + f0;
 #pragma unroll
     for (int u = 0; u < VP; ++u) {
-      const int v = lane + u * 32, m = v / VP, j = v - m * VP;
-      const int oy = o.oy0 + warp * 2 + m / kTileW, ox = o.ox0 + m % kTileW, f = f0 + j * 8;
-      if (oy < g.out_h && ox < g.out_w && f < g.filters)
-        *reinterpret_cast<uint4*>(
-            y + ((static_cast<int64_t>(o.img) * g.out_h + oy) * g.out_w + ox) * g.filters + f) =
+      const int v = lane + u * 32, m = v / VP, j = v - m * VP, r = m / kTileW, c = m % kTileW;
+      if (oyw + r < g.out_h && o.ox0 + c < g.out_w && f0 + j * 8 < g.filters)
+        *reinterpret_cast<uint4*>(yw + (r * g.out_w + c) * g.filters + j * 8) =
             *reinterpret_cast<const uint4*>(out + m * OS + j * 8);
     }
     __syncwarp();  // the staged outputs are read before the next tile's are written
@@ -750,15 +802,17 @@ constexpr size_t smem_u8() {
   return (size_t{2} * NT * 8 * kWs(KS) + size_t{kPixels(KS)} * 4) * 2 + size_t{2} * NT * 8 * 4;
 }
 
+// The bytes of tile o's pixels this thread stages, a register a channel as loaded (packed only as
+// they are put: load_patch), and whether each pixel is inside the image (c[3]).
 template <int KS>
-__device__ __forceinline__ void load_patch_u8(uint32_t (&v)[kPerThread(KS)], const uint8_t* __restrict__ x,
+__device__ __forceinline__ void load_patch_u8(uint32_t (&v)[kPerThread(KS)][4], const uint8_t* __restrict__ x,
                                               const Geom& g, const TileOrigin& o) {
   const int64_t plane = static_cast<int64_t>(g.in_h) * g.in_w;
   const uint8_t* xi = x + static_cast<int64_t>(o.img) * 3 * plane;
   patch_pixels<KS>(g, o, [&](int u, int64_t p) {
-    v[u] = p < 0 ? 0u
-                 : uint32_t{xi[p]} | (uint32_t{xi[p + plane]} << 8) | (uint32_t{xi[p + 2 * plane]} << 16) |
-                       (1u << 24);
+    v[u][0] = v[u][1] = v[u][2] = 0;
+    v[u][3] = p >= 0;
+    if (p >= 0) v[u][0] = xi[p], v[u][1] = xi[p + plane], v[u][2] = xi[p + 2 * plane];
   });
 }
 
@@ -790,14 +844,14 @@ __global__ void __launch_bounds__(kThreads, 3)
   uint32_t a_row[2];
   a_rows16<KS>(a_row, patch);
 
-  uint32_t next[kPerThread(KS)];
+  uint32_t next[kPerThread(KS)][4];
   auto load = [&](auto& regs, const TileOrigin& to) { load_patch_u8<KS>(regs, x, g, to); };
-  auto put = [&](int i, const uint32_t& b) {
+  auto put = [&](int i, const uint32_t(&b)[4]) {
     uint2 v = make_uint2(0, 0);
-    if (b >> 24)  // inside the image: byte - o[c], exact in FP16 (the padding stays zero)
-      v = make_uint2(pack(__half_as_ushort(__float2half_rn(static_cast<float>(b & 0xff) - o0)),
-                          __half_as_ushort(__float2half_rn(static_cast<float>((b >> 8) & 0xff) - o1))),
-                     __half_as_ushort(__float2half_rn(static_cast<float>((b >> 16) & 0xff) - o2)));
+    if (b[3])  // inside the image: byte - o[c], exact in FP16 (the padding stays zero)
+      v = make_uint2(pack(__half_as_ushort(__float2half_rn(static_cast<float>(b[0]) - o0)),
+                          __half_as_ushort(__float2half_rn(static_cast<float>(b[1]) - o1))),
+                     __half_as_ushort(__float2half_rn(static_cast<float>(b[2]) - o2)));
     patch[i] = v;
   };
   auto body = [&](const TileOrigin& o) {

@@ -302,26 +302,6 @@ __global__ void pool_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, 
   }
 }
 
-// acc = max(acc, v) for each value, a NaN in v never taken (pool_nhwc_kernel's `acc < v ? v :
-// acc`; acc starts at -inf, so it is never NaN): FP32 through fmaxf, 16-bit values two an
-// instruction (__hmax2 returns the other input where one is NaN).
-template <typename T, int V>
-__device__ __forceinline__ void max_into(Vec<T, V>& acc, const Vec<T, V>& v) {
-  if constexpr (std::is_same_v<T, float>) {
-#pragma unroll
-    for (int k = 0; k < V; ++k) acc.v[k] = fmaxf(acc.v[k], v.v[k]);
-  } else if constexpr (V % 2 == 0) {
-    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
-    T2* a = reinterpret_cast<T2*>(acc.v);
-    const T2* b = reinterpret_cast<const T2*>(v.v);
-#pragma unroll
-    for (int k = 0; k < V / 2; ++k) a[k] = __hmax2(a[k], b[k]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < V; ++k) acc.v[k] = __hmax(acc.v[k], v.v[k]);
-  }
-}
-
 // pool_by_rows' pools (3x3 windows at stride 1), R output rows of V channels of one column a
 // thread. Neighbouring outputs' windows share six of their nine taps; the one-output-a-thread
 // kernel reads each input about three times from L2 (a block's rows are other blocks' too). Here

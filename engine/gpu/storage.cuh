@@ -1,10 +1,13 @@
 // Device-side helpers for activations in a Storage format (nhwc.h): loads to FP32, the one
-// rounding when a value is stored, 16-byte vectors of one pixel's channels, and dispatch on the
-// format. Shared by the channels-last passes (nhwc.cu) and the channels-last depthwise kernel.
+// rounding when a value is stored, 16-byte vectors of one pixel's channels, their max, and
+// dispatch on the format. Shared by the channels-last passes (nhwc.cu) and the channels-last depthwise
+// kernel.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include "engine/gpu/nhwc.h"
 
@@ -33,6 +36,26 @@ template <typename T, int V>
 struct alignas(sizeof(T) * V) Vec {
   T v[V];
 };
+
+// acc = max(acc, v) for each value, a NaN in v never taken (nhwc.cu's pool_nhwc_kernel's `acc < v ? v :
+// acc`; acc starts at -inf, so it is never NaN): FP32 through fmaxf, 16-bit values two an
+// instruction (__hmax2 returns the other input where one is NaN).
+template <typename T, int V>
+__device__ __forceinline__ void max_into(Vec<T, V>& acc, const Vec<T, V>& v) {
+  if constexpr (std::is_same_v<T, float>) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc.v[k] = fmaxf(acc.v[k], v.v[k]);
+  } else if constexpr (V % 2 == 0) {
+    using T2 = std::conditional_t<std::is_same_v<T, __half>, __half2, __nv_bfloat162>;
+    T2* a = reinterpret_cast<T2*>(acc.v);
+    const T2* b = reinterpret_cast<const T2*>(v.v);
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) a[k] = __hmax2(a[k], b[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) acc.v[k] = __hmax(acc.v[k], v.v[k]);
+  }
+}
 
 // fn(T*) with T the storage type.
 template <typename Fn>

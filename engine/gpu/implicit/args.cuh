@@ -1,30 +1,13 @@
-// The kernels' argument block (one struct passed by value) and the multiply-high divisions
-// the staging and tile arithmetic use.
+// The kernels' argument block (one struct passed by value), with the multiply-high divisions
+// (engine/gpu/fast_div.cuh) the staging and tile arithmetic use.
 #pragma once
 
 #include <cstdint>
 
+#include "engine/gpu/fast_div.cuh"  // FastDiv, make_fastdiv, fdiv (the enclosing namespace's)
 #include "engine/gpu/implicit/tiling.h"
 
 namespace cnnrun::gpu::implicit {
-
-// n / d for 0 <= n < 2^31 as a multiply-high and a shift (Granlund-Montgomery): the staging
-// and tile arithmetic divide by run-time sizes, and a hardware-less integer division costs ~20
-// instructions.
-struct FastDiv {
-  unsigned d = 1, m = 1;
-  int s = 0;
-};
-inline FastDiv make_fastdiv(unsigned d) {
-  FastDiv f;
-  f.d = d;
-  while ((1ull << f.s) < d) ++f.s;
-  f.m = static_cast<unsigned>(((1ull << 32) * ((1ull << f.s) - d)) / d + 1);
-  return f;
-}
-__device__ __forceinline__ int fdiv(int n, const FastDiv& f) {
-  return static_cast<int>((__umulhi(static_cast<unsigned>(n), f.m) + static_cast<unsigned>(n)) >> f.s);
-}
 
 struct ImplArgs {
   const float* x;
