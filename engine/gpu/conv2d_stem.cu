@@ -895,38 +895,36 @@ void launch(const Geom& g, const void* x, const void* w, const float* bias, void
                  g, act);
 }
 
-// The 16-bit kernels (fits): 3x3 at stride 1, pooled or not; 3x3 or 7x7 at stride 2, unpooled.
-template <typename T, bool POOL>
-void launch16(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
-              cudaStream_t s) {
+// The stride-2 kernels without a pool (fits), 3x3 or 7x7, the filters a block.
+template <typename T, bool THREE>
+void launch_s2(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
+               cudaStream_t s) {
   const bool wide = n_tiles(g) == 8;
-  if (g.sh == 1)
-    wide ? launch<T, false, 3, 8, 1, POOL>(g, x, w, bias, y, act, s)
-         : launch<T, false, 3, 4, 1, POOL>(g, x, w, bias, y, act, s);
-  else if constexpr (!POOL) {
-    if (g.kh == 7)
-      wide ? launch<T, false, 7, 8>(g, x, w, bias, y, act, s)
-           : launch<T, false, 7, 4>(g, x, w, bias, y, act, s);
-    else
-      wide ? launch<T, false, 3, 8>(g, x, w, bias, y, act, s)
-           : launch<T, false, 3, 4>(g, x, w, bias, y, act, s);
-  }
-}
-
-template <typename T, bool THREE = false>
-void launch_any(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
-                cudaStream_t s) {
-  if constexpr (!std::is_same_v<T, float>) {
-    g.pooled ? launch16<T, true>(g, x, w, bias, y, act, s) : launch16<T, false>(g, x, w, bias, y, act, s);
-    return;
-  }
-  const bool wide = n_tiles(g) == 8;  // FP32 storage: stride 2, no pool (fits)
   if (g.kh == 7)
     wide ? launch<T, THREE, 7, 8>(g, x, w, bias, y, act, s)
          : launch<T, THREE, 7, 4>(g, x, w, bias, y, act, s);
   else
     wide ? launch<T, THREE, 3, 8>(g, x, w, bias, y, act, s)
          : launch<T, THREE, 3, 4>(g, x, w, bias, y, act, s);
+}
+
+// Any of them (fits): 16-bit also 3x3 at stride 1, pooled or not.
+template <typename T, bool THREE = false>
+void launch_any(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
+                cudaStream_t s) {
+  if constexpr (!std::is_same_v<T, float>) {
+    if (g.sh == 1) {
+      const bool wide = n_tiles(g) == 8;
+      if (g.pooled)
+        wide ? launch<T, false, 3, 8, 1, true>(g, x, w, bias, y, act, s)
+             : launch<T, false, 3, 4, 1, true>(g, x, w, bias, y, act, s);
+      else
+        wide ? launch<T, false, 3, 8, 1>(g, x, w, bias, y, act, s)
+             : launch<T, false, 3, 4, 1>(g, x, w, bias, y, act, s);
+      return;
+    }
+  }
+  launch_s2<T, THREE>(g, x, w, bias, y, act, s);
 }
 
 template <int KS, int NT>
