@@ -2,16 +2,19 @@
 # Puts the C++ headers of NVIDIA's header-only libraries that Debian does not package into
 # .deps/<name>/include, from the PyPI wheels that ship them:
 #   cudnn_frontend  nvidia-cudnn-frontend  cuDNN's graph API (conv2d_cudnn_graph.cpp)
-#   cutlass         nvidia-cutlass         CUTLASS's implicit-GEMM convolutions (conv2d_cutlass.cu)
+#   cutlass         nvidia-cutlass         CUTLASS's implicit-GEMM convolutions (conv2d_cutlass.cu), and
+#                                          its tools' util headers (CUTLASS 3's Hopper convolutions need
+#                                          cutlass/util/packed_stride.hpp: bench/conv_sm90_bench.cu)
 # Nothing is installed into a Python environment: each wheel is downloaded and only its header
 # folder is unpacked. CMake finds the headers there; without one the GPU build goes on without
 # what it serves and says so. Usage: fetch_headers.sh [NAME...] (default: all).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-# name, wheel, version, the wheel's header folder, a file that must be in it
+# name, wheel, version, the wheel's header folders (comma-separated, unpacked into one include
+# folder), a file that must be among them
 libs=("cudnn_frontend nvidia-cudnn-frontend 1.32.0 include/ cudnn_frontend.h"
-      "cutlass nvidia-cutlass 4.2.0.0 cutlass_library/source/include/ cutlass/conv/kernel/default_conv2d_fprop_with_broadcast.h")
+      "cutlass nvidia-cutlass 4.2.0.0 cutlass_library/source/include/,cutlass_library/source/tools/util/include/ cutlass/util/packed_stride.hpp")
 
 fetch() {
   local name=$1 wheel=$2 version=$3 folder=$4 check=$5
@@ -32,13 +35,17 @@ fetch() {
   mkdir -p "$dest/include"
   if ! python3 - "$tmp"/*.whl "$dest/include" "$folder" "$check" <<'PY'
 import os, sys, zipfile
-whl, dest, folder, check = sys.argv[1:5]
+whl, dest, folders, check = sys.argv[1:5]
 with zipfile.ZipFile(whl) as z:
-    names = [n for n in z.namelist() if n.startswith(folder) and not n.endswith("/")]
-    if folder + check not in names:
-        sys.exit(f"setup: the wheel has no {folder}{check}")
-    for n in names:
-        out = os.path.join(dest, n[len(folder):])
+    files = {}  # path under the include folder -> the wheel's name
+    for folder in folders.split(","):
+        for n in z.namelist():
+            if n.startswith(folder) and not n.endswith("/"):
+                files[n[len(folder):]] = n
+    if check not in files:
+        sys.exit(f"setup: the wheel has no {check} in {folders}")
+    for rel, n in files.items():
+        out = os.path.join(dest, rel)
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with z.open(n) as src, open(out, "wb") as dst:
             dst.write(src.read())
