@@ -25,6 +25,7 @@
 // clang-format off: cutlass::KernelHardwareInfo first, the conv collectives name it without including it
 #include "cutlass/kernel_hardware_info.hpp"
 // clang-format on
+#include "bench/bench_timing.h"
 #include "cute/tensor.hpp"
 #include "cutlass/conv/collective/collective_builder.hpp"
 #include "cutlass/conv/convnd_problem_shape.hpp"
@@ -60,27 +61,6 @@ std::vector<ConvShape> resnet18(int input) {
           {"layer3 3x3", h / 4, 256, 256, 3, 1},
           {"layer4.0.conv1 3x3/2", h / 4, 256, 512, 3, 2},
           {"layer4 3x3", h / 8, 512, 512, 3, 1}};
-}
-
-float time_ms(cudaStream_t s, int repeats, const std::function<void()>& f) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  f();  // warm-up
-  std::vector<float> t;
-  for (int i = 0; i < repeats; ++i) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    f();
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::nth_element(t.begin(), t.begin() + static_cast<long>(t.size() / 2), t.end());
-  return t[t.size() / 2];
 }
 
 // The tensors of one layer, channels last, FP16 (the bias also FP32, as the executor keeps it).
@@ -222,7 +202,7 @@ int main(int argc, char** argv) {
       conv.set_graph_use(CudnnConv::GraphUse::kTimed, GpuTuning{}.graph_plans);  // as the executor's default
       conv.find(h, s, images, x.get(), w.get(), bias.as<float>(), bias_t.get(), nullptr, y_cudnn.get(),
                 ws.get(), ws_bytes);
-      const float t_cudnn = time_ms(s, repeats, [&] {
+      const float t_cudnn = bench::median_ms(s, repeats, [&] {
         conv.forward(h, s, images, x.get(), w.get(), bias.as<float>(), bias_t.get(), nullptr, y_cudnn.get(),
                      ws.get(), ws_bytes);
       });
@@ -248,7 +228,7 @@ int main(int argc, char** argv) {
       std::string why;
       auto try_tile = [&](auto& op, int i) {
         if (!op.init(q, s, &why)) return;
-        t_tile[i] = time_ms(s, repeats, [&] { op.run(s); });
+        t_tile[i] = bench::median_ms(s, repeats, [&] { op.run(s); });
         err = std::max(err, rel_diff(download_half(static_cast<const __half*>(y_cutlass.get()), ny), ref));
       };
       try_tile(a, 0);

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_timing.h"
 #include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_cudnn.h"
@@ -76,27 +77,6 @@ std::vector<Dw> efficientnet_b0(int input) {
       c = r[1];
     }
   return v;
-}
-
-float time_ms(cudaStream_t s, int repeats, const std::function<void()>& f) {
-  cudaEvent_t a, b;
-  CUDA_CHECK(cudaEventCreate(&a));
-  CUDA_CHECK(cudaEventCreate(&b));
-  f();  // warm-up
-  std::vector<float> t;
-  for (int r = 0; r < repeats; ++r) {
-    CUDA_CHECK(cudaEventRecord(a, s));
-    f();
-    CUDA_CHECK(cudaEventRecord(b, s));
-    CUDA_CHECK(cudaEventSynchronize(b));
-    float ms = 0;
-    CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::nth_element(t.begin(), t.begin() + static_cast<long>(t.size() / 2), t.end());
-  return t[t.size() / 2];
 }
 
 }  // namespace
@@ -260,7 +240,7 @@ int main(int argc, char** argv) {
         if (tiles[k].bytes) {
           if (!scratch.get()) scratch.alloc(moved);
           const void* from = nhwc ? xs.get() : x.get();
-          t_dw.push_back(time_ms(s, repeats, [&] {
+          t_dw.push_back(bench::median_ms(s, repeats, [&] {
             CUDA_CHECK(cudaMemcpyAsync(scratch.get(), from, moved, cudaMemcpyDeviceToDevice, s));
           }));
           tot_dw[k] += t_dw[k];
@@ -271,7 +251,7 @@ int main(int argc, char** argv) {
         const int se = tiles[k].se == 2 && slots == 0 ? 1 : tiles[k].se;
         DepthwiseMean mean;
         if (se == 2) mean.partial = partial.as<float>(), mean.out = pooled.get();
-        t_dw.push_back(time_ms(s, repeats, [&] {
+        t_dw.push_back(bench::median_ms(s, repeats, [&] {
           if (nhwc) {
             launch_conv_depthwise_nhwc(a, xs.get(), st, w_taps.as<float>(), b.as<float>(), ys.get(), images,
                                        epi_act, s, tiles[k].kn, mean);
@@ -296,7 +276,7 @@ int main(int argc, char** argv) {
       const void* cb = nhwc ? bs.get() : b.get();
       void* cy = nhwc ? ys.get() : y.get();
       conv.find(h, s, images, cx, cw, b.as<float>(), cb, nullptr, cy, ws.get(), ws_bytes);
-      const float t_cudnn = time_ms(s, repeats, [&] {
+      const float t_cudnn = bench::median_ms(s, repeats, [&] {
         conv.forward(h, s, images, cx, cw, b.as<float>(), cb, nullptr, cy, ws.get(), ws_bytes);
       });
       tot_cudnn += t_cudnn;
