@@ -813,8 +813,13 @@ def main():
     ap.add_argument("--commit", default="")
     ap.add_argument("--baseline", default="",
                     help="a second cnnrun binary (an earlier commit's) timed on every row too, for before/after")
+    ap.add_argument("--baseline-args", default="",
+                    help="more cnnrun options for the baseline rows only, e.g. '--gpu-off stemrows'; without "
+                         "--baseline the baseline is this cnnrun with them (a switch's before/after in one run)")
     ap.add_argument("--cnnrun-args", default="", help="more cnnrun options for the timed rows, e.g. '--streams 2'")
     a = ap.parse_args()
+    if a.baseline_args and not a.baseline:
+        a.baseline = a.cnnrun
     start = time.time()
     if a.repeats < 5:
         ap.error("--repeats must be at least 5 (the medians of fewer runs say little)")
@@ -931,7 +936,8 @@ def main():
                     continue
                 cn[p] = cnnrun_row(a, nd, extra, weights, data, n, min(d, validate[cls]), p, tag, mem)
                 if a.baseline:  # the same row on the earlier binary, right after
-                    base = argparse.Namespace(**{**vars(a), "cnnrun": a.baseline})
+                    base = argparse.Namespace(**{**vars(a), "cnnrun": a.baseline,
+                                                 "cnnrun_args": f"{a.cnnrun_args} {a.baseline_args}".strip()})
                     cn[p]["baseline"] = cnnrun_row(base, nd, extra, weights, data, n, min(d, validate[cls]), p,
                                                    tag + "_baseline", mem)
                 r = cn[p]
@@ -1008,6 +1014,9 @@ def main():
              f"fastest{compile_note(a.compile)}; fp32 with TF32 off."]
     if a.cnnrun_args:
         notes.append(f"cnnrun's timed rows also had `{a.cnnrun_args}`.")
+    if a.baseline_args:
+        same = " (the same binary)" if a.baseline == a.cnnrun else ""
+        notes.append(f"The baseline rows{same} also had `{a.baseline_args}`.")
     if cudnn_note:
         notes.append(f"cnnrun's {cudnn_note}")
     if cuda and not sampled:

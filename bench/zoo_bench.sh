@@ -23,6 +23,8 @@
 #   BUDGET      seconds; rows that would start later are listed as skipped (default 480)
 #   BASELINE    a second cnnrun binary (an earlier commit's) timed on every row right after CNNRUN:
 #               one more column, its median and CNNRUN's speedup over it (before/after in one run)
+#   BASELINE_ARGS  more cnnrun options for the baseline rows only (e.g. "--gpu-off stemrows"); without
+#               BASELINE the baseline is CNNRUN itself with them: a switch's before/after in one run
 #   CNNRUN_ARGS more cnnrun options for the timed rows (e.g. "--conv-algo cudnn"), named in the notes
 #   COMPILE     torch.compile's modes for PyTorch's fastest eager way (comma-separated: default,
 #               reduce-overhead, max-autotune, max-autotune-no-cudagraphs; default "default"; 0: no
@@ -111,6 +113,7 @@ args=(--cnnrun "$BIN" --work "$W" --commit "${commit:-}" --shared "${S:-}" --rep
   "--cnnrun-args=${CNNRUN_ARGS:-}")
 [ -n "${DRY:-}" ] && args+=(--dry)
 [ -n "${BASELINE:-}" ] && args+=(--baseline "$BASELINE")
+[ -n "${BASELINE_ARGS:-}" ] && args+=("--baseline-args=$BASELINE_ARGS")
 args+=("--compile=${COMPILE-default}" --compile-timeout "${COMPILE_TIMEOUT:-300}")
 [ -n "${OUT:-}" ] && mkdir -p "$OUT" && args+=(--out "$OUT")
 if [ -n "${GPUS:-}" ]; then

@@ -7,7 +7,8 @@
 # note as engine/report.cpp writes it; both sides had two warm-up runs. Then bench/zoo_merge.py joins
 # it with a second run (the thesis network) into one table and refuses what it must. Times are
 # printed by the script, never checked. torch.compile's rows (by default, in two modes, none with
-# COMPILE=0) and the refusal of an unknown mode. Last, GPUS=2 (bench/zoo_parallel.py) as two processes.
+# COMPILE=0) and the refusal of an unknown mode. Then GPUS=2 (bench/zoo_parallel.py) as two processes;
+# last, BASELINE_ARGS (the same binary with other options as the baseline).
 # Skipped (77) without a python3 that imports torch and torchvision.
 #   tests/zoo_bench_dry.sh CNNRUN_BINARY SOURCE_DIR
 set -uo pipefail
@@ -314,3 +315,36 @@ printf '{"header": ' >"$w/junk.tgz"
 expect_refusal "junk.tgz: not a readable tar archive" "zoo_merge.py took a broken archive" "$w/junk.tgz"
 [ "$(wc -l <"$w/refused.log")" -eq 1 ] || { cat "$w/refused.log"; echo "FAIL: the refusal is not one line"; exit 1; }
 echo "zoo_parallel: ok"
+# BASELINE_ARGS without BASELINE: the baseline is the same binary with those options (a switch's
+# before/after in one run), timed on every row right after; they reach the baseline's command
+# line only, and the table has the baseline column and says what the baseline had.
+if ! COMPILE=0 DRY=1 CNNRUN="$bin" NETS="lenet5" PRECISIONS="fp32" BASELINE_ARGS="--gpu-off graph" PYTHON=$py \
+  WORK="$w/work4" OUT="$w/out4" COMMIT= bash "$src/bench/zoo_bench.sh" >"$w/log4" 2>&1; then
+  cat "$w/log4"
+  echo "FAIL: BASELINE_ARGS bench/zoo_bench.sh exited non-zero"
+  exit 1
+fi
+$py - "$w/out4" "$w/work4/logs" <<'PY' || exit 1
+import glob, json, os, sys
+out, logs = sys.argv[1], sys.argv[2]
+d = json.load(open(os.path.join(out, "zoo_results.json")))
+t = open(os.path.join(out, "zoo_table.md")).read()
+c = d["results"][0]["cnnrun"]["fp32"]
+b = c.get("baseline", {})
+errors = []
+if not (c.get("rc") == 0 and b.get("rc") == 0 and b.get("median_ms", 0) > 0 and b.get("validate_pass")):
+    errors.append(f"the row {c} or its baseline {b}")
+if "| ratio | baseline ms (speedup) |" not in t:
+    errors.append("the table has no baseline column")
+if "The baseline rows (the same binary) also had `--gpu-off graph`." not in t:
+    errors.append("the notes do not say what the baseline had")
+firsts = {os.path.basename(f): open(f).readline() for f in glob.glob(os.path.join(logs, "cnnrun_*_fp32.log"))}
+base = [f for f in firsts if "_baseline_" in f]
+if len(base) != 1 or "--gpu-off graph" not in firsts[base[0]] or \
+        any("--gpu-off" in l for f, l in firsts.items() if f not in base):
+    errors.append(f"the options did not reach the baseline's command line alone: {firsts}")
+for e in errors:
+    print("FAIL (BASELINE_ARGS):", e)
+sys.exit(1 if errors else 0)
+PY
+echo "baseline args: ok"
