@@ -1,16 +1,17 @@
 // Kernel workbench (not a test): whether CUTLASS 3's Hopper convolution (TMA im2col loads, wgmma,
 // warp-specialized, CollectiveBuilder's choices) beats what cnnrun runs today for ResNet-18's 3x3
-// and 1x1 convolutions at 16-bit storage. Each layer, channels last, FP16, bias + ReLU in the
-// epilogue, timed on the same tensors as:
+// and 1x1 convolutions (or VGG-11-BN's 3x3 ones) at 16-bit storage. Each layer, channels last, FP16, bias +
+// ReLU in the epilogue, timed on the same tensors as:
 //   - cudnn: the executor's CudnnConv (cuDNN's search on the legacy API and on the graph API,
 //     the faster kept, its fused bias + ReLU), as `--layout nhwc --precision fp16` runs it;
-//   - two CUTLASS tiles, 128x64x64 and 128x128x64 (M: output pixels, N: filters, K: taps x
-//     channels), one CTA a cluster, the stage count from the shared memory the epilogue leaves.
+//   - three CUTLASS tiles, 128x64x64, 128x128x64 and 128x256x64 (M: output pixels, N: filters,
+//     K: taps x channels), one CTA a cluster, the stage count from the shared memory the epilogue
+//     leaves.
 // Prints one line per layer (median ms, cuDNN's time over the faster tile's, CUTLASS's largest
 // difference from cuDNN's outputs relative to their largest magnitude) and the totals. Built with
 // the GPU executor and CUTLASS's headers, for sm_90a (wgmma), outside `all`:
 //   cmake --build build --target conv_sm90_bench && build/conv_sm90_bench [IMAGES=1000] [INPUT=224]
-//   [REPEATS=20]
+//   [REPEATS=20] [NET=resnet18|vgg11]
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -61,6 +62,15 @@ std::vector<ConvShape> resnet18(int input) {
           {"layer3 3x3", h / 4, 256, 256, 3, 1},
           {"layer4.0.conv1 3x3/2", h / 4, 256, 512, 3, 2},
           {"layer4 3x3", h / 8, 512, 512, 3, 1}};
+}
+
+// VGG-11-BN's convolutions past the stem (each after a 2x2/2 pool; 224: 112x112 first).
+std::vector<ConvShape> vgg11(int input) {
+  const int h = input / 2;
+  return {{"features.4 3x3", h, 64, 128, 3, 1},       {"features.8 3x3", h / 2, 128, 256, 3, 1},
+          {"features.11 3x3", h / 2, 256, 256, 3, 1}, {"features.15 3x3", h / 4, 256, 512, 3, 1},
+          {"features.18 3x3", h / 4, 512, 512, 3, 1}, {"features.22 3x3", h / 8, 512, 512, 3, 1},
+          {"features.25 3x3", h / 8, 512, 512, 3, 1}};
 }
 
 // The tensors of one layer, channels last, FP16 (the bias also FP32, as the executor keeps it).
@@ -157,8 +167,11 @@ int main(int argc, char** argv) {
   const int images = argc > 1 ? std::atoi(argv[1]) : 1000;
   const int input = argc > 2 ? std::atoi(argv[2]) : 224;
   const int repeats = argc > 3 ? std::atoi(argv[3]) : 20;
-  if (images < 1 || input < 32 || input % 32 != 0 || repeats < 1) {
-    std::fprintf(stderr, "usage: %s [IMAGES>=1] [INPUT: a multiple of 32] [REPEATS>=1]\n", argv[0]);
+  const std::string net = argc > 4 ? argv[4] : "resnet18";
+  if (images < 1 || input < 32 || input % 32 != 0 || repeats < 1 || (net != "resnet18" && net != "vgg11")) {
+    std::fprintf(stderr,
+                 "usage: %s [IMAGES>=1] [INPUT: a multiple of 32] [REPEATS>=1] [NET=resnet18|vgg11]\n",
+                 argv[0]);
     return 2;
   }
   try {
@@ -167,16 +180,17 @@ int main(int argc, char** argv) {
     CudnnHandle h;
     const size_t ws_bytes = size_t{256} << 20;
     DevBuf ws(ws_bytes);
-    std::printf("ResNet-18's convolutions + bias + ReLU, %d images at %dx%d, fp16 NHWC, median of %d (ms)\n",
-                images, input, input, repeats);
-    std::printf("%-22s %9s %9s %9s %7s %9s | %s\n", "layer", "cudnn", "128x64", "128x128", "ratio", "max rel",
-                "cudnn algorithm");
+    std::printf("%s's convolutions + bias + ReLU, %d images at %dx%d, fp16 NHWC, median of %d (ms)\n",
+                net == "vgg11" ? "VGG-11-BN" : "ResNet-18", images, input, input, repeats);
+    std::printf("%-22s %9s %9s %9s %9s %7s %9s | %s\n", "layer", "cudnn", "128x64", "128x128", "128x256",
+                "ratio", "max rel", "cudnn algorithm");
     std::mt19937 g(7);
     std::uniform_real_distribution<float> d(-1.f, 1.f);
     double tot_cudnn = 0, tot_best = 0;
     Sm90Conv<128, 64> a;
     Sm90Conv<128, 128> b;
-    for (const ConvShape& l : resnet18(input)) {
+    Sm90Conv<128, 256> c;
+    for (const ConvShape& l : net == "vgg11" ? vgg11(input) : resnet18(input)) {
       ConvParams p;
       p.filters = l.k;
       p.kernel_h = p.kernel_w = l.r;
@@ -223,7 +237,7 @@ int main(int argc, char** argv) {
                       static_cast<const __half*>(w.get()),
                       bias.as<float>(),
                       static_cast<__half*>(y_cutlass.get())};
-      float t_tile[2] = {-1.f, -1.f};
+      float t_tile[3] = {-1.f, -1.f, -1.f};
       double err = 0;
       std::string why;
       auto try_tile = [&](auto& op, int i) {
@@ -233,17 +247,18 @@ int main(int argc, char** argv) {
       };
       try_tile(a, 0);
       try_tile(b, 1);
+      try_tile(c, 2);
       float best = -1.f;
       for (float t : t_tile)
         if (t > 0 && (best < 0 || t < best)) best = t;
       tot_cudnn += t_cudnn;
       tot_best += best > 0 ? best : t_cudnn;
-      std::printf("%-22s %9.4f %9.4f %9.4f %6.2fx %9.1e | %s%s\n", l.name, t_cudnn, t_tile[0], t_tile[1],
-                  best > 0 ? t_cudnn / best : 0.f, err, conv.algo_name().c_str(),
+      std::printf("%-22s %9.4f %9.4f %9.4f %9.4f %6.2fx %9.1e | %s%s\n", l.name, t_cudnn, t_tile[0],
+                  t_tile[1], t_tile[2], best > 0 ? t_cudnn / best : 0.f, err, conv.algo_name().c_str(),
                   why.empty() ? "" : (" (CUTLASS: " + why + ")").c_str());
     }
-    std::printf("%-22s %9.4f %9s %9s %6.2fx  (the faster tile each layer; cuDNN where neither ran)\n",
-                "total", tot_cudnn, "", "", tot_cudnn / tot_best);
+    std::printf("%-22s %9.4f %9s %9s %9s %6.2fx  (the fastest tile each layer; cuDNN where none ran)\n",
+                "total", tot_cudnn, "", "", "", tot_cudnn / tot_best);
     CUDA_CHECK(cudaStreamDestroy(s));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "conv_sm90_bench: %s\n", e.what());
