@@ -39,9 +39,9 @@ struct GpuTuning {
                                 // (engine/gpu/plan.h, share_groups)
   bool concat_in_place = true;  // concat: channels last, a conv read only by a concat writes its output
                                 // at its channel offset in the concat's buffer (Step::concat_step)
-  bool stem_rows = true;  // stemrows: a stem of 3 channels, 3x3 or 7x7 at stride 2 (floats or bytes) or
-                          // 3x3 at stride 1 (16-bit), reads A's fragments from rows of its patch
-                          // (ldmatrix; engine/gpu/conv2d_stem.h: stem_runs_rows), not through tables
+  bool stem_rows = true;        // stemrows: a stem of 3 channels, 3x3 or 7x7 at stride 2 (floats or bytes) or
+                                // 3x3 at stride 1 (16-bit), reads A's fragments from rows of its patch
+                                // (ldmatrix; engine/gpu/conv2d_stem.h: stem_runs_rows), not through tables
   // --cudnn-plans: how many of cuDNN's heuristic candidates the graph API's search builds and
   // times a conv. Each build compiles a kernel (NVRTC, 0.2-0.9 s), which dominates the setup; on
   // ResNet-18 and GoogLeNet the first two gave the forward times of the first four within noise,
