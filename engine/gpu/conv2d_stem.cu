@@ -613,17 +613,17 @@ __device__ __forceinline__ void patch_pixels(const Geom& g, const TileOrigin& o,
   }
 }
 
-// The 16-bit patch's pixels of tile o this thread stages (at stride S): x's three channels as
-// loaded, a register each. They are packed (the fourth channel zero) only as they are put into
-// shared memory: an instruction using a loaded value waits for it, and packing here would wait
-// for the loads before the tile's products, which they are meant to run under.
-template <int KS, int S>
-__device__ __forceinline__ void load_patch(uint32_t (&v)[kPerThread(KS, S)][3],
-                                           const uint16_t* __restrict__ x, const Geom& g,
-                                           const TileOrigin& o) {
-  const uint16_t* xi = x + static_cast<int64_t>(o.img) * g.in_h * g.in_w * 3;
+// The patch's pixels of tile o this thread stages (at stride S): x's three channels (NHWC, 16-bit
+// or FP32) as loaded, a register each, zeros outside. They are converted (16-bit: packed with a
+// zero fourth channel; TF32: rounded) only as they are put into shared memory: an instruction
+// using a loaded value waits for it, and converting here would wait for the loads before the
+// tile's products, which they are meant to run under.
+template <int KS, int S, typename V, typename X>
+__device__ __forceinline__ void load_patch(V (&v)[kPerThread(KS, S)][3], const X* __restrict__ x,
+                                           const Geom& g, const TileOrigin& o) {
+  const X* xi = x + static_cast<int64_t>(o.img) * g.in_h * g.in_w * 3;
   patch_pixels<KS, S>(g, o, [&](int u, int64_t p) {
-    v[u][0] = v[u][1] = v[u][2] = 0;
+    v[u][0] = v[u][1] = v[u][2] = V{0};
     if (p >= 0) v[u][0] = xi[p * 3], v[u][1] = xi[p * 3 + 1], v[u][2] = xi[p * 3 + 2];
   });
 }
@@ -712,16 +712,6 @@ constexpr size_t smem_bytes_f32() {
   return (size_t{NT} * 8 * (kDepth(KS) + 4) + size_t{kPixels(KS)} * 4) * 4;
 }
 
-template <int KS>
-__device__ __forceinline__ void load_patch_f32(float (&v)[kPerThread(KS)][3], const float* __restrict__ x,
-                                               const Geom& g, const TileOrigin& o) {
-  const float* xi = x + static_cast<int64_t>(o.img) * g.in_h * g.in_w * 3;
-  patch_pixels<KS>(g, o, [&](int u, int64_t p) {
-    v[u][0] = v[u][1] = v[u][2] = 0.f;
-    if (p >= 0) v[u][0] = xi[p * 3], v[u][1] = xi[p * 3 + 1], v[u][2] = xi[p * 3 + 2];
-  });
-}
-
 template <bool THREE, int KS, int NT>
 __global__ void __launch_bounds__(kThreads, 3)
     stem_rows_f32_kernel(const float* __restrict__ x, const float* __restrict__ w,
@@ -751,7 +741,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   bias_fragment<NT>(bv, bias, g, f0, tq);
 
   float next[kPerThread(KS)][3];
-  auto load = [&](auto& regs, const TileOrigin& to) { load_patch_f32<KS>(regs, x, g, to); };
+  auto load = [&](auto& regs, const TileOrigin& to) { load_patch<KS, 2>(regs, x, g, to); };
   auto put = [&](int i, const float(&v)[3]) {
     const int py = i / kPatchW(KS), px = i - py * kPatchW(KS);
     planes[(px & 1) * PH * PWH + py * PWH + (px >> 1)] =
@@ -803,7 +793,7 @@ constexpr size_t smem_u8() {
 }
 
 // The bytes of tile o's pixels this thread stages, a register a channel as loaded (packed only as
-// they are put: load_patch), and whether each pixel is inside the image (c[3]).
+// they are put, as load_patch's), and whether each pixel is inside the image (c[3]).
 template <int KS>
 __device__ __forceinline__ void load_patch_u8(uint32_t (&v)[kPerThread(KS)][4], const uint8_t* __restrict__ x,
                                               const Geom& g, const TileOrigin& o) {
