@@ -325,24 +325,32 @@ TEST_CASE("gpu: pool2d kernel: ceil_mode and adaptive windows" * doctest::skip(!
 // format holds them. 3x3 max pools at stride 1 run max_pool_rows_nhwc_kernel (pool_by_rows):
 // GoogLeNet's padded ceil_mode ones on planes of 2 to 29 rows (one and several groups of 4 rows,
 // a last group cut short), without padding, on one row and column, and with NaN, -0, -inf
-// and FP16's near-largest value among the inputs; channel counts give every vector width (8, 4, 2, 1). A max
-// takes one of its inputs, so it must be exact; the average pools (the other kernel) are checked too.
-TEST_CASE("gpu: channels-last pools, the stride-1 3x3 max by rows among them, vs reference" *
-          doctest::skip(!gpu_present())) {
+// and FP16's near-largest value among the inputs; channel counts give every vector width (8, 4, 2, 1).
+// The other 2x2 and 3x3 max pools run max_pool_windows_nhwc_kernel (pool_by_windows): VGG's 2x2/2,
+// ResNet's padded 3x3/2, GoogLeNet's and SqueezeNet's ceil_mode 3x3/2 (the last window hanging
+// past the edge), odd planes, one output row. A max takes one of its inputs, so it must be exact;
+// the average pools and a 4x4 max (the general kernel) are checked too.
+TEST_CASE(
+    "gpu: channels-last pools, the 3x3 max by rows and the 2x2/3x3 max by windows among them, vs reference" *
+    doctest::skip(!gpu_present())) {
   Stream st;
   struct Case {
     int h, w, c, k, s, p;
     bool ceil_mode, is_max;
   };
-  const Case cases[] = {{28, 28, 24, 3, 1, 1, true, true},  {14, 14, 48, 3, 1, 1, true, true},
-                        {7, 7, 16, 3, 1, 1, true, true},    {4, 4, 8, 3, 1, 1, true, true},
-                        {2, 2, 8, 3, 1, 1, true, true},     {29, 5, 12, 3, 1, 1, false, true},
-                        {17, 3, 6, 3, 1, 0, false, true},   {16, 9, 3, 3, 1, 1, false, true},
-                        {3, 1, 8, 3, 1, 1, false, true},    {9, 10, 16, 3, 1, 0, true, true},
-                        {31, 6, 2, 3, 1, 1, false, true},   {28, 28, 24, 3, 2, 0, true, true},
-                        {14, 14, 24, 3, 1, 1, false, false}};
+  const Case cases[] = {{28, 28, 24, 3, 1, 1, true, true},   {14, 14, 48, 3, 1, 1, true, true},
+                        {7, 7, 16, 3, 1, 1, true, true},     {4, 4, 8, 3, 1, 1, true, true},
+                        {2, 2, 8, 3, 1, 1, true, true},      {29, 5, 12, 3, 1, 1, false, true},
+                        {17, 3, 6, 3, 1, 0, false, true},    {16, 9, 3, 3, 1, 1, false, true},
+                        {3, 1, 8, 3, 1, 1, false, true},     {9, 10, 16, 3, 1, 0, true, true},
+                        {31, 6, 2, 3, 1, 1, false, true},    {28, 28, 24, 3, 2, 0, true, true},
+                        {14, 14, 24, 3, 1, 1, false, false}, {28, 28, 64, 2, 2, 0, false, true},
+                        {7, 9, 16, 2, 2, 0, true, true},     {30, 30, 64, 3, 2, 1, false, true},
+                        {15, 15, 24, 3, 2, 0, true, true},   {13, 11, 6, 3, 2, 1, true, true},
+                        {3, 17, 3, 3, 2, 0, false, true},    {9, 9, 8, 3, 3, 1, false, true},
+                        {12, 12, 16, 4, 2, 1, false, true},  {12, 12, 16, 2, 2, 0, false, false}};
   uint32_t seed = 90;
-  int by_rows = 0;
+  int by_rows = 0, by_windows = 0;
   for (const Case& c : cases)
     for (Storage t : {Storage::kF32, Storage::kF16, Storage::kBf16}) {
       Pool2dArgs a;
@@ -351,6 +359,8 @@ TEST_CASE("gpu: channels-last pools, the stride-1 3x3 max by rows among them, vs
       a.out_h = pool_out(c.h, c.k, c.s, c.p, c.ceil_mode),
       a.out_w = pool_out(c.w, c.k, c.s, c.p, c.ceil_mode);
       by_rows += pool_by_rows(a) ? 1 : 0;
+      by_windows += pool_by_windows(a) ? 1 : 0;
+      CHECK_FALSE((pool_by_rows(a) && pool_by_windows(a)));
       const int n = 3;
       const int64_t plane = int64_t(c.h) * c.w, out_plane = int64_t(a.out_h) * a.out_w;
       std::vector<float> x = test::random_floats(size_t(n) * c.c * plane, seed++, -4.f, 4.f);
@@ -369,12 +379,16 @@ TEST_CASE("gpu: channels-last pools, the stride-1 3x3 max by rows among them, vs
       std::ostringstream what;
       what << (c.is_max ? "max " : "avg ") << c.h << "x" << c.w << "x" << c.c << " k" << c.k << " s" << c.s
            << " p" << c.p << (c.ceil_mode ? " ceil" : "") << " -> " << a.out_h << "x" << a.out_w << ", "
-           << storage_name(t) << (pool_by_rows(a) ? ", by rows" : "");
+           << storage_name(t)
+           << (pool_by_rows(a)      ? ", by rows"
+               : pool_by_windows(a) ? ", by windows"
+                                    : "");
       const double tol = t == Storage::kF32 ? 1e-6 : t == Storage::kF16 ? 1e-3 : 8e-3;
       check_close(download(yf, size_t(n) * c.c * out_plane, st.s), pool_ref(held, n, a), c.is_max ? 0 : tol,
                   c.is_max ? 0 : tol, what.str());
     }
-  CHECK(by_rows == 11 * 3);  // every stride-1 3x3 max case ran the rows kernel
+  CHECK(by_rows == 11 * 3);    // every stride-1 3x3 max case ran the rows kernel
+  CHECK(by_windows == 8 * 3);  // every other 2x2 and 3x3 max case the windows kernel
 }
 
 // The channels-last preprocess (launch_preprocess_nhwc): four pixels a thread where the plane

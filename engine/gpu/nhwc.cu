@@ -9,6 +9,7 @@
 
 #include "engine/gpu/activation.cuh"
 #include "engine/gpu/check.h"
+#include "engine/gpu/fast_div.cuh"
 #include "engine/gpu/grid_stride.h"
 #include "engine/gpu/nhwc.h"
 #include "engine/gpu/pool_window.cuh"
@@ -366,6 +367,45 @@ __global__ void max_pool_rows_nhwc_kernel(const T* __restrict__ in, T* __restric
   }
 }
 
+// pool_by_windows' pools (fixed K x K max windows, K = 2 or 3, any stride and padding: VGG's
+// 2x2/2, ResNet's 3x3/2 after the stem, GoogLeNet's and SqueezeNet's ceil_mode 3x3/2), one
+// output's V channels a thread. The K x K taps are unrolled, each predicated on lying inside the
+// input, so all of a thread's loads are in flight together (no loop bound depends on the data);
+// the thread's position is divided out with FastDiv in 32 bits and the maxima are taken in the
+// storage format (max_into): pool_nhwc_kernel's runtime window loops, 64-bit divisions and float
+// compares made it bound by its instructions (docs/performance.md). The same values as
+// pool_nhwc_kernel: a max (NaN never taken, as there) does not depend on the order, and a window
+// with no tap inside the input gives -inf there too.
+template <typename T, int V, int K>
+__global__ void max_pool_windows_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, unsigned vecs,
+                                             FastDiv cv, FastDiv ow, FastDiv oh, Pool2dArgs a) {
+  const unsigned stride = gridDim.x * blockDim.x;
+  for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < vecs; i += stride) {
+    const int q = fdiv(static_cast<int>(i), cv);
+    const int c0 = (static_cast<int>(i) - q * static_cast<int>(cv.d)) * V;
+    const int q2 = fdiv(q, ow);
+    const int ox = q - q2 * static_cast<int>(ow.d);
+    const int img = fdiv(q2, oh);
+    const int oy = q2 - img * static_cast<int>(oh.d);
+    const int y0 = oy * a.stride_h - a.pad_h, x0 = ox * a.stride_w - a.pad_w;
+    const T* src = in + int64_t(img) * a.in_h * a.in_w * a.channels + c0;
+    Vec<T, V> o;
+#pragma unroll
+    for (int k = 0; k < V; ++k) o.v[k] = to<T>(-INFINITY);
+#pragma unroll
+    for (int dy = 0; dy < K; ++dy) {
+      const int y = y0 + dy;
+#pragma unroll
+      for (int dx = 0; dx < K; ++dx) {
+        const int x = x0 + dx;
+        if (y >= 0 && y < a.in_h && x >= 0 && x < a.in_w)
+          max_into(o, *reinterpret_cast<const Vec<T, V>*>(src + (int64_t(y) * a.in_w + x) * a.channels));
+      }
+    }
+    reinterpret_cast<Vec<T, V>*>(out)[i] = o;
+  }
+}
+
 template <typename T, int V>
 __global__ void concat_kernel(const T* __restrict__ in, int in_c, T* __restrict__ out, int out_c, int offset,
                               int64_t vecs) {
@@ -592,6 +632,13 @@ bool pool_by_rows(const Pool2dArgs& a) {
          a.stride_w == 1 && a.pad_h <= 1 && a.pad_w <= 1 && a.out_h >= 2;
 }
 
+// Whether a channels-last pool runs max_pool_windows_nhwc_kernel: a max over fixed 2x2 or 3x3
+// windows that pool_by_rows does not take.
+bool pool_by_windows(const Pool2dArgs& a) {
+  return a.is_max && !a.adaptive && a.kernel_h == a.kernel_w && (a.kernel_h == 2 || a.kernel_h == 3) &&
+         !pool_by_rows(a);
+}
+
 void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const Pool2dArgs& a,
                         cudaStream_t s) {
   const int64_t count = n * pool2d_values(a);
@@ -628,6 +675,27 @@ void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const P
           max_pool_rows_nhwc_kernel<T, V, R, int64_t>
               <<<grid_stride_blocks(items), kGridStrideThreads, 0, s>>>(
                   static_cast<const T*>(in), static_cast<T*>(out), items, groups, a);
+        return;
+      }
+      const int64_t per_image = pool2d_values(a) / V;
+      if (pool_by_windows(a) && per_image < INT_MAX) {  // launched for as many images as 32 bits count
+        const int64_t chunk = std::min<int64_t>(n, INT_MAX / per_image);
+        const FastDiv cv = make_fastdiv(static_cast<unsigned>(a.channels / V)),
+                      ow = make_fastdiv(static_cast<unsigned>(a.out_w)),
+                      oh = make_fastdiv(static_cast<unsigned>(a.out_h));
+        const int64_t in_image = int64_t(a.in_h) * a.in_w * a.channels, out_image = per_image * V;
+        for (int64_t i0 = 0; i0 < n; i0 += chunk) {
+          const int64_t m = std::min(chunk, n - i0);
+          const unsigned vecs = static_cast<unsigned>(m * per_image);
+          const T* x = static_cast<const T*>(in) + i0 * in_image;
+          T* y = static_cast<T*>(out) + i0 * out_image;
+          if (a.kernel_h == 2)
+            max_pool_windows_nhwc_kernel<T, V, 2>
+                <<<grid_stride_blocks(vecs), kGridStrideThreads, 0, s>>>(x, y, vecs, cv, ow, oh, a);
+          else
+            max_pool_windows_nhwc_kernel<T, V, 3>
+                <<<grid_stride_blocks(vecs), kGridStrideThreads, 0, s>>>(x, y, vecs, cv, ow, oh, a);
+        }
         return;
       }
       const int64_t vecs = count / V;

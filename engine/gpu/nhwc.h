@@ -61,6 +61,8 @@ void launch_mul_nhwc(const std::vector<MulInputNhwc>& in, void* out, Storage t, 
 // Pool2dArgs' windows over n images, channels last. A 3x3 max at stride 1 (pool_by_rows) runs a
 // kernel of its own, several output rows a thread, that reads each input about once.
 bool pool_by_rows(const Pool2dArgs& a);
+// Other 2x2 and 3x3 max pools (pool_by_windows) run a kernel with the window unrolled.
+bool pool_by_windows(const Pool2dArgs& a);
 void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const Pool2dArgs& a, cudaStream_t s);
 // out[p][offset + c] = in[p][c] for c < in_channels: one input of a channel concat.
 void launch_concat_nhwc(const void* in, int in_channels, void* out, int out_channels, int offset, Storage t,
