@@ -144,6 +144,7 @@ struct ConvTuning {
     std::string algo;
     enum class Outcome { kTimed, kNotApplicable, kFailed } outcome = Outcome::kTimed;
     double ms = 0;      // kTimed: the fastest of the repeats
+    std::string note;   // kTimed: how the algorithm chose within itself (may be empty)
     std::string error;  // kFailed: what the library said
   };
   std::vector<Candidate> candidates;  // in the order tried

@@ -88,7 +88,8 @@ std::string tuning_note(const ConvTuning& t) {
       case ConvTuning::Candidate::Outcome::kTimed: {
         std::ostringstream o;
         o.precision(3);
-        o << std::fixed << " " << c.algo << " " << c.ms << " ms;";
+        o << std::fixed << " " << c.algo << " " << c.ms << " ms"
+          << (c.note.empty() ? "" : " (" + c.note + ")") << ";";
         line += o.str();
         break;
       }

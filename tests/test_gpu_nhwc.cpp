@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <utility>
 
@@ -206,6 +207,7 @@ double nhwc_validated(Executor& gpu, Executor& cpu, const Network& net, const Da
 
 TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
           doctest::skip(!gpu_present())) {
+  int all_decided = 0;  // over both networks and every precision
   for (const char* text : {kMixed, kHead}) {
     Network net = parse_netdef_string(text, "nhwc");
     random_weights(net, 77);
@@ -249,8 +251,33 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
             if (first && kHaveGraphApi && t.name == "c1" && t.algo.find("stem(") != 0)
               CHECK(t.algo.find("cudnn graph:") == 0);  // conv + bias + relu
           }
+        // Timed (not first): where the graph API ran, find's final alternating medians of it and
+        // of the legacy call decided, and the search's note says which was faster.
+        int decided = 0;
+        if (!first && kHaveGraphApi)
+          for (const LayerTime& t : r.layers) {
+            if (t.type != "conv" || (t.algo.find("cudnn:") != 0 && t.algo.find("cudnn graph:") != 0))
+              continue;
+            INFO(t.name << ": " << t.algo);
+            const auto tune = std::find_if(r.gpu->tuning.begin(), r.gpu->tuning.end(),
+                                           [&](const ConvTuning& u) { return u.layer == t.name; });
+            if (tune == r.gpu->tuning.end()) continue;  // pinned, not searched
+            const auto cand = std::find_if(tune->candidates.begin(), tune->candidates.end(),
+                                           [](const ConvTuning::Candidate& c) { return c.algo == "cudnn"; });
+            REQUIRE(cand != tune->candidates.end());
+            std::smatch m;
+            const std::regex times("^graph API .* ([0-9.]+) ms, legacy call ([0-9.]+) ms");
+            if (!std::regex_search(cand->note, m, times)) continue;  // the graph API could not run it
+            INFO(cand->note);
+            // Rounded as printed: a tie goes either way.
+            const double g = std::stod(m[1]), l = std::stod(m[2]);
+            if (g != l) CHECK((g < l) == (t.algo.find("cudnn graph:") == 0));
+            ++decided;
+          }
         MESSAGE(net.name << " " << std::string(precision_name(p)) << std::string(first ? " graph first" : "")
-                         << ": " << graphs << " convs on cuDNN's graph API");
+                         << ": " << graphs << " convs on cuDNN's graph API, " << decided
+                         << " decided by alternating timings");
+        all_decided += decided;
         CHECK((kHaveGraphApi || graphs == 0));
         const Validation v = validate(*gpu, *cpu, net, data, n, o);
         std::string where;
@@ -271,6 +298,8 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
           CHECK(err > unit_roundoff(p) / 4);  // the activations really are stored in the format
       }
   }
+  // Some conv's graph API and legacy call were timed against each other.
+  CHECK((!kHaveGraphApi || all_decided > 0));
 }
 
 // --cudnn-plans (GpuTuning::graph_plans): the graph API's search builds and times 1 or 6 of

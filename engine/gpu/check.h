@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -150,13 +151,24 @@ class CudaEvent {
 // device). For kernels that size their grid to fill the GPU.
 int sm_count();
 
+// Holds stream s for `nanoseconds` (one thread on one SM, sleeping).
+void launch_spin(cudaStream_t s, int64_t nanoseconds);
+
+// How long least_ms holds the stream before each call: longer than a call's host work before its
+// kernels are queued (cuDNN's calls spend tens to hundreds of microseconds there).
+constexpr int64_t kTimingLeadNs = 1000000;
+
 // The least time in ms, by CUDA events on stream s, of `repeats` calls of `call`, each timed
-// alone (the caller runs any warm-up first). Waits for each: not while s is being captured.
+// alone (the caller runs any warm-up first). Each call is queued while launch_spin holds the
+// stream, so the events time the GPU's work alone, without the host's time to queue it: the
+// forward runs as CUDA graphs, where that host time is not spent (docs/performance.md, Session
+// 33). Waits for each: not while s is being captured.
 template <typename F>
 float least_ms(cudaStream_t s, int repeats, F&& call) {
   const CudaEvent e0, e1;
   float least = 1e30f;
   for (int r = 0; r < repeats; ++r) {
+    launch_spin(s, kTimingLeadNs);
     CUDA_CHECK(cudaEventRecord(e0.get(), s));
     call();
     CUDA_CHECK(cudaEventRecord(e1.get(), s));

@@ -62,6 +62,9 @@ class CudnnConv {
             const void* bias_t, const void* z, void* y, void* ws, size_t ws_bytes,
             const OutSlice* slice = nullptr);
   bool found() const;
+  // After find with the graph API tried on channels last: its engine's and the legacy call's
+  // final times, which decided between them ("" otherwise).
+  const std::string& choice_note() const;
   // y = act(conv(x) + bias) (bias FP32, bias_t the same in the tensors' format): in one cuDNN
   // call where cuDNN fuses it (FP32 NCHW: IMPLICIT_PRECOMP_GEMM with a ReLU or nothing; channels
   // last: a ReLU, or nothing with IMPLICIT_PRECOMP_GEMM, where find's trial call succeeded and

@@ -122,7 +122,7 @@ void ConvSelector::search(const Network& net, const Plan& plan, int64_t n, const
           cand.outcome = Outcome::kNotApplicable;
         } else {
           try {
-            const float ms = time_ms(st.layer, a);
+            const float ms = time_ms(st.layer, a, &cand.note);
             cand.ms = ms;
             // cudnn-3xtf32 must win by kSplitMargin: its split pass moves 4x its input's bytes,
             // which the other streams' blocks compete for in a run but not in this timing.

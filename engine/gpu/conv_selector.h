@@ -47,10 +47,11 @@ class ConvSelector {
   void forget_picks();
 
   // Auto's search on a block of n images: walks the steps in order; a conv left to auto times
-  // every candidate with `time_ms(step, algo)` (throws Error when the algorithm cannot run it)
-  // and keeps the fastest; then `run(step)` runs the step, so each conv is timed on the real
-  // output of the layers before it. Each search is appended to *searched (may be null).
-  using TimeFn = std::function<float(int step, ConvAlgo algo)>;
+  // every candidate with `time_ms(step, algo, note)` (throws Error when the algorithm cannot run
+  // it; *note may say how the algorithm chose within itself, e.g. cuDNN's graph API against its
+  // legacy call) and keeps the fastest; then `run(step)` runs the step, so each conv is timed on
+  // the real output of the layers before it. Each search is appended to *searched (may be null).
+  using TimeFn = std::function<float(int step, ConvAlgo algo, std::string* note)>;
   using RunFn = std::function<void(int step)>;
   void search(const Network& net, const Plan& plan, int64_t n, const TimeFn& time_ms, const RunFn& run,
               std::vector<ConvTuning>* searched);

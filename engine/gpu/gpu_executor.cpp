@@ -911,7 +911,12 @@ void GpuExecutor::search(Slot& s, const Dataset& data, int64_t n, std::vector<Co
   preprocess(s, n);
   pick_pinned_stem_inputs(s, n);
   selector_.search(
-      net_, plan_, n, [&](int i, ConvAlgo a) { return time_ms(step(i), s, n, a); },
+      net_, plan_, n,
+      [&](int i, ConvAlgo a, std::string* note) {
+        const float ms = time_ms(step(i), s, n, a);
+        if (const CudnnConv* c = cudnn_conv(step(i), a)) *note = c->choice_note();
+        return ms;
+      },
       [&](int i) {
         if (nhwc_)
           run_step_nhwc(step(i), s, n);
