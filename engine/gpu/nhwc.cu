@@ -641,7 +641,7 @@ bool pool_by_windows(const Pool2dArgs& a) {
 
 void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const Pool2dArgs& a,
                         cudaStream_t s) {
-  const int64_t count = n * pool2d_values(a);
+  const int64_t values = pool2d_values(a), count = n * values;  // values: one image's outputs
   if (count <= 0) return;
   // One window over the whole plane, divided (an average) by the plane's size; planes of a few
   // pixels (squeeze-and-excitation at 32x32 inputs) keep the thread-per-output kernel, which
@@ -677,7 +677,7 @@ void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const P
                   static_cast<const T*>(in), static_cast<T*>(out), items, groups, a);
         return;
       }
-      const int64_t per_image = pool2d_values(a) / V;
+      const int64_t per_image = values / V;
       if (pool_by_windows(a) && per_image < INT_MAX) {  // launched for as many images as 32 bits count
         const int64_t chunk = std::min<int64_t>(n, INT_MAX / per_image);
         const FastDiv cv = make_fastdiv(static_cast<unsigned>(a.channels / V)),
