@@ -152,15 +152,22 @@ __device__ __forceinline__ TileOrigin tile_origin(const Geom& g, int64_t t) {
 }
 
 // store(fn) with fn the activation: the stems' usual ones (ReLU, identity) without act_eval's
-// switch per value, the others through it (T: the storage format they round to).
+// switch per value; in 16-bit storage also ReLU6 (MobileNetV2), SiLU (EfficientNet) and
+// hardswish (MobileNetV3) with the kind a constant (in FP32 storage, with act_eval's accurate
+// functions, those copies of the epilogue made ptxas spill); the others through the switch (T:
+// the storage format they round to). The same formulas either way (act_eval_stored).
 template <typename T, typename Store>
 __device__ __forceinline__ void with_act(const ActFn& act, Store store) {
-  if (act.kind == Act::kRelu)
-    store([](float v) { return fmaxf(v, 0.f); });
-  else if (act.kind == Act::kIdentity)
-    store([](float v) { return v; });
-  else
-    store([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<T>(kind, slope, v); });
+  if (act.kind == Act::kRelu) return store([](float v) { return fmaxf(v, 0.f); });
+  if (act.kind == Act::kIdentity) return store([](float v) { return v; });
+  if constexpr (sizeof(T) == 2) {
+    if (act.kind == Act::kRelu6)
+      return store([](float v) { return act_eval_stored<T>(Act::kRelu6, 0.f, v); });
+    if (act.kind == Act::kSilu) return store([](float v) { return act_eval_stored<T>(Act::kSilu, 0.f, v); });
+    if (act.kind == Act::kHardswish)
+      return store([](float v) { return act_eval_stored<T>(Act::kHardswish, 0.f, v); });
+  }
+  store([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<T>(kind, slope, v); });
 }
 
 // A warp's 32 outputs (its two m16 tiles: rows mt * 16 + h * 8 + gr of out, out_stride(NT) values
