@@ -151,25 +151,6 @@ __device__ __forceinline__ TileOrigin tile_origin(const Geom& g, int64_t t) {
   return o;
 }
 
-// store(fn) with fn the activation: the stems' usual ones (ReLU, identity) without act_eval's
-// switch per value; in 16-bit storage also ReLU6 (MobileNetV2), SiLU (EfficientNet) and
-// hardswish (MobileNetV3) with the kind a constant (in FP32 storage, with act_eval's accurate
-// functions, those copies of the epilogue made ptxas spill); the others through the switch (T:
-// the storage format they round to). The same formulas either way (act_eval_stored).
-template <typename T, typename Store>
-__device__ __forceinline__ void with_act(const ActFn& act, Store store) {
-  if (act.kind == Act::kRelu) return store([](float v) { return fmaxf(v, 0.f); });
-  if (act.kind == Act::kIdentity) return store([](float v) { return v; });
-  if constexpr (sizeof(T) == 2) {
-    if (act.kind == Act::kRelu6)
-      return store([](float v) { return act_eval_stored<T>(Act::kRelu6, 0.f, v); });
-    if (act.kind == Act::kSilu) return store([](float v) { return act_eval_stored<T>(Act::kSilu, 0.f, v); });
-    if (act.kind == Act::kHardswish)
-      return store([](float v) { return act_eval_stored<T>(Act::kHardswish, 0.f, v); });
-  }
-  store([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<T>(kind, slope, v); });
-}
-
 // A warp's 32 outputs (its two m16 tiles: rows mt * 16 + h * 8 + gr of out, out_stride(NT) values
 // apart) plus the bias, through the activation, rounded once to T, into shared memory.
 template <typename T, int NT>
@@ -177,7 +158,7 @@ __device__ __forceinline__ void stage_warp(const float (&acc)[2][NT][4], const f
                                            const ActFn& act) {
   constexpr int OS = out_stride(NT, static_cast<int>(sizeof(T)));
   const int lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
-  with_act<T>(act, [&](auto fn) {
+  with_act_stored<T>(act, [&](auto fn) {
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -783,7 +764,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       }
 
     auto pixel = [&](int, int) { return [&](int nt, int j, float v) { return v + bv[nt][j]; }; };
-    with_act<float>(act, [&](auto fn) { store_rows_f32<NT>(acc, y, g, o, f0, pixel, fn); });
+    with_act_stored<float>(act, [&](auto fn) { store_rows_f32<NT>(acc, y, g, o, f0, pixel, fn); });
   };
   pipelined_tiles<KS>(g, next, load, put, body);
 }
@@ -861,7 +842,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       return
           [=](int nt, int j, float v) { return fmaf(v, osc[nt * 8 + tq * 2 + j], row[nt * 8 + tq * 2 + j]); };
     };
-    with_act<float>(act, [&](auto fn) { store_rows_f32<NT>(acc, y, g, o, f0, pixel, fn); });
+    with_act_stored<float>(act, [&](auto fn) { store_rows_f32<NT>(acc, y, g, o, f0, pixel, fn); });
   };
   pipelined_tiles<KS>(g, next, load, put, body);
 }
@@ -1166,7 +1147,7 @@ __global__ void __launch_bounds__(kThreads, 3)
                   make_float2(fn(acc[mt][nt][h * 2]), fn(acc[mt][nt][h * 2 + 1]));
         }
     };
-    with_act<float>(act, store);
+    with_act_stored<float>(act, store);
   }
 }
 
