@@ -20,6 +20,8 @@ const char* conv_algo_name(ConvAlgo a) {
       return "gemm";
     case ConvAlgo::kCudnn3xTf32:
       return "cudnn-3xtf32";
+    case ConvAlgo::kConv1x1:
+      return "conv1x1";
     case ConvAlgo::kAuto:
       break;
   }
@@ -29,7 +31,7 @@ const char* conv_algo_name(ConvAlgo a) {
 std::optional<ConvAlgo> parse_conv_algo(const std::string& s) {
   for (ConvAlgo a :
        {ConvAlgo::kAuto, ConvAlgo::kImplicit, ConvAlgo::kIm2col, ConvAlgo::kCudnn, ConvAlgo::kDepthwise,
-        ConvAlgo::kCutlass, ConvAlgo::kStem, ConvAlgo::kGemm, ConvAlgo::kCudnn3xTf32})
+        ConvAlgo::kCutlass, ConvAlgo::kStem, ConvAlgo::kGemm, ConvAlgo::kCudnn3xTf32, ConvAlgo::kConv1x1})
     if (s == conv_algo_name(a)) return a;
   return std::nullopt;
 }

@@ -416,11 +416,11 @@ layers:
 // block's input) and a second concat of two strided convs: channels last, the convs read only by a
 // concat write their outputs at their channel offsets in its buffer (b1, b2, b3, d, e), the
 // concat copies the others (b4, read by d too, and r0, read by every branch). Pinned to the gemm
-// convolution (1x1) and cutlass, cuDNN or cudnn-3xtf32 (the rest), and left to auto, at every
-// precision each can run: outputs within the precision's tolerance of the same run with
+// convolution or the conv1x1 kernel (1x1) and cutlass, cuDNN or cudnn-3xtf32 (the rest), and left to auto, at
+// every precision each can run: outputs within the precision's tolerance of the same run with
 // `--gpu-off concat` and of the reference, layer by layer (validate reads each in-place conv's
-// values back from the concat's buffer), and the report says which convs wrote in place: gemm and
-// cutlass always; cuDNN wherever its graph API has an engine that writes the slice, else the
+// values back from the concat's buffer), and the report says which convs wrote in place: gemm,
+// conv1x1 and cutlass always; cuDNN wherever its graph API has an engine that writes the slice, else the
 // report says why none does.
 TEST_CASE("gpu: convs read only by a concat write into its buffer at their channel offsets" *
           doctest::skip(!gpu_present())) {
@@ -454,7 +454,9 @@ layers:
     std::vector<Precision> precisions;
   };
   const std::vector<Precision> all = {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16};
-  std::vector<Way> ways = {{"gemm", "cudnn", all}, {"auto", "auto", all}};
+  std::vector<Way> ways = {{"gemm", "cudnn", all},
+                           {"auto", "auto", all},
+                           {"conv1x1", "cudnn", {Precision::kFp16, Precision::kBf16}}};
   if (kHaveCutlass) ways.push_back({"gemm", "cutlass", {Precision::kFp32}});
   ways.push_back({"cudnn", "cudnn-3xtf32", {Precision::kFp32}});
   const int64_t n = 37;
@@ -503,8 +505,8 @@ layers:
       for (const char* layer : {"b1", "b2", "b3", "d", "e"}) {
         const std::string a = algo[layer];
         INFO(std::string(layer) << ": " << a);
-        if (a.rfind("gemm", 0) == 0 || a.rfind("cutlass", 0) == 0)
-          CHECK(into(layer));
+        if (a.rfind("gemm", 0) == 0 || a.rfind("cutlass", 0) == 0 || a.rfind("conv1x1", 0) == 0)
+          CHECK(into(layer));  // conv1x1: b1 and b3 start at channels 0 and 48 of 104, 16-byte pieces
         else if (a.find("cudnn graph") != std::string::npos)  // the graph API: in place, or why not
           CHECK((into(layer) || a.find("no engine writes the concat's slice") != std::string::npos));
         else

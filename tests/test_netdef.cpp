@@ -227,7 +227,7 @@ TEST_CASE("netdef errors name file, line, column, layer and key") {
           std::string::npos);
     CHECK(
         layers_error("  - {name: c, type: conv, filters: 4, kernel: 8, algo: fft}\n")
-            .find("expected auto, im2col, implicit, cudnn, cudnn-3xtf32, depthwise, cutlass, stem or gemm") !=
+            .find("expected auto, im2col, implicit, cudnn, cudnn-3xtf32, depthwise, cutlass, stem, gemm or conv1x1") !=
         std::string::npos);
   }
   SUBCASE("missing sections") {

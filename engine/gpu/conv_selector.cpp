@@ -1,6 +1,7 @@
 #include "engine/gpu/conv_selector.h"
 
 #include "engine/core/error.h"
+#include "engine/gpu/conv2d_1x1.h"
 #include "engine/gpu/conv2d_cudnn_3xtf32.h"
 #include "engine/gpu/conv2d_cutlass.h"
 #include "engine/gpu/conv2d_depthwise.h"
@@ -17,7 +18,7 @@ std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Preci
   std::string why;
   if (channels_last && (algo == ConvAlgo::kImplicit || algo == ConvAlgo::kIm2col))
     return "channels last (--layout nhwc) runs convolutions through cuDNN, cudnn-3xtf32, the depthwise "
-           "kernel, cutlass, the stem kernel or gemm";
+           "kernel, cutlass, the stem kernel, gemm or conv1x1";
   switch (algo) {
     case ConvAlgo::kImplicit: {
       const ImplicitConfig cfg = implicit_config(p, n);
@@ -40,6 +41,8 @@ std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Preci
       return gemm_cannot_run(p, channels_last);
     case ConvAlgo::kCudnn3xTf32:
       return cudnn_3xtf32_cannot_run(p, prec, channels_last);
+    case ConvAlgo::kConv1x1:
+      return conv1x1_cannot_run(p, prec, channels_last);
     case ConvAlgo::kAuto:
       break;
   }

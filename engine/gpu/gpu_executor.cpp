@@ -22,6 +22,7 @@
 #include "engine/core/memory.h"
 #include "engine/gpu/activation.h"
 #include "engine/gpu/check.h"
+#include "engine/gpu/conv2d_1x1.h"
 #include "engine/gpu/conv2d_cudnn.h"
 #include "engine/gpu/conv2d_cudnn_3xtf32.h"
 #include "engine/gpu/conv2d_cudnn_graph.h"
@@ -144,14 +145,15 @@ class GpuExecutor : public Executor {
     const bool nchw_algo = opt.conv_algo == ConvAlgo::kImplicit || opt.conv_algo == ConvAlgo::kIm2col;
     if (opt.layout == Layout::kNchw) return false;
     const bool nhwc_algo = opt.conv_algo == ConvAlgo::kCutlass || opt.conv_algo == ConvAlgo::kStem ||
-                           opt.conv_algo == ConvAlgo::kGemm || opt.conv_algo == ConvAlgo::kCudnn3xTf32;
+                           opt.conv_algo == ConvAlgo::kGemm || opt.conv_algo == ConvAlgo::kCudnn3xTf32 ||
+                           opt.conv_algo == ConvAlgo::kConv1x1;
     if (opt.layout == Layout::kNhwc || (nhwc_algo && nhwc_layout_.ok)) {
       if (!nhwc_layout_.ok)
         *why = "--layout nhwc: " + nhwc_layout_.why;
       else if (nchw_algo)
         *why = std::string(
                    "--layout nhwc runs convolutions through cuDNN, cudnn-3xtf32, the depthwise kernel, "
-                   "cutlass, the stem kernel or gemm; "
+                   "cutlass, the stem kernel, gemm or conv1x1; "
                    "--conv-algo ") +
                conv_algo_name(opt.conv_algo) + " needs --layout nchw";
       return why->empty();
@@ -354,6 +356,8 @@ class GpuExecutor : public Executor {
     switch (algo) {
       case ConvAlgo::kGemm:
         return act.kind == Act::kRelu || act.kind == Act::kIdentity;
+      case ConvAlgo::kConv1x1:  // its 16-byte stores: a slice of whole 16-byte pieces
+        return st.residual_buf < 0 && st.concat_offset % 8 == 0 && st.concat_ld % 8 == 0;
       case ConvAlgo::kCutlass:
         return cutlass_fuses(act);
       case ConvAlgo::kCudnn:
@@ -589,6 +593,18 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       c.gemm.run(lt_, st.conv, n, prec_, io, relu, s.lt_ws.get(), s.lt_ws.bytes(), s.stream);
       if (!relu && act.kind != Act::kIdentity)
         launch_act_storage(io.y, io.y, storage(), n * st.out_shape.size(), act, s.stream);
+      return;
+    }
+    case ConvAlgo::kConv1x1: {
+      // The bias, the residual and any activation in its epilogue.
+      Conv1x1Io io;
+      io.x = s.bufs[static_cast<size_t>(st.ins[0])].get();
+      io.w = c.w_nhwc[static_cast<int>(prec_)].get();
+      io.bias = c.bias.as<float>();
+      io.z = z;
+      io.y = s.bufs[static_cast<size_t>(st.out)].get();
+      if (in_place(st, algo)) io.y = slice_ptr(st, s), io.y_ld = st.concat_ld;
+      launch_conv1x1(st.conv, prec_, io, n, act_fn(st.act), s.stream);
       return;
     }
     case ConvAlgo::kStem: {
@@ -1092,6 +1108,12 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
                precision_tag(prec_);
       }
       if (a == ConvAlgo::kCudnn3xTf32 && c.tf32x3) return c.tf32x3->algo_name();
+      if (a == ConvAlgo::kConv1x1) {
+        const ActFn full = act_fn(st.act);
+        return std::string("conv1x1(tensor cores, bias") + (residual ? "+add" : "") +
+               (full.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(full)) + " epilogue, " +
+               storage_name(storage()) + " NHWC)";
+      }
       if (a == ConvAlgo::kCutlass) {
         const ActFn full = act_fn(st.act);
         const bool fused = cutlass_fuses(full);
