@@ -239,13 +239,14 @@ TEST_CASE("gpu: --layout nhwc at every precision vs reference, layer by layer" *
             INFO(t.name << ": " << t.algo);
             // cuDNN, or for a depthwise conv the channels-last depthwise kernel if auto timed it
             // faster, at fp32 cutlass if auto timed it faster, for c1 and s2 (3 and 4 input
-            // channels) the stem kernel if auto timed it faster, for a 1x1 conv the gemm one
+            // channels) the stem kernel if auto timed it faster, for a 1x1 conv gemm or conv1x1
             const ConvParams& cp = layer_as<ConvLayer>(*net.layers[static_cast<size_t>(net.find(t.name))]).p;
             CHECK((t.algo.find("cudnn:") == 0 || t.algo.find("cudnn graph:") == 0 ||
                    (t.name == "dw" && t.algo.find("depthwise(") == 0) ||
                    (p == Precision::kFp32 && t.algo.find("cutlass(") == 0) ||
                    ((t.name == "c1" || t.name == "s2") && t.algo.find("stem(") == 0) ||
-                   (cp.kernel_h == 1 && cp.kernel_w == 1 && t.algo.find("gemm(") == 0)));
+                   (cp.kernel_h == 1 && cp.kernel_w == 1 &&
+                    (t.algo.find("gemm(") == 0 || t.algo.find("conv1x1(") == 0))));
             CHECK(t.algo.find(stored) != std::string::npos);
             graphs += t.algo.find("cudnn graph:") == 0;
             if (first && kHaveGraphApi && t.name == "c1" && t.algo.find("stem(") != 0)
