@@ -149,7 +149,7 @@ TEST_CASE("gpu: the conv1x1 kernel, with its bias, residual and activations, vs 
     CHECK(v.pass);
     CHECK(v.prediction_mismatches == 0);
   }
-  // NCHW, FP32 storage and 3x3 windows: one-line errors naming the layer.
+  // FP32 storage, and a 3x3 conv forced onto it: one-line errors naming the layer.
   RunOptions o;
   o.batch = 8;
   o.layout = Layout::kNhwc;
