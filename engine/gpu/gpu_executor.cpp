@@ -347,8 +347,9 @@ class GpuExecutor : public Executor {
     return nhwc_ && tuning_.concat_in_place && st.concat_step >= 0;
   }
   // ... and does, run with `algo`: the gemm convolution with a ReLU or nothing after (cuBLASLt's
-  // epilogue), cutlass with an activation its epilogue applies, cuDNN (and cudnn-3xtf32's stacked
-  // conv) where its search chose a graph-API engine that writes the slice.
+  // epilogue), conv1x1 without a residual where the slice is whole 16-byte pieces, cutlass with an
+  // activation its epilogue applies, cuDNN (and cudnn-3xtf32's stacked conv) where its search
+  // chose a graph-API engine that writes the slice.
   bool in_place(const Step& st, ConvAlgo algo) const {
     if (!slice_candidate(st)) return false;
     const ActFn act = act_fn(st.act);
