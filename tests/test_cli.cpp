@@ -386,13 +386,14 @@ TEST_CASE("cli: --resident needs the GPU engine: one line, exit 2 with --engine 
 TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF is read by the CLI") {
   Out a = run(src("netdefs/cifar10.yaml") + " --conv-algo winograd");
   CHECK(a.rc == 2);
-  CHECK(a.text ==
-        "cnnrun: --conv-algo: expected auto, im2col, implicit, cudnn, cudnn-3xtf32, depthwise, cutlass, stem "
-        "or gemm, found "
-        "'winograd' "
-        "(see "
-        "cnnrun "
-        "--help)\n");
+  CHECK(
+      a.text ==
+      "cnnrun: --conv-algo: expected auto, im2col, implicit, cudnn, cudnn-3xtf32, depthwise, cutlass, stem, "
+      "gemm or conv1x1, found "
+      "'winograd' "
+      "(see "
+      "cnnrun "
+      "--help)\n");
   Out g = run(src("netdefs/cifar10.yaml") + " --gpu-off pool,tensorcores");
   CHECK(g.rc == 2);
   CHECK(g.text ==
