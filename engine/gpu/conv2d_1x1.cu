@@ -6,9 +6,8 @@
 // by ldmatrix, the sums starting at the bias), applies the activation to the fragments in
 // registers and parks the rounded values in its own stage, then copies each pixel's 32 outputs
 // out as 16-byte vectors, a row's 64 bytes by 4 lanes. With a residual the stage holds the FP32
-// sums instead, and the copy adds the residual and applies the activation before the one rounding.
-// The first version did the bias and the activation in the copy too, 10 or more instructions an
-// output: 1.9 TB/s (docs/performance.md, Session 34).
+// sums instead, and the copy adds the residual and applies the activation before the one rounding
+// (measurements: docs/performance.md, Session 34).
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -34,12 +33,15 @@ constexpr int kTilePixels = 16 * kWarps;  // a warp's 16 rows of the m16 product
 constexpr int kChunk = 32;
 constexpr int kStagePitch = kChunk + 8;  // stage rows (values): the fragments' stores conflict-free
 
+// The block's shared memory, in this order: the warps' stages (FP32), the bias (FP32, np values),
+// the filters (np rows of pitch values), two A buffers (kTilePixels rows of pitch values); sizes in
+// bytes. The launch sizes the allocation with it, the kernel finds its parts with it.
 struct Geometry {
   int kp, pitch, np;  // K padded to 16, staged row pitch (values), N padded to 16
   size_t stage, bias, w, a;
 };
 
-Geometry geometry(int K, int N) {
+__host__ __device__ inline Geometry geometry(int K, int N) {
   Geometry g;
   g.kp = (K + 15) / 16 * 16;
   g.pitch = g.kp + 8;
@@ -55,11 +57,7 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
+using implicit::ldmatrix_x4;
 
 // RES: a residual z is added before the activation (FP32 sums staged); else the activation is
 // applied in the fragments' registers and the stage holds the rounded values.
@@ -69,11 +67,12 @@ __global__ void __launch_bounds__(kThreads, 4)
                    const T* __restrict__ z, T* __restrict__ y, int64_t pixels, int K, int N, int64_t y_ld,
                    ActFn act) {
   extern __shared__ __align__(16) unsigned char c1_smem[];
-  const int kp = (K + 15) / 16 * 16, pitch = kp + 8, np = (N + 15) / 16 * 16;
+  const Geometry gm = geometry(K, N);
+  const int kp = gm.kp, pitch = gm.pitch, np = gm.np;
   float* stage = reinterpret_cast<float*>(c1_smem);
-  float* bsm = stage + kWarps * 16 * kStagePitch;
-  T* wsm = reinterpret_cast<T*>(bsm + np);
-  T* abuf = wsm + np * pitch;  // two buffers of kTilePixels rows
+  float* bsm = reinterpret_cast<float*>(c1_smem + gm.stage);
+  T* wsm = reinterpret_cast<T*>(c1_smem + gm.stage + gm.bias);
+  T* abuf = reinterpret_cast<T*>(c1_smem + gm.stage + gm.bias + gm.w);  // two buffers of kTilePixels rows
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int kc = K / 8, kcp = kp / 8;  // 16-byte pieces of a row: real, staged
   const int64_t tiles = (pixels + kTilePixels - 1) / kTilePixels;

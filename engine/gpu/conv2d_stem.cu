@@ -279,12 +279,7 @@ __device__ __forceinline__ void a_pairs(uint32_t (&af)[2][4], const uint32_t* pa
   }
 }
 
-// Four 8x8 16-bit matrices of B from shared memory (a lane's row address).
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&b)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(b[0]), "=r"(b[1]), "=r"(b[2]), "=r"(b[3])
-               : "r"(addr));
-}
+using implicit::ldmatrix_x4;  // A's and B's 8x8 16-bit matrices from shared memory
 
 // The lane's row address for ldmatrix.x4 of B from weights w staged as [filter][tap] rows of
 // `stride` values: matrix l / 8 for lane l (two filter tiles x the k-step's two halves, 16 bytes

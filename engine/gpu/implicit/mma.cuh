@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
 #include <cstring>
 
 #include "engine/gpu/implicit/tiling.h"
@@ -81,6 +82,14 @@ __device__ __forceinline__ void mma_f16_first(float (&d)[4], const unsigned (&a)
       "{%10,%10,%10,%10};\n"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(0.f));
+}
+
+// Four 8x8 16-bit matrices from shared memory (each lane gives one row's address: lane l row l % 8
+// of matrix l / 8); thread t receives of each matrix row t / 4's 32-bit word t % 4.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
 }
 
 }  // namespace cnnrun::gpu::implicit
