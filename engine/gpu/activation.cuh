@@ -55,17 +55,34 @@ __device__ __forceinline__ float tanh_approx(float x) {
   return y;
 }
 
+// The hardware's 2^x and 1/x with subnormal results flushed to zero (ex2.approx.ftz.f32,
+// rcp.approx.ftz.f32): one MUFU instruction each. __expf and __fdividef are the same MUFU
+// operations wrapped in the subnormal handling of their non-ftz forms (about 15 instructions a
+// SiLU in the PTX of the conv1x1 kernel's epilogue, against 5 here).
+__device__ __forceinline__ float ex2_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float rcp_ftz(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // The activation of a value stored as T right after: FP32 storage the accurate act_eval; 16-bit
-// storage (FP16, BF16) SiLU and sigmoid through the fast exponential and division (__expf,
-// __fdividef: a few FP32 ulp, against the 2^-11 or 2^-8 of the rounding that follows; a third of
-// act_eval's instructions, which the depthwise and stem kernels spent most of theirs on,
-// docs/performance.md, Session 23), the rest as act_eval. Both reach the same limits: SiLU of
-// -inf is NaN, of a large negative value -0 or a tiny negative, sigmoid 0 and 1 at the ends.
+// storage (FP16, BF16) SiLU and sigmoid through the hardware's approximate exponential and
+// reciprocal (a few FP32 ulp, against the 2^-11 or 2^-8 of the rounding that follows; a fraction
+// of act_eval's instructions, which the depthwise, stem and conv1x1 kernels spent most of theirs
+// on, docs/performance.md, Sessions 23 and 34), the rest as act_eval. Both reach the same limits:
+// SiLU of -inf is NaN, of a large negative value -0 (from about -87: where 1 / (1 + e^-x) is
+// subnormal; act_eval gives a value under 1e-36 there), sigmoid 0 and 1 at the ends.
 template <typename T>
 __device__ __forceinline__ float act_eval_stored(Act kind, float slope, float x) {
   if constexpr (sizeof(T) == 2) {
-    if (kind == Act::kSilu) return __fdividef(x, __fadd_rn(1.f, __expf(-x)));
-    if (kind == Act::kSigmoid) return __fdividef(1.f, __fadd_rn(1.f, __expf(-x)));
+    constexpr float kLog2e = 1.4426950408889634f;
+    if (kind == Act::kSilu) return __fmul_rn(x, rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -kLog2e)))));
+    if (kind == Act::kSigmoid) return rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -kLog2e))));
   }
   return act_eval(kind, slope, x);
 }
