@@ -716,16 +716,25 @@ __global__ void __launch_bounds__(kThreads, 3)
           for (int e = 0; e < 2; ++e) acc[p][e] = fmaf(v[p * S + kx][e], wr[ky * K + kx][e], acc[p][e]);
     }
     T* yrow = y + ((int64_t(img) * a.out_h + oy0 + r) * a.out_w + ox0 + sx) * a.filters + c;
+    auto epilogue = [&](auto fn) {
 #pragma unroll
-    for (int p = 0; p < P; ++p) {
-      if (sx + p >= tw) break;
-      Vec<T, 2> out;
+      for (int p = 0; p < P; ++p) {
+        if (sx + p >= tw) break;
+        Vec<T, 2> out;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) out.v[e] = to<T>(act_eval_stored<T>(act, __fadd_rn(acc[p][e], b[e])));
-      *reinterpret_cast<Vec<T, 2>*>(yrow + int64_t(p) * a.filters) = out;
-      if constexpr (MEAN)
-        msum[0] = __fadd_rn(msum[0], ld(out.v[0])), msum[1] = __fadd_rn(msum[1], ld(out.v[1]));
-    }
+        for (int e = 0; e < 2; ++e) out.v[e] = to<T>(fn(__fadd_rn(acc[p][e], b[e])));
+        *reinterpret_cast<Vec<T, 2>*>(yrow + int64_t(p) * a.filters) = out;
+        if constexpr (MEAN)
+          msum[0] = __fadd_rn(msum[0], ld(out.v[0])), msum[1] = __fadd_rn(msum[1], ld(out.v[1]));
+      }
+    };
+    // 3x3: the activation's kind a constant in the loop (with_act_stored); 5x5: through
+    // act_eval_stored's switch, as the constant kinds made its instances spill (16-24 bytes at 80
+    // registers against 4-8).
+    if constexpr (K == 3)
+      with_act_stored<T>(act, epilogue);
+    else
+      epilogue([&](float v) { return act_eval_stored<T>(act, v); });
   }
   if constexpr (MEAN) {  // the warps' sums, added in warp order
     float* red = reinterpret_cast<float*>(
