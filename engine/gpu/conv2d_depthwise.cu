@@ -619,7 +619,9 @@ __global__ void __launch_bounds__(kThreads)
 // registers and each window row's (P - 1) * S + K columns loaded once. Without the staging, the
 // taps' loads of a row's neighbouring pixels all miss L1 at once and each goes to L2 (the vector
 // kernel moved about K * K times its input there; docs/performance.md). The same FP32 sum in the
-// same tap order as the other kernels (a padding tap adds 0), rounded once when it stores.
+// same tap order as the other kernels (a padding tap adds 0), rounded once when it stores. One
+// patch buffer a block, resident blocks overlapping each other's copies: a persistent grid with two
+// buffers a block measured slower (half the resident warps; docs/performance.md, Session 35).
 constexpr int kTileChannels = 64;
 constexpr size_t kMaxTileSmem = size_t(227) << 10;  // sm_90's most for a block, opted in above 48 KiB
 
