@@ -13,12 +13,15 @@
 
 namespace cnnrun::gpu {
 
+const char* nhwc_conv_algos() {
+  return "cuDNN, cudnn-3xtf32, the depthwise kernel, cutlass, the stem kernel, gemm or conv1x1";
+}
+
 std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Precision prec,
                             bool channels_last) {
   std::string why;
   if (channels_last && (algo == ConvAlgo::kImplicit || algo == ConvAlgo::kIm2col))
-    return "channels last (--layout nhwc) runs convolutions through cuDNN, cudnn-3xtf32, the depthwise "
-           "kernel, cutlass, the stem kernel, gemm or conv1x1";
+    return std::string("channels last (--layout nhwc) runs convolutions through ") + nhwc_conv_algos();
   switch (algo) {
     case ConvAlgo::kImplicit: {
       const ImplicitConfig cfg = implicit_config(p, n);

@@ -12,11 +12,15 @@
 
 namespace cnnrun::gpu {
 
+// The algorithms that run convolutions channels last (--layout nhwc), as the errors name them:
+// "cuDNN, cudnn-3xtf32, the depthwise kernel, cutlass, the stem kernel, gemm or conv1x1".
+const char* nhwc_conv_algos();
+
 // "" when `algo` computes this convolution for blocks of n images, else why it does not: the
 // search's "n/a", and the error for an algorithm pinned or forced on a layer it cannot run.
 // implicit: dense undilated convs its tiles fit; im2col: dense ones; depthwise: groups ==
 // channels; cudnn: every one; cutlass: dense ones at FP32 channels last (cutlass_cannot_run).
-// channels_last (--layout nhwc): cuDNN, the channels-last depthwise kernel and cutlass only.
+// channels_last (--layout nhwc): the algorithms nhwc_conv_algos() names, each where it can run.
 std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Precision prec,
                             bool channels_last);
 

@@ -151,11 +151,8 @@ class GpuExecutor : public Executor {
       if (!nhwc_layout_.ok)
         *why = "--layout nhwc: " + nhwc_layout_.why;
       else if (nchw_algo)
-        *why = std::string(
-                   "--layout nhwc runs convolutions through cuDNN, cudnn-3xtf32, the depthwise kernel, "
-                   "cutlass, the stem kernel, gemm or conv1x1; "
-                   "--conv-algo ") +
-               conv_algo_name(opt.conv_algo) + " needs --layout nchw";
+        *why = std::string("--layout nhwc runs convolutions through ") + nhwc_conv_algos() +
+               "; --conv-algo " + conv_algo_name(opt.conv_algo) + " needs --layout nchw";
       return why->empty();
     }
     // auto: the rule Layout's comment gives (engine/executor.h), measured on the model zoo.
