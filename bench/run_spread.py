@@ -11,12 +11,17 @@ that exist already (--from), and prints:
   layers ran a different algorithm (the report's LayerTime::algo) than the first run;
 - the spread: (slowest - fastest) / median of the forward times;
 - each layer whose algorithm differs between runs, with what each run ran and auto's timings of
-  its candidates (the report's "gpu: auto LAYER (N images): ... -> ALGO" notes).
+  its candidates (the report's "gpu: auto LAYER (N images): ... -> ALGO" notes);
+- with --moved N, the N layers whose time (the report's per-layer seconds) moved most between the
+  first report and the last, with both times, the change and each one's algorithm: a kernel
+  change's before and after, layer by layer (two binaries' reports of the same netdef, e.g. the
+  zoo benchmark's row and its BASELINE row).
 
 A benchmark, not a test: it prints times and never judges them.
 
   bench/run_spread.py --runs 4 --out DIR -- cnnrun NETDEF --batch N ... (no --json: added here)
   bench/run_spread.py --from A.json B.json ...
+  bench/run_spread.py --moved 15 --from BEFORE.json AFTER.json
 """
 
 import argparse
@@ -70,6 +75,32 @@ def spread(times):
     return (max(times) - min(times)) / statistics.median(times)
 
 
+def moved_layers(first, last, count):
+    """Rows (name, ms before, ms after, algo before, algo after) of the `count` layers timed in both
+    reports whose time changed most (by its size, the larger first)."""
+    before = {layer["name"]: layer for layer in first.get("layers", []) if "seconds" in layer}
+    rows = []
+    for layer in last.get("layers", []):
+        old = before.get(layer["name"])
+        if old is None or "seconds" not in layer:
+            continue
+        rows.append((layer["name"], old["seconds"] * 1e3, layer["seconds"] * 1e3, old.get("algo", ""),
+                     layer.get("algo", "")))
+    rows.sort(key=lambda r: -abs(r[2] - r[1]))
+    return rows[:count]
+
+
+def moved_text(names, reports, count):
+    lines = [f"layers whose time moved most, run 1 -> run {len(reports)} ({os.path.basename(names[-1])}):",
+             "| layer | run 1 ms | last ms | change | algorithm (run 1 / last) |",
+             "| --- | ---: | ---: | ---: | --- |"]
+    for name, t0, t1, a0, a1 in moved_layers(reports[0], reports[-1], count):
+        change = f"{100 * (t1 - t0) / t0:+.1f} %" if t0 > 0 else "-"
+        algo = a0 if a0 == a1 else f"{a0} / {a1}"
+        lines.append(f"| {name} | {t0:.3f} | {t1:.3f} | {change} | {algo} |")
+    return "\n".join(lines)
+
+
 def report_text(names, reports, max_layers):
     lines = []
     rows = [summary(r) for r in reports]
@@ -105,6 +136,8 @@ def main():
     ap.add_argument("--out", default="run_spread", help="folder for the runs' JSON reports and logs")
     ap.add_argument("--from", dest="reports", nargs="+", help="read these JSON reports instead of running")
     ap.add_argument("--layers", type=int, default=40, help="most differing layers to list (default 40)")
+    ap.add_argument("--moved", type=int, default=0,
+                    help="also list this many layers whose time moved most between the first and the last run")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- cnnrun and its arguments")
     a = ap.parse_args()
     cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
@@ -141,6 +174,9 @@ def main():
         if "times" not in r or "forward_s" not in r["times"]:
             sys.exit(f"run_spread: {n}: not a cnnrun report (no times.forward_s)")
     print(report_text(names, reports, a.layers))
+    if a.moved > 0 and len(reports) > 1:
+        print()
+        print(moved_text(names, reports, a.moved))
 
 
 if __name__ == "__main__":
