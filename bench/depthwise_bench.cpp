@@ -17,7 +17,10 @@
 // tKpP (the tile kernel wherever it runs, at most K KiB of shared memory, P pixels a lane), pool
 // (auto, then the whole-plane average pool pass over its output: a squeeze-and-excitation block's)
 // mean (auto computing that mean itself where depthwise_nhwc_mean_slots allows, else as pool) or
-// meanall (mean with DepthwiseNhwcKnobs::mean_everywhere: the strip and vector kernels' too) or
+// meanall (mean with DepthwiseNhwcKnobs::mean_everywhere: the strip and vector kernels' too),
+// notile (the defaults without the tile kernel, as --gpu-off dwtile), nopack (the defaults
+// without the tile kernel's lane groups: one strip a warp), any of these followed by
+// +pool or +mean (its knobs, then the pool pass or the mean as above), or
 // bytes (no kernel: the layer's input + output bytes moved by a device-to-device copy, the bound
 // a kernel that reads each input and writes each output once would approach);
 // one column each. Channels last, each variant's output is compared with the vector kernel's (1 pixel
@@ -108,6 +111,14 @@ int main(int argc, char** argv) {
     for (std::string t; std::getline(in, t, ',');) {
       Variant v;
       v.label = t;
+      // "VARIANT+pool" / "VARIANT+mean": that variant's knobs, then the pool pass / the mean.
+      for (const char* se : {"+pool", "+mean"}) {
+        const std::string suffix(se);
+        if (t.size() > suffix.size() && t.compare(t.size() - suffix.size(), suffix.size(), suffix) == 0) {
+          v.se = suffix == "+pool" ? 1 : 2;
+          t.resize(t.size() - suffix.size());
+        }
+      }
       if (t == "bytes") {
         v.bytes = true;
       } else if (!nhwc) {
@@ -116,6 +127,10 @@ int main(int argc, char** argv) {
       } else if (t == "pool" || t == "mean" || t == "meanall") {
         v.se = t == "pool" ? 1 : 2;
         v.kn.mean_everywhere = t == "meanall";
+      } else if (t == "notile") {  // the defaults without the tile kernel (--gpu-off dwtile)
+        v.kn.tile_smem = 0;
+      } else if (t == "nopack") {  // the defaults without the tile kernel's lane groups
+        v.kn.tile_pack = false;
       } else if (t != "auto") {
         v.kn.strip_pixels = 0, v.kn.tile_smem = 0;
         int k = 0, px = 0;

@@ -42,6 +42,9 @@ struct GpuTuning {
   bool stem_rows = true;        // stemrows: a stem of 3 channels, 3x3 or 7x7 at stride 2 (floats or bytes) or
                                 // 3x3 at stride 1 (16-bit), reads A's fragments from rows of its patch
                                 // (ldmatrix; engine/gpu/conv2d_stem.h: stem_runs_rows), not through tables
+  bool dw_tile = true;          // dwtile: channels last, the depthwise conv stages tiles of its input in
+                                // shared memory where depthwise_nhwc_tile says so (else its strip and
+                                // vector kernels, and the whole-plane mean only where they have it)
   // --cudnn-plans: how many of cuDNN's heuristic candidates the graph API's search builds and
   // times a conv. Each build compiles a kernel (NVRTC, 0.2-0.9 s), which dominates the setup; on
   // ResNet-18 and GoogLeNet the first two gave the forward times of the first four within noise,
@@ -51,7 +54,7 @@ struct GpuTuning {
   bool operator!=(const GpuTuning& o) const { return !(*this == o); }
 };
 // The names --gpu-off takes, comma-separated:
-// "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows".
+// "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile".
 extern const char* const kGpuOffNames;
 // All on but the comma-separated names in `list` ("" = all on). Throws Error naming an unknown
 // name and the known ones.

@@ -717,7 +717,9 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
   // loops), stride and dilation together, a 1x1 input with padding; several pixels a thread with
   // a channel multiplier and on a 37-wide row without row padding (a last group of one pixel).
   // The two-filter kernel (pairs) at 8, 7 and 4 pixels a thread: row dilation with none along the
-  // row, unequal strides, 5x5 stride 2 on 144 channels, and one pair of channels.
+  // row, unequal strides, 5x5 stride 2 on 144 channels, and one pair of channels. The tile
+  // kernel's lane groups: 8 channels (8 strips a warp), 24 (2, of 12 lanes each), and the last 16
+  // of 144 (4) on a 28x28 map, five images.
   const DwCase cases[] = {
       {96, 1, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1, 3},  {32, 1, 17, 15, 3, 3, 2, 2, 1, 1, 1, 1, 2},
       {36, 1, 9, 9, 5, 5, 1, 1, 2, 2, 1, 1, 3},    {6, 1, 23, 19, 3, 3, 2, 1, 2, 2, 2, 2, 3},
@@ -725,7 +727,9 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
       {16, 1, 1, 1, 3, 3, 1, 1, 1, 1, 1, 1, 5},    {40, 1, 29, 31, 5, 5, 2, 2, 2, 2, 1, 1, 1},
       {24, 2, 11, 13, 3, 3, 1, 1, 1, 1, 1, 1, 2},  {64, 1, 6, 39, 3, 3, 1, 1, 0, 0, 1, 1, 2},
       {12, 1, 12, 13, 3, 3, 1, 1, 2, 1, 2, 1, 2},  {20, 1, 16, 18, 5, 5, 2, 1, 2, 2, 1, 1, 2},
-      {144, 1, 15, 15, 5, 5, 2, 2, 2, 2, 1, 1, 2}, {2, 1, 9, 30, 3, 3, 1, 1, 1, 1, 1, 1, 3}};
+      {144, 1, 15, 15, 5, 5, 2, 2, 2, 2, 1, 1, 2}, {2, 1, 9, 30, 3, 3, 1, 1, 1, 1, 1, 1, 3},
+      {8, 1, 20, 22, 3, 3, 1, 1, 1, 1, 1, 1, 3},   {24, 1, 13, 17, 5, 5, 1, 1, 2, 2, 1, 1, 2},
+      {144, 1, 28, 28, 3, 3, 1, 1, 1, 1, 1, 1, 5}};
   uint32_t seed = 700;
   int k = 0;
   int mean_runs[3] = {0, 0, 0};  // by kernel: tile, strip, vector
@@ -753,18 +757,21 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
       // The vector kernel at 1, 2 and 4 pixels a thread (the unit-stride 3x3 and 5x5 ones take 2
       // and 4), the strip kernel where it runs, at up to 4, 7 and 8 pixels a thread, then the tile
       // kernel wherever it runs, at 4 and 8 pixels a lane, in patches of at most 4 KiB (tiles of a
-      // few rows, several row tiles), 12 KiB, 46 KiB and 100 KiB (shared memory opted in).
+      // few rows, several row tiles), 12 KiB, 46 KiB and 100 KiB (shared memory opted in), and at
+      // 46 KiB without its lane groups (one strip a warp).
       struct Variant {
         int row_pixels, strip_pixels, tile_kib, tile_pixels;
+        bool pack = true;
       };
-      const Variant variants[] = {{1, 0, 0, 4},  {2, 0, 0, 4},  {4, 0, 0, 4},  {1, 4, 0, 4},
-                                  {1, 7, 0, 4},  {1, 8, 0, 4},  {1, 0, 4, 4},  {1, 0, 12, 4},
-                                  {1, 0, 12, 8}, {1, 0, 46, 4}, {1, 0, 100, 8}};
+      const Variant variants[] = {{1, 0, 0, 4},  {2, 0, 0, 4},  {4, 0, 0, 4},   {1, 4, 0, 4},
+                                  {1, 7, 0, 4},  {1, 8, 0, 4},  {1, 0, 4, 4},   {1, 0, 12, 4},
+                                  {1, 0, 12, 8}, {1, 0, 46, 4}, {1, 0, 100, 8}, {1, 0, 46, 4, false}};
       std::vector<float> vector_out;  // the vector kernel's, 1 pixel a thread
       for (const Variant& v : variants) {
         DepthwiseNhwcKnobs kn;
         kn.row_pixels = v.row_pixels, kn.strip_pixels = v.strip_pixels;
         kn.tile_smem = size_t(v.tile_kib) << 10, kn.tile_pixels = v.tile_pixels, kn.tile_everywhere = true;
+        kn.tile_pack = v.pack;
         kn.mean_everywhere = true;  // the mean in every kernel that has one
         const DepthwiseStrip ds = depthwise_nhwc_strip(a, t, kn.strip_pixels);
         const DepthwiseTile tile = depthwise_nhwc_tile(a, t, kn);
@@ -788,7 +795,7 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
                                      "x" + std::to_string(tile.tile_w) + " tiles"
                  : ds.pixels > 0 ? std::to_string(ds.pixels) + " pixels"
                                  : std::to_string(depthwise_nhwc_pixels(a, v.row_pixels)) + " pixels")
-             << " a thread";
+             << " a thread" << (v.pack ? "" : ", no lane groups");
         // One rounding to the storage format after an FP32 sum (FP16: 2^-11 relative, BF16: 2^-8).
         const double tol = t == Storage::kF32 ? 1e-5 : t == Storage::kF16 ? 1e-3 : 8e-3;
         check_close(got, want, tol, tol, what.str());
@@ -903,7 +910,7 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 0);
   a.stride_w = 2, a.dilation_w = 2;
   CHECK(depthwise_nhwc_strip(a, Storage::kF32).pixels == 0);
-  // The tile kernel: 16-bit storage, channels a multiple of 8, 3x3 or 5x5 windows of equal
+  // The tile kernel: channels a multiple of 8, 3x3 or 5x5 windows of equal
   // stride 1 or 2 and no dilation; by default only where it won (unit stride, rows of 14 to 28,
   // 128 channels or more).
   a = DepthwiseArgs{};
@@ -927,7 +934,15 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   CHECK(t28l.pixels == 8);
   large.tile_pixels = 2;  // not a width the kernel is built for
   CHECK(depthwise_nhwc_tile(a, Storage::kBf16, large).smem == 0);
-  CHECK(depthwise_nhwc_tile(a, Storage::kF32).smem == 0);
+  // FP32 storage: pixels of 256 bytes, rows of at most 16 outputs (28 as 2 x 14): 18 staged
+  // columns, 10 staged rows and the 2 pixels a row's last strip of 4 reads past it in 46 KiB: 6
+  // output rows a tile, 28 rows as 5 x 6.
+  const DepthwiseTile t28f = depthwise_nhwc_tile(a, Storage::kF32);
+  CHECK(t28f.col_tiles == 2);
+  CHECK(t28f.tile_w == 14);
+  CHECK(t28f.tile_h == 6);
+  CHECK(t28f.row_tiles == 5);
+  CHECK(t28f.smem == size_t(10) * 18 * 256 + 2 * 256);
   DepthwiseNhwcKnobs never;
   never.tile_smem = 0;
   CHECK(depthwise_nhwc_tile(a, Storage::kF16, never).smem == 0);
@@ -979,10 +994,11 @@ TEST_CASE("depthwise: where the channels-last kernels compute the whole-plane me
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, all) == 14);
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kF32, all) == 14);
   // 56x56x144, 3x3: the tile kernel, 2 column tiles of 28 x 6 row tiles (12 staged rows of 30 x
-  // 128 bytes in 46 KiB: 10 output rows a tile); the strip kernel at FP32, 7 strips x 72 filter
-  // pairs a row: 2 chunks of 7 row blocks.
+  // 128 bytes in 46 KiB: 10 output rows a tile); at FP32, 4 column tiles of 14 x 7 row tiles (11
+  // staged rows of 16 x 256 bytes and 2 pixels past the last: 9 output rows, 56 as 7 x 8).
   CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF16, all) == 12);
-  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF32, all) == 14);
+  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF32, all) == 28);
+  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF32) == 28);  // the tile kernel's by default
   // 112 -> 56, 96 channels, stride 2: the vector kernel, 56 x 12 vectors a row in 3 chunks.
   CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16, all) == 7 * 3);
   // 28x28x240, 5x5: the tile kernel, 4 row tiles of 7 rows x 1 column tile.
@@ -1013,7 +1029,7 @@ TEST_CASE("depthwise: where the channels-last kernels compute the whole-plane me
   CHECK(depthwise_nhwc_mean_slots(dw(480, 14, 3, 1), Storage::kF16) == 1);
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16) == 0);
   CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16) == 0);
-  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kF32) == 0);  // no tile kernel at FP32
+  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kF32) == 10);  // FP32: 5 x 6 rows, 2 x 14 columns
   // FP32 strips of stride 2: not even then (measured slower).
   CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kF32, all) == 0);
   DepthwiseNhwcKnobs eight;

@@ -1138,7 +1138,7 @@ TEST_CASE("gpu: the depthwise kernel computes a squeeze-and-excitation pool's wh
           doctest::skip(!gpu_present())) {
   // EfficientNet's MBConv: a 3x3 depthwise conv (48 channels, 20x20: the strip kernel) with its
   // SiLU, the SE pool, its two 1x1 convs and the mul; a 5x5 one of 128 channels on 20-wide rows
-  // (the tile kernel at 16-bit storage, the strip kernel at FP32) whose pool is a plain avgpool
+  // (the tile kernel at every storage; --gpu-off dwtile, the strip kernel) whose pool is a plain avgpool
   // window over the plane; then a 3x3 stride-10 one (24 channels on a 2x2 map: the vector kernel).
   // By default only the tile kernel computes the mean (where it was measured to win); the others'
   // mean kernels run in "gpu: channels-last depthwise kernel vs plain loops".
@@ -1191,9 +1191,11 @@ layers:
     INFO("dw: " << algo["dw"] << "; dw4: " << algo["dw4"] << "; dw2: " << algo["dw2"]);
     CHECK(algo["dw"].find("depthwise(bias+silu epilogue") == 0);
     CHECK(algo["gap"] == "");
-    CHECK(algo["dw4"].find(half ? "depthwise(bias+mean epilogue" : "depthwise(bias epilogue") == 0);
-    CHECK((algo["dw4"].find("tiles staged in shared memory") != std::string::npos) == half);
-    CHECK(algo["gp4"] == (half ? "fused into dw4" : ""));
+    // dw4 (128 channels, 5x5 on 20x20): the tile kernel at every storage since Session 36, the
+    // mean in its epilogue.
+    CHECK(algo["dw4"].find("depthwise(bias+mean epilogue") == 0);
+    CHECK(algo["dw4"].find("tiles staged in shared memory") != std::string::npos);
+    CHECK(algo["gp4"] == "fused into dw4");
     CHECK(algo["dw2"].find("+mean") == std::string::npos);
     CHECK(algo["gp2"] == "");
     const Validation v = validate(*gpu, *cpu, net, data, 37, o);  // the pools' outputs among the layers
@@ -1213,6 +1215,23 @@ layers:
       worst = std::max(worst, std::abs(double(fused.probs[k]) - passes.probs[k]));
     CHECK(worst < (half ? 2e-2 : 1e-4));
     CHECK(validate(*gpu, *cpu, net, data, 37, apart).pass);
+    // --gpu-off dwtile: no tile kernel, so no mean where only it has one (the defaults); the same
+    // network within the precision's tolerance (the other convs' algorithms are timed again).
+    RunOptions untiled = o;
+    untiled.tuning.dw_tile = false;
+    const RunResult plain = gpu->run(data, untiled);
+    for (const LayerTime& t : plain.layers) {
+      INFO(t.name << ": " << t.algo);
+      CHECK(t.algo.find("tiles staged") == std::string::npos);
+      if (t.name == "dw4") CHECK(t.algo.find("depthwise(bias epilogue") == 0);
+      if (t.name == "gp4") CHECK(t.algo == "");
+    }
+    REQUIRE(plain.probs.size() == passes.probs.size());
+    worst = 0;
+    for (size_t k = 0; k < plain.probs.size(); ++k)
+      worst = std::max(worst, std::abs(double(plain.probs[k]) - passes.probs[k]));
+    CHECK(worst < (half ? 2e-2 : 1e-4));
+    CHECK(validate(*gpu, *cpu, net, data, 37, untiled).pass);
   }
 }
 

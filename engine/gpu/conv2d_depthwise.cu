@@ -610,12 +610,12 @@ __global__ void __launch_bounds__(kThreads)
                        part + ((int64_t(img) * row_blocks + rb) * gridDim.y + blockIdx.y) * a.filters);
 }
 
-// Channels last at 16-bit storage, a staged tile: a block stages the input patch that
+// Channels last, a staged tile: a block stages the input patch that
 // tile_h x tile_w output pixels of kTileChannels channels of one image need (K x K windows of
 // stride S both ways, undilated, one filter per channel), padding as zeros, into shared memory with
 // 16-byte asynchronous copies, each input value read from global memory once per tile. Each lane
 // then computes one channel pair of P consecutive output pixels of a row from shared memory (a
-// warp's 32 lanes read one pixel's 128 bytes: no bank conflicts), its K * K weight pairs in
+// warp's 32 lanes read one pixel's 128 bytes, or 256 at FP32 storage: no bank conflicts), its K * K weight pairs in
 // registers and each window row's (P - 1) * S + K columns loaded once. Without the staging, the
 // taps' loads of a row's neighbouring pixels all miss L1 at once and each goes to L2 (the vector
 // kernel moved about K * K times its input there; docs/performance.md). The same FP32 sum in the
@@ -635,10 +635,11 @@ __host__ __device__ constexpr int tile_overreach(int tile_w, int p, int s) {
 // row tile * col_tiles + column tile in part, through 8 x kTileChannels floats of shared memory
 // after the patch.
 template <typename T, int K, int S, int P, bool MEAN>
-__global__ void __launch_bounds__(kThreads, 3)
+__global__ void __launch_bounds__(kThreads, K == 3 && P == 4 ? 4 : 3)
     depthwise_tile_kernel(const T* __restrict__ x, const float* __restrict__ w,
                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int tile_h,
-                          int tile_w, int row_tiles, int col_tiles, ActFn act, float* __restrict__ part) {
+                          int tile_w, int row_tiles, int col_tiles, ActFn act, float* __restrict__ part,
+                          bool pack) {
   extern __shared__ __align__(16) unsigned char dw_tile_smem[];
   T* patch = reinterpret_cast<T*>(dw_tile_smem);
   const int patch_w = (tile_w - 1) * S + K;  // the staged rows' pitch in pixels
@@ -649,14 +650,15 @@ __global__ void __launch_bounds__(kThreads, 3)
   const int c0 = chunk * kTileChannels, cc = min(kTileChannels, a.channels - c0);
   const int th = min(tile_h, a.out_h - oy0), tw = min(tile_w, a.out_w - ox0);
   const int iy0 = oy0 * S - a.pad_h, ix0 = ox0 * S - a.pad_w;
-  const int vecs = cc / 8;  // 16-byte pieces of a staged pixel
+  constexpr int kPiece = kVec<T>;  // values in a 16-byte copy
+  const int vecs = cc / kPiece;     // 16-byte pieces of a staged pixel
   const int ph = (th - 1) * S + K, pw = (tw - 1) * S + K;
   const T* xi = x + int64_t(img) * a.in_h * a.in_w * a.channels + c0;
   auto stage = [&](int r, int q, int v) {
     const int iy = iy0 + r, ix = ix0 + q;
     const bool in = iy >= 0 && iy < a.in_h && ix >= 0 && ix < a.in_w;
-    cp_async16(patch + (r * patch_w + q) * kTileChannels + v * 8,
-               in ? xi + (int64_t(iy) * a.in_w + ix) * a.channels + v * 8 : x, in);
+    cp_async16(patch + (r * patch_w + q) * kTileChannels + v * kPiece,
+               in ? xi + (int64_t(iy) * a.in_w + ix) * a.channels + v * kPiece : x, in);
   };
   if (kThreads % vecs == 0) {
     // A thread keeps its 16-byte piece v and steps kThreads / vecs pixels at a time, carrying its
@@ -676,8 +678,13 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
   cp_async_commit();
   const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
-  const bool active = 2 * lane < cc;
-  const int c = c0 + 2 * lane;
+  // A chunk of 32 channels or fewer (the last of 144 or 96, a 32-channel layer's only one) puts
+  // several strips on a warp at once: lane groups of gl lanes (the power of two that holds its
+  // channel pairs), each its own strip, instead of 16 to 28 of the 32 lanes idle.
+  const int gl = cc > 32 || !pack ? 32 : cc > 16 ? 16 : cc > 8 ? 8 : 4, groups = 32 / gl;
+  const int glane = lane & (gl - 1), group = lane / gl;
+  const bool active = 2 * glane < cc;
+  const int c = c0 + 2 * glane;
   float wr[K * K][2];
   float b[2] = {0.f, 0.f};
   if (active) {
@@ -691,9 +698,11 @@ __global__ void __launch_bounds__(kThreads, 3)
   constexpr int kCols = (P - 1) * S + K;  // the input columns a strip's windows span
   const int strips = (tw + P - 1) / P;
   float msum[2] = {0.f, 0.f};
-  // The warp's strips, kThreads / 32 apart, as (row, first pixel) carried from one to the next.
-  int r = warp / strips, sx = (warp - r * strips) * P;
-  for (; active && r < th; sx += kThreads / 32 * P) {
+  // The lane group's strips, kThreads / 32 * groups apart, as (row, first pixel) carried from one
+  // to the next.
+  const int first = warp * groups + group;
+  int r = first / strips, sx = (first - r * strips) * P;
+  for (; active && r < th; sx += kThreads / 32 * groups * P) {
     while (sx >= strips * P) sx -= strips * P, ++r;
     if (r >= th) break;
     float acc[P][2];
@@ -701,7 +710,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     for (int p = 0; p < P; ++p) acc[p][0] = acc[p][1] = 0.f;
 #pragma unroll
     for (int ky = 0; ky < K; ++ky) {
-      const T* prow = patch + ((r * S + ky) * patch_w + sx * S) * kTileChannels + 2 * lane;
+      const T* prow = patch + ((r * S + ky) * patch_w + sx * S) * kTileChannels + 2 * glane;
       float v[kCols][2];
 #pragma unroll
       for (int q = 0; q < kCols; ++q) {
@@ -738,12 +747,17 @@ __global__ void __launch_bounds__(kThreads, 3)
     else
       epilogue([&](float v) { return act_eval_stored<T>(act, v); });
   }
-  if constexpr (MEAN) {  // the warps' sums, added in warp order
+  if constexpr (MEAN) {  // the lane groups' sums by shuffles, then the warps', added in warp order
+    for (int o = gl; o < 32; o <<= 1)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) msum[e] = __fadd_rn(msum[e], __shfl_xor_sync(0xffffffffu, msum[e], o));
     float* red = reinterpret_cast<float*>(
         dw_tile_smem +
         size_t(((tile_h - 1) * S + K) * patch_w + tile_overreach(tile_w, P, S)) * kTileChannels * sizeof(T));
-    red[warp * kTileChannels + 2 * lane] = msum[0];
-    red[warp * kTileChannels + 2 * lane + 1] = msum[1];
+    if (group == 0) {
+      red[warp * kTileChannels + 2 * glane] = msum[0];
+      red[warp * kTileChannels + 2 * glane + 1] = msum[1];
+    }
     __syncthreads();
     const int i = static_cast<int>(threadIdx.x);
     if (i < cc) {
@@ -929,7 +943,7 @@ DepthwiseStrip depthwise_nhwc_strip(const DepthwiseArgs& a, Storage t, int strip
 DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& kn) {
   DepthwiseTile d;
   const bool pixels_ok = kn.tile_pixels == 4 || kn.tile_pixels == 8;
-  if (t == Storage::kF32 || a.filters != a.channels || a.channels % 8 != 0 || !square_3_or_5(a) ||
+  if (a.filters != a.channels || a.channels % 8 != 0 || !square_3_or_5(a) ||
       a.stride_h != a.stride_w || (a.stride_w != 1 && a.stride_w != 2) || a.dilation_h != 1 ||
       a.dilation_w != 1 || kn.tile_smem == 0 || !pixels_ok)
     return d;
@@ -943,8 +957,10 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
   if (!kn.tile_everywhere && !won) return d;
   const int k = a.kernel_w, s = a.stride_w;
   const size_t pixel = size_t(kTileChannels) * storage_bytes(t);
-  // Columns: rows of up to 32 / S outputs, split evenly (112 as 4 x 28).
-  const int max_w = 32 / s;
+  // Columns: rows of up to 32 / S outputs at 16-bit storage, split evenly (112 as 4 x 28), and
+  // of half that at FP32 (4 KiB of a stride-1 tile row's outputs either way), so that a patch
+  // of the same bytes keeps as many rows.
+  const int max_w = int(4096 / pixel) / s;
   d.col_tiles = (a.out_w + max_w - 1) / max_w;
   d.tile_w = (a.out_w + d.col_tiles - 1) / d.col_tiles;
   const size_t row_bytes = size_t((d.tile_w - 1) * s + k) * pixel,
@@ -1075,26 +1091,24 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
     const size_t smem = c.tile.smem + (with_mean ? kTileMeanSmem : 0);
     with_storage(t, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
-      if constexpr (!std::is_same_v<T, float>) {
-        const T* xt = static_cast<const T*>(x);
-        T* yt = static_cast<T*>(y);
-        auto run = [&](auto kernel) {
-          if (smem > kMaxSmem)
-            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            static_cast<int>(smem)));
-          kernel<<<grid, kThreads, smem, s>>>(xt, w_taps, bias, yt, a, c.tile.tile_h, c.tile.tile_w,
-                                              c.tile.row_tiles, c.tile.col_tiles, act, part);
-        };
-        with_window(a, [&](auto k, auto stride) {
-          constexpr int K = decltype(k)::value, S = decltype(stride)::value;
-          if (with_mean)
-            run(depthwise_tile_kernel<T, K, S, 4, true>);
-          else if (c.tile.pixels == 8)
-            run(depthwise_tile_kernel<T, K, S, 8, false>);
-          else
-            run(depthwise_tile_kernel<T, K, S, 4, false>);
-        });
-      }
+      const T* xt = static_cast<const T*>(x);
+      T* yt = static_cast<T*>(y);
+      auto run = [&](auto kernel) {
+        if (smem > kMaxSmem)
+          CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(smem)));
+        kernel<<<grid, kThreads, smem, s>>>(xt, w_taps, bias, yt, a, c.tile.tile_h, c.tile.tile_w,
+                                            c.tile.row_tiles, c.tile.col_tiles, act, part, kn.tile_pack);
+      };
+      with_window(a, [&](auto k, auto stride) {
+        constexpr int K = decltype(k)::value, S = decltype(stride)::value;
+        if (with_mean)
+          run(depthwise_tile_kernel<T, K, S, 4, true>);
+        else if (c.tile.pixels == 8)
+          run(depthwise_tile_kernel<T, K, S, 8, false>);
+        else
+          run(depthwise_tile_kernel<T, K, S, 4, false>);
+      });
     });
     CUDA_CHECK_LAUNCH("depthwise_tile_kernel");
   } else if (c.kind == NhwcKernel::kStrip) {

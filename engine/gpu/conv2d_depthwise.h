@@ -69,6 +69,8 @@ struct DepthwiseNhwcKnobs {
   size_t tile_smem = size_t(46) << 10;  // the tile kernel's most shared memory a block, 0 for never
   int tile_pixels = 4;                  // the tile kernel's pixels a lane: 4 or 8
   bool tile_everywhere = false;         // the tile kernel wherever it can run, not only where it won
+  bool tile_pack = true;                // the tile kernel's lane groups: several strips a warp in chunks
+                                        // of 32 channels or fewer (else one, most lanes idle)
   // The whole-plane mean in the strip and vector kernels too (DepthwiseMean), not only in the tile
   // kernel, where it won (in EfficientNet-B0 at bf16 the others' mean kernels were slower than
   // the plain kernel and the pool pass, docs/performance.md, Session 21)
@@ -98,11 +100,12 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
 // the defaults' pixels a thread (the variants instantiated with the mean). Independent of the
 // images: a launch with the mean whose grid would pass CUDA's limits throws instead.
 int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& k = {});
-// The staged tile the tile kernel computes (smem 0 where it does not run): 16-bit storage, one
+// The staged tile the tile kernel computes (smem 0 where it does not run): any storage, one
 // filter per channel, channels a multiple of 8, 3x3 or 5x5 windows of equal stride 1 or 2 both
 // ways, no dilation, and (unless tile_everywhere) where it was measured to win; tile_h x tile_w
 // outputs of 64 channels a block, its input patch and the few pixels a row's last strip reads past
-// it (tile_overreach) at most tile_smem bytes of shared memory. A
+// it (tile_overreach) at most tile_smem bytes of shared memory (rows of half the outputs at FP32
+// storage, whose pixels take twice the bytes). A
 // grid beyond CUDA's limits (2^31 - 1 blocks of images x row tiles, 65535 of channel chunks x
 // column tiles) runs the other kernels instead.
 struct DepthwiseTile {

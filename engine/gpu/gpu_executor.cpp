@@ -316,8 +316,14 @@ class GpuExecutor : public Executor {
   // would compute (0: none); whether it computes it run with `algo`.
   int mean_slots(const Step& st) const {
     return st.mean_layer >= 0 && nhwc_ && tuning_.fuse_mean
-               ? depthwise_nhwc_mean_slots(conv_weights(st.layer).dw.args, storage())
+               ? depthwise_nhwc_mean_slots(conv_weights(st.layer).dw.args, storage(), dw_knobs())
                : 0;
+  }
+  // The channels-last depthwise kernels' knobs: the defaults, without the tile kernel --gpu-off dwtile.
+  DepthwiseNhwcKnobs dw_knobs() const {
+    DepthwiseNhwcKnobs k;
+    if (!tuning_.dw_tile) k.tile_smem = 0;
+    return k;
   }
   bool fuses_mean(const Step& st, ConvAlgo algo) const {
     return algo == ConvAlgo::kDepthwise && mean_slots(st) > 0;
@@ -534,7 +540,8 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
           mean.out = s.bufs[static_cast<size_t>(step(st.mean_layer).out)].get();
         launch_conv_depthwise_nhwc(
             c.dw.args, s.bufs[static_cast<size_t>(st.ins[0])].get(), storage(), c.w_taps.as<float>(),
-            c.bias.as<float>(), s.bufs[static_cast<size_t>(st.out)].get(), n, conv_act, s.stream, {}, mean);
+            c.bias.as<float>(), s.bufs[static_cast<size_t>(st.out)].get(), n, conv_act, s.stream, dw_knobs(),
+            mean);
       } else
         launch_conv_depthwise(c.dw.cfg, c.dw.args, x, c.w.as<float>(), c.bias.as<float>(), y, n, conv_act,
                               s.stream);
@@ -1061,7 +1068,7 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
                (other ? ", " + act_fn_name(act) + " pass)" : ")") + res;
       }
       if (a == ConvAlgo::kDepthwise && nhwc_) {
-        const DepthwiseTile tile = depthwise_nhwc_tile(c.dw.args, storage());
+        const DepthwiseTile tile = depthwise_nhwc_tile(c.dw.args, storage(), dw_knobs());
         const DepthwiseStrip strip = depthwise_nhwc_strip(c.dw.args, storage());
         return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                (fuses_mean(st, a) ? "+mean" : "") + " epilogue, " + storage_name(storage()) + " NHWC, " +
