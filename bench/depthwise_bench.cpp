@@ -239,9 +239,12 @@ int main(int argc, char** argv) {
       std::vector<float> t_dw;
       std::string differs;
       // The squeeze-and-excitation pool: its output, the kernel's partial sums.
+      // (the most any variant's kernel uses: a tile kernel pinned everywhere may have more slots)
       DepthwiseNhwcKnobs every;
       every.mean_everywhere = true;
-      const int most_slots = nhwc ? depthwise_nhwc_mean_slots(a, st, every) : 0;
+      int most_slots = nhwc ? depthwise_nhwc_mean_slots(a, st, every) : 0;
+      for (const Variant& v : tiles)
+        if (nhwc && !v.bytes) most_slots = std::max(most_slots, depthwise_nhwc_mean_slots(a, st, v.kn));
       DevBuf pooled(size_t(images) * l.c * sizeof(float)),
           partial(std::max<size_t>(size_t(images) * most_slots * l.c, 1) * sizeof(float));
       Pool2dArgs pa;

@@ -946,19 +946,26 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   DepthwiseNhwcKnobs never;
   never.tile_smem = 0;
   CHECK(depthwise_nhwc_tile(a, Storage::kF16, never).smem == 0);
+  // At FP32 only where it won (16-bit storage: wherever it runs, each below).
   a.channels = a.filters = 96;  // fewer than 128 channels: measured slower, unless everywhere
-  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
+  CHECK(depthwise_nhwc_tile(a, Storage::kF32).smem == 0);
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem > 0);
   a.channels = a.filters = 192;
   a.out_h = a.out_w = 112;  // measured slower there, unless everywhere
-  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
+  CHECK(depthwise_nhwc_tile(a, Storage::kF32).smem == 0);
+  CHECK(depthwise_nhwc_tile(a, Storage::kBf16).tile_w == 28);  // 112 as 4 x 28
   a.out_h = a.out_w = 7;  // 5x5 windows on a 7x7 map: faster since Session 23; 3x3 ones not
+  CHECK(depthwise_nhwc_tile(a, Storage::kF32).tile_w == 7);
   CHECK(depthwise_nhwc_tile(a, Storage::kF16).tile_w == 7);
   a.kernel_h = a.kernel_w = 3;
-  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
+  CHECK(depthwise_nhwc_tile(a, Storage::kF32).smem == 0);
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16).tile_w == 7);
   a.out_h = a.out_w = 28, a.stride_h = a.stride_w = 2;  // 3x3 of stride 2: slower
-  CHECK(depthwise_nhwc_tile(a, Storage::kF16).smem == 0);
+  CHECK(depthwise_nhwc_tile(a, Storage::kF32).smem == 0);
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16).tile_w == 14);  // rows of at most 32 / 2: 28 as 2 x 14
   a.kernel_h = a.kernel_w = 5;                                // 5x5 of stride 2: faster
   CHECK(depthwise_nhwc_tile(a, Storage::kF16).tile_w == 14);  // 28 outputs as 2 x 14
+  CHECK(depthwise_nhwc_tile(a, Storage::kF32).tile_w == 7);   // rows of 8: 28 as 4 x 7
   a.stride_h = a.stride_w = 1;
   a.out_h = a.out_w = 56;
   DepthwiseNhwcKnobs everywhere;
@@ -990,26 +997,36 @@ TEST_CASE("depthwise: where the channels-last kernels compute the whole-plane me
   all.mean_everywhere = true;
   // The strip and vector kernels: a block an image's 8 rows (112 as 14 blocks) and 256 of a row's
   // items (chunks). 112x112x32, 3x3: the strip kernel, 4 filters x 4 pixels (16-bit) or 2 x 8
-  // (FP32): 224 items a row, one chunk.
-  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, all) == 14);
+  // (FP32): 224 items a row, one chunk. At 16-bit storage the tile kernel runs there by default
+  // (untiled: without it): 4 column tiles of 28 x 12 row tiles of 10 rows (12 staged rows of 30
+  // pixels of 128 bytes in 46 KiB).
+  DepthwiseNhwcKnobs untiled = all;
+  untiled.tile_smem = 0;
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, untiled) == 14);
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kF32, all) == 14);
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, all) == 48);
   // 56x56x144, 3x3: the tile kernel, 2 column tiles of 28 x 6 row tiles (12 staged rows of 30 x
   // 128 bytes in 46 KiB: 10 output rows a tile); at FP32, 4 column tiles of 14 x 7 row tiles (11
   // staged rows of 16 x 256 bytes and 2 pixels past the last: 9 output rows, 56 as 7 x 8).
   CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF16, all) == 12);
   CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF32, all) == 28);
   CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF32) == 28);  // the tile kernel's by default
-  // 112 -> 56, 96 channels, stride 2: the vector kernel, 56 x 12 vectors a row in 3 chunks.
-  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16, all) == 7 * 3);
+  // 112 -> 56, 96 channels, stride 2: the vector kernel, 56 x 12 vectors a row in 3 chunks; the
+  // tile kernel, 4 column tiles of 14 x 12 row tiles of 5 rows (12 staged rows of 29 pixels and the
+  // 4 that the last strip reads past them).
+  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16, untiled) == 7 * 3);
+  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16, all) == 48);
   // 28x28x240, 5x5: the tile kernel, 4 row tiles of 7 rows x 1 column tile.
   CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16, all) == 4);
   // 14x14x480, 3x3: one 14x14 tile.
   CHECK(depthwise_nhwc_mean_slots(dw(480, 14, 3, 1), Storage::kF16, all) == 1);
   // 7x7x1152: 5x5 windows, the tile kernel, one tile; 3x3, the strip kernel, one row block of 3
-  // chunks (16-bit storage: 2 strips of 4 pixels x 288 filter quads a row; FP32: one strip of 7
-  // pixels x 576 filter pairs). 14 -> 7, 5x5 of stride 2: one tile.
+  // chunks (16-bit storage without the tile kernel: 2 strips of 4 pixels x 288 filter quads a row;
+  // FP32: one strip of 7 pixels x 576 filter pairs), at 16-bit storage one tile. 14 -> 7, 5x5 of
+  // stride 2: one tile.
   CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 5, 1), Storage::kBf16, all) == 1);
-  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 3, 1), Storage::kBf16, all) == 3);
+  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 3, 1), Storage::kBf16, untiled) == 3);
+  CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 3, 1), Storage::kBf16, all) == 1);
   CHECK(depthwise_nhwc_mean_slots(dw(1152, 7, 3, 1), Storage::kF32, all) == 3);
   CHECK(depthwise_nhwc_mean_slots(dw(672, 14, 5, 2), Storage::kBf16, all) == 1);
   // Partial sums over a quarter of the output's bytes: a 2x2 map's one slot of 16-bit values
@@ -1027,8 +1044,10 @@ TEST_CASE("depthwise: where the channels-last kernels compute the whole-plane me
   // By default only the tile kernel computes it (where it was measured to win).
   CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16) == 4);
   CHECK(depthwise_nhwc_mean_slots(dw(480, 14, 3, 1), Storage::kF16) == 1);
-  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16) == 0);
-  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16) == 0);
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16) == 48);  // 16-bit: tiled everywhere
+  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16) == 48);
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kF32) == 0);  // FP32: the strip kernel
+  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kF32) == 0);
   CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kF32) == 10);  // FP32: 5 x 6 rows, 2 x 14 columns
   // FP32 strips of stride 2: not even then (measured slower).
   CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kF32, all) == 0);
@@ -1036,7 +1055,7 @@ TEST_CASE("depthwise: where the channels-last kernels compute the whole-plane me
   eight.tile_pixels = 8;
   CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16, eight) == 0);
   DepthwiseNhwcKnobs wide = all;
-  wide.row_pixels = 4, wide.strip_pixels = 0;  // the vector kernel, 4 pixels a thread
+  wide.row_pixels = 4, wide.strip_pixels = 0, wide.tile_smem = 0;  // the vector kernel, 4 pixels a thread
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, wide) == 0);
   wide.row_pixels = 1;  // 1 pixel a thread: 14 row blocks x 2 chunks of 448 vectors
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, wide) == 28);

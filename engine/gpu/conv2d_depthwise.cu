@@ -947,13 +947,14 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
       a.stride_h != a.stride_w || (a.stride_w != 1 && a.stride_w != 2) || a.dilation_h != 1 ||
       a.dilation_w != 1 || kn.tile_smem == 0 || !pixels_ok)
     return d;
-  // Where it won against the vector and strip kernels (docs/performance.md, Sessions 20 and 23):
-  // 128 channels or more on rows of at most 56 outputs, 5x5 windows on rows of 7 or more at either
-  // stride, 3x3 ones of unit stride on rows of 14 or more. On 112-wide rows, with 3x3 windows of
-  // stride 2 or on 7x7 maps, and with fewer channels (half a warp's lanes idle) the others were
-  // faster.
-  const bool won = a.channels >= 128 && a.out_w <= 56 &&
-                   (a.kernel_w == 5 ? a.out_w >= 7 : a.stride_w == 1 && a.out_w >= 14);
+  // Where it won against the vector and strip kernels (docs/performance.md): at 16-bit storage
+  // everywhere since its lane groups (Session 36: MobileNetV2's and EfficientNet-B0's depthwise
+  // layers within 3 % of the others' time or faster, 32 channels on 112-wide rows up to 1.8x). At FP32
+  // (Sessions 20, 23 and 36): 128 channels or more on rows of at most 56 outputs, 5x5 windows on
+  // rows of 7 or more at either stride, 3x3 ones of unit stride on rows of 14 or more; on 112-wide
+  // rows, with 3x3 windows of stride 2 and on 7x7 maps the others were faster.
+  const bool won = t != Storage::kF32 || (a.channels >= 128 && a.out_w <= 56 &&
+                                          (a.kernel_w == 5 ? a.out_w >= 7 : a.stride_w == 1 && a.out_w >= 14));
   if (!kn.tile_everywhere && !won) return d;
   const int k = a.kernel_w, s = a.stride_w;
   const size_t pixel = size_t(kTileChannels) * storage_bytes(t);
