@@ -965,7 +965,14 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   CHECK(depthwise_nhwc_tile(a, Storage::kF16).tile_w == 14);  // rows of at most 32 / 2: 28 as 2 x 14
   a.kernel_h = a.kernel_w = 5;                                // 5x5 of stride 2: faster
   CHECK(depthwise_nhwc_tile(a, Storage::kF16).tile_w == 14);  // 28 outputs as 2 x 14
-  CHECK(depthwise_nhwc_tile(a, Storage::kF32).tile_w == 7);   // rows of 8: 28 as 4 x 7
+  // FP32, stride 2: rows of at most 16 / 2 outputs (28 as 4 x 7) and twice the bytes: 21 staged
+  // rows of 17 pixels of 256 bytes and the 2 that the last strip reads past them in 92 KiB, 9
+  // output rows, 28 as 4 x 7.
+  const DepthwiseTile f2 = depthwise_nhwc_tile(a, Storage::kF32);
+  CHECK(f2.tile_w == 7);
+  CHECK(f2.tile_h == 7);
+  CHECK(f2.row_tiles == 4);
+  CHECK(f2.smem == size_t(17) * 17 * 256 + 2 * 256);
   a.stride_h = a.stride_w = 1;
   a.out_h = a.out_w = 56;
   DepthwiseNhwcKnobs everywhere;

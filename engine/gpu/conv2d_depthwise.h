@@ -105,7 +105,7 @@ int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const Depthwise
 // ways, no dilation, and (unless tile_everywhere) where it was measured to win; tile_h x tile_w
 // outputs of 64 channels a block, its input patch and the few pixels a row's last strip reads past
 // it (tile_overreach) at most tile_smem bytes of shared memory (rows of half the outputs at FP32
-// storage, whose pixels take twice the bytes). A
+// storage, whose pixels take twice the bytes, and there twice tile_smem at stride 2). A
 // grid beyond CUDA's limits (2^31 - 1 blocks of images x row tiles, 65535 of channel chunks x
 // column tiles) runs the other kernels instead.
 struct DepthwiseTile {
