@@ -8,7 +8,8 @@
 
 namespace cnnrun {
 
-const char* const kGpuOffNames = "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile";
+const char* const kGpuOffNames =
+    "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile";
 
 bool GpuTuning::operator==(const GpuTuning& o) const {
   return fuse_pool == o.fuse_pool && fuse_mean == o.fuse_mean && fuse_u8 == o.fuse_u8 &&

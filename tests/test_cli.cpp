@@ -408,8 +408,9 @@ TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF 
   Out ok = run_env("CNNRUN_GPU_OFF=pool,graph",
                    src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet");
   CHECK(ok.rc == 0);
-  Out opt = run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet --gpu-off " +
-                "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile --conv-algo im2col");
+  Out opt =
+      run(src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet --gpu-off " +
+          "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile --conv-algo im2col");
   CHECK(opt.rc == 0);
   CHECK(opt.text == ok.text);
 }

@@ -1055,7 +1055,8 @@ TEST_CASE("depthwise: where the channels-last kernels compute the whole-plane me
   CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16) == 48);
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kF32) == 0);  // FP32: the strip kernel
   CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kF32) == 0);
-  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kF32) == 10);  // FP32: 5 x 6 rows, 2 x 14 columns
+  // FP32: 5 row tiles of 6 rows, 2 column tiles of 14.
+  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kF32) == 10);
   // FP32 strips of stride 2: not even then (measured slower).
   CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kF32, all) == 0);
   DepthwiseNhwcKnobs eight;

@@ -615,8 +615,8 @@ __global__ void __launch_bounds__(kThreads)
 // stride S both ways, undilated, one filter per channel), padding as zeros, into shared memory with
 // 16-byte asynchronous copies, each input value read from global memory once per tile. Each lane
 // then computes one channel pair of P consecutive output pixels of a row from shared memory (a
-// warp's 32 lanes read one pixel's 128 bytes, or 256 at FP32 storage: no bank conflicts), its K * K weight pairs in
-// registers and each window row's (P - 1) * S + K columns loaded once. Without the staging, the
+// warp's 32 lanes read one pixel's 128 bytes, or 256 at FP32 storage: no bank conflicts), its K * K weight
+// pairs in registers and each window row's (P - 1) * S + K columns loaded once. Without the staging, the
 // taps' loads of a row's neighbouring pixels all miss L1 at once and each goes to L2 (the vector
 // kernel moved about K * K times its input there; docs/performance.md). The same FP32 sum in the
 // same tap order as the other kernels (a padding tap adds 0), rounded once when it stores. One
@@ -651,7 +651,7 @@ __global__ void __launch_bounds__(kThreads, K == 3 && P == 4 ? 4 : 3)
   const int th = min(tile_h, a.out_h - oy0), tw = min(tile_w, a.out_w - ox0);
   const int iy0 = oy0 * S - a.pad_h, ix0 = ox0 * S - a.pad_w;
   constexpr int kPiece = kVec<T>;  // values in a 16-byte copy
-  const int vecs = cc / kPiece;     // 16-byte pieces of a staged pixel
+  const int vecs = cc / kPiece;    // 16-byte pieces of a staged pixel
   const int ph = (th - 1) * S + K, pw = (tw - 1) * S + K;
   const T* xi = x + int64_t(img) * a.in_h * a.in_w * a.channels + c0;
   auto stage = [&](int r, int q, int v) {
@@ -943,9 +943,9 @@ DepthwiseStrip depthwise_nhwc_strip(const DepthwiseArgs& a, Storage t, int strip
 DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& kn) {
   DepthwiseTile d;
   const bool pixels_ok = kn.tile_pixels == 4 || kn.tile_pixels == 8;
-  if (a.filters != a.channels || a.channels % 8 != 0 || !square_3_or_5(a) ||
-      a.stride_h != a.stride_w || (a.stride_w != 1 && a.stride_w != 2) || a.dilation_h != 1 ||
-      a.dilation_w != 1 || kn.tile_smem == 0 || !pixels_ok)
+  if (a.filters != a.channels || a.channels % 8 != 0 || !square_3_or_5(a) || a.stride_h != a.stride_w ||
+      (a.stride_w != 1 && a.stride_w != 2) || a.dilation_h != 1 || a.dilation_w != 1 || kn.tile_smem == 0 ||
+      !pixels_ok)
     return d;
   // Where it won against the vector and strip kernels (docs/performance.md): at 16-bit storage
   // everywhere since its lane groups (Session 36: MobileNetV2's and EfficientNet-B0's depthwise
@@ -953,8 +953,9 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
   // (Sessions 20, 23 and 36): 128 channels or more on rows of at most 56 outputs, 5x5 windows on
   // rows of 7 or more at either stride, 3x3 ones of unit stride on rows of 14 or more; on 112-wide
   // rows, with 3x3 windows of stride 2 and on 7x7 maps the others were faster.
-  const bool won = t != Storage::kF32 || (a.channels >= 128 && a.out_w <= 56 &&
-                                          (a.kernel_w == 5 ? a.out_w >= 7 : a.stride_w == 1 && a.out_w >= 14));
+  const bool won =
+      t != Storage::kF32 || (a.channels >= 128 && a.out_w <= 56 &&
+                             (a.kernel_w == 5 ? a.out_w >= 7 : a.stride_w == 1 && a.out_w >= 14));
   if (!kn.tile_everywhere && !won) return d;
   const int k = a.kernel_w, s = a.stride_w;
   const size_t pixel = size_t(kTileChannels) * storage_bytes(t);

@@ -538,10 +538,10 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
         if (fuses_mean(st, algo))
           mean.partial = s.bufs[static_cast<size_t>(st.mean_buf)].as<float>(),
           mean.out = s.bufs[static_cast<size_t>(step(st.mean_layer).out)].get();
-        launch_conv_depthwise_nhwc(
-            c.dw.args, s.bufs[static_cast<size_t>(st.ins[0])].get(), storage(), c.w_taps.as<float>(),
-            c.bias.as<float>(), s.bufs[static_cast<size_t>(st.out)].get(), n, conv_act, s.stream, dw_knobs(),
-            mean);
+        launch_conv_depthwise_nhwc(c.dw.args, s.bufs[static_cast<size_t>(st.ins[0])].get(), storage(),
+                                   c.w_taps.as<float>(), c.bias.as<float>(),
+                                   s.bufs[static_cast<size_t>(st.out)].get(), n, conv_act, s.stream,
+                                   dw_knobs(), mean);
       } else
         launch_conv_depthwise(c.dw.cfg, c.dw.args, x, c.w.as<float>(), c.bias.as<float>(), y, n, conv_act,
                               s.stream);
