@@ -238,11 +238,9 @@ int main(int argc, char** argv) {
       }
       std::vector<float> t_dw;
       std::string differs;
-      // The squeeze-and-excitation pool: its output, the kernel's partial sums.
-      // (the most any variant's kernel uses: a tile kernel pinned everywhere may have more slots)
-      DepthwiseNhwcKnobs every;
-      every.mean_everywhere = true;
-      int most_slots = nhwc ? depthwise_nhwc_mean_slots(a, st, every) : 0;
+      // The squeeze-and-excitation pool: its output, the kernel's partial sums (the most any
+      // variant's kernel uses: a tile kernel pinned everywhere may have more slots than the defaults).
+      int most_slots = 0;
       for (const Variant& v : tiles)
         if (nhwc && !v.bytes) most_slots = std::max(most_slots, depthwise_nhwc_mean_slots(a, st, v.kn));
       DevBuf pooled(size_t(images) * l.c * sizeof(float)),
