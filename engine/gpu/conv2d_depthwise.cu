@@ -968,8 +968,8 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
   const size_t row_bytes = size_t((d.tile_w - 1) * s + k) * pixel,
                slack = size_t(tile_overreach(d.tile_w, kn.tile_pixels, s)) * pixel;
   // At FP32 storage of stride 2, twice the bytes: 46 KiB held 3 output rows of a 5x5 window's
-  // tile, and 92 KiB ran EfficientNet-B0's two such layers 17-28 % faster (Session 36; at stride 1
-  // 92 KiB was slower).
+  // tile (slower than the strip kernel), and at 92 KiB EfficientNet-B0's two such layers ran 17-28 %
+  // faster than the strip kernel and its pool pass (Session 36; at stride 1 92 KiB was slower).
   const size_t budget = std::min(kn.tile_smem * (t == Storage::kF32 && s == 2 ? 2 : 1), kMaxTileSmem);
   const int patch_rows = budget > slack ? static_cast<int>((budget - slack) / row_bytes) : 0;
   if (patch_rows < k) return DepthwiseTile{};
