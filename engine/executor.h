@@ -45,6 +45,8 @@ struct GpuTuning {
   bool dw_tile = true;          // dwtile: channels last, the depthwise conv stages tiles of its input in
                                 // shared memory where depthwise_nhwc_tile says so (else its strip and
                                 // vector kernels, and the whole-plane mean only where they have it)
+  bool pool_cols = true;        // poolcols: channels last at FP32 storage, the 3x3 stride-1 max-pool computes
+                                // two output columns a thread (engine/gpu/nhwc.h: pool_row_cols), else one
   // --cudnn-plans: how many of cuDNN's heuristic candidates the graph API's search builds and
   // times a conv. Each build compiles a kernel (NVRTC, 0.2-0.9 s), which dominates the setup; on
   // ResNet-18 and GoogLeNet the first two gave the forward times of the first four within noise,
@@ -54,7 +56,7 @@ struct GpuTuning {
   bool operator!=(const GpuTuning& o) const { return !(*this == o); }
 };
 // The names --gpu-off takes, comma-separated:
-// "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile".
+// "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols".
 extern const char* const kGpuOffNames;
 // All on but the comma-separated names in `list` ("" = all on). Throws Error naming an unknown
 // name and the known ones.

@@ -697,7 +697,7 @@ void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
     void* in = s.bufs[static_cast<size_t>(st.out)].get();
     void* out = s.bufs[static_cast<size_t>(ps.out)].get();
     if (is_nhwc(st.out))
-      launch_pool2d_nhwc(in, out, storage(), n, a, s.stream);
+      launch_pool2d_nhwc(in, out, storage(), n, a, s.stream, tuning_.pool_cols ? 0 : 1);
     else
       launch_pool2d(static_cast<const float*>(in), static_cast<float*>(out), n, a, s.stream);
   };
@@ -739,7 +739,8 @@ void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
     case Op::kPool:
       if (pool_fused(st)) return;  // its conv (the stem kernel) wrote it
       return launch_pool2d_nhwc(buf(st.ins[0]), buf(st.out), t, n,
-                                pool_args(layer_as<PoolLayer>(l).p, st.in_shape, st.out_shape), s.stream);
+                                pool_args(layer_as<PoolLayer>(l).p, st.in_shape, st.out_shape), s.stream,
+                                tuning_.pool_cols ? 0 : 1);
     case Op::kAffine:
       if (!in_nhwc) break;
       return launch_affine_nhwc(buf(st.ins[0]), buf(st.out), t, pixels, C, w.scale.as<float>(),

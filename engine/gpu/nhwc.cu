@@ -303,66 +303,88 @@ __global__ void pool_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, 
   }
 }
 
-// pool_by_rows' pools (3x3 windows at stride 1), R output rows of V channels of one column a
-// thread. Neighbouring outputs' windows share six of their nine taps; the one-output-a-thread
-// kernel reads each input about three times from L2 (a block's rows are other blocks' too). Here
-// a thread reads the R + 2 input rows its R windows cover, three columns each, all at once (no
-// loop bound depends on the data, so every load is in flight together), keeps each row's max
-// (one of its values, so in the storage format), then writes each output's max of its window's
-// rows: each input is read from L2 about (R + 2) / R times, its columns shared with the block's
-// other threads in L1. The maxima are taken in the storage format (max_into) and the thread's
-// position is divided out in I (32 bits where the items fit): with float compares and 64-bit
-// divisions the kernel was bound by its instructions (docs/performance.md). The same values as
-// pool_nhwc_kernel: a max (NaN never taken, as there) does not depend on the order.
-template <typename T, int V, int R, typename I>
+// pool_by_rows' pools (3x3 windows at stride 1), R output rows of V channels of CW consecutive
+// columns a thread. Neighbouring outputs' windows share six of their nine taps; the
+// one-output-a-thread kernel reads each input about three times from L2 (a block's rows are other
+// blocks' too). Here a thread reads the R + 2 input rows its R x CW windows cover, CW + 2 columns
+// each (no loop bound depends on the data, so every load can be in flight together), takes each
+// row's maxima over its outputs' three columns (CW = 2: the middle two columns' max once, shared by
+// both), and adds each row's into the outputs whose windows hold it: each input is read from L2
+// about (R + 2) / R times, and (CW + 2) / CW times in L1 where the one-column kernel read it three
+// times. The maxima are taken in the storage format (max_into) and the thread's position is
+// divided out in I (32 bits where the items fit): with float compares and 64-bit divisions the
+// kernel was bound by its instructions (docs/performance.md). The same values as
+// pool_nhwc_kernel: a max (NaN never taken, as there) does not depend on the order, and a column
+// or row outside the input adds nothing.
+template <typename T, int V, int R, int CW, typename I>
 __global__ void max_pool_rows_nhwc_kernel(const T* __restrict__ in, T* __restrict__ out, I items, int groups,
-                                          Pool2dArgs a) {
-  const I cv = static_cast<I>(a.channels / V), ow = static_cast<I>(a.out_w), gs = static_cast<I>(groups);
+                                          int col_groups, Pool2dArgs a) {
+  static_assert(CW == 1 || CW == 2, "one or two columns a thread");
+  const I cv = static_cast<I>(a.channels / V), cg = static_cast<I>(col_groups), gs = static_cast<I>(groups);
   const I stride = static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
   for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + threadIdx.x; i < items; i += stride) {
     const int c0 = static_cast<int>(i % cv) * V;
     const I q = i / cv;
-    const int ox = static_cast<int>(q % ow);
-    const I q2 = q / ow;
+    const int ox = static_cast<int>(q % cg) * CW;
+    const I q2 = q / cg;
     const int oy0 = static_cast<int>(q2 % gs) * R;
     const int64_t img = static_cast<int64_t>(q2 / gs);
     const int oy_last = min(oy0 + R, a.out_h) - 1;
-    // Input rows [ys, ye): the union of fixed_window(oy, 3, 1, pad_h) over oy0..oy_last; columns
-    // [xs, xe): fixed_window(ox, 3, 1, pad_w).
+    // Input rows [ys, ye): the union of the windows of rows oy0..oy_last; columns from x0, the
+    // first output's window's first (before clipping).
     const int ys = max(oy0 - a.pad_h, 0);
     const int ye = min(oy_last - a.pad_h + 3, a.in_h);
     const int x0 = ox - a.pad_w;
-    const int xe = min(x0 + 3, a.in_w);
     const T* src = in + img * a.in_h * a.in_w * a.channels + c0;
     Vec<T, V> lowest;
 #pragma unroll
     for (int k = 0; k < V; ++k) lowest.v[k] = to<T>(-INFINITY);
-    Vec<T, V> rows[R + 2];
+    Vec<T, V> o[R][CW];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int c = 0; c < CW; ++c) o[r][c] = lowest;
 #pragma unroll
     for (int j = 0; j < R + 2; ++j) {
-      rows[j] = lowest;
       const int y = ys + j;
+      Vec<T, V> col[CW + 2];
 #pragma unroll
-      for (int dx = 0; dx < 3; ++dx) {
+      for (int dx = 0; dx < CW + 2; ++dx) {
         const int x = x0 + dx;
-        if (y < ye && x >= 0 && x < xe)
-          max_into(rows[j],
-                   *reinterpret_cast<const Vec<T, V>*>(src + (int64_t(y) * a.in_w + x) * a.channels));
+        col[dx] = y < ye && x >= 0 && x < a.in_w
+                      ? *reinterpret_cast<const Vec<T, V>*>(src + (int64_t(y) * a.in_w + x) * a.channels)
+                      : lowest;
+      }
+      // The row's max over each output's three columns.
+      Vec<T, V> row[CW];
+      if constexpr (CW == 1) {
+        row[0] = col[0];
+        max_into(row[0], col[1]);
+        max_into(row[0], col[2]);
+      } else {
+        Vec<T, V> mid = col[1];
+        max_into(mid, col[2]);
+        row[0] = mid, row[1] = mid;
+        max_into(row[0], col[0]);
+        max_into(row[1], col[3]);
+      }
+      // ... into the outputs whose windows hold row y: oy - pad_h <= y < oy - pad_h + 3.
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int d = y - (oy0 + r - a.pad_h);
+        if (d >= 0 && d < 3)
+#pragma unroll
+          for (int c = 0; c < CW; ++c) max_into(o[r][c], row[c]);
       }
     }
     T* dst = out + ((img * a.out_h + oy0) * a.out_w + ox) * a.channels + c0;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const int oy = oy0 + r;
-      if (oy > oy_last) break;
-      const PoolWindow wy = fixed_window(oy, 3, 1, a.pad_h, a.in_h);
-      Vec<T, V> o = lowest;
+      if (oy0 + r > oy_last) break;
 #pragma unroll
-      for (int j = 0; j < R + 2; ++j) {
-        const int y = ys + j;
-        if (y >= wy.start && y < wy.end) max_into(o, rows[j]);
-      }
-      *reinterpret_cast<Vec<T, V>*>(dst + int64_t(r) * a.out_w * a.channels) = o;
+      for (int c = 0; c < CW; ++c)
+        if (ox + c < a.out_w)
+          *reinterpret_cast<Vec<T, V>*>(dst + (int64_t(r) * a.out_w + c) * a.channels) = o[r][c];
     }
   }
 }
@@ -632,6 +654,8 @@ bool pool_by_rows(const Pool2dArgs& a) {
          a.stride_w == 1 && a.pad_h <= 1 && a.pad_w <= 1 && a.out_h >= 2;
 }
 
+int pool_row_cols(Storage t) { return t == Storage::kF32 ? 2 : 1; }
+
 // Whether a channels-last pool runs max_pool_windows_nhwc_kernel: a max over fixed 2x2 or 3x3
 // windows that pool_by_rows does not take.
 bool pool_by_windows(const Pool2dArgs& a) {
@@ -639,8 +663,8 @@ bool pool_by_windows(const Pool2dArgs& a) {
          !pool_by_rows(a);
 }
 
-void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const Pool2dArgs& a,
-                        cudaStream_t s) {
+void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const Pool2dArgs& a, cudaStream_t s,
+                        int row_cols) {
   const int64_t values = pool2d_values(a), count = n * values;  // values: one image's outputs
   if (count <= 0) return;
   // One window over the whole plane, divided (an average) by the plane's size; planes of a few
@@ -666,15 +690,24 @@ void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const P
       if (pool_by_rows(a)) {  // 4 rows a thread (8 ran slower at 28x28: docs/performance.md)
         constexpr int R = 4;
         const int groups = (a.out_h + R - 1) / R;
-        const int64_t items = n * groups * a.out_w * (a.channels / V);
-        if (items < (int64_t{1} << 31))  // i + the grid's stride stays below 2^32
-          max_pool_rows_nhwc_kernel<T, V, R, uint32_t>
-              <<<grid_stride_blocks(items), kGridStrideThreads, 0, s>>>(
-                  static_cast<const T*>(in), static_cast<T*>(out), static_cast<uint32_t>(items), groups, a);
+        auto go = [&](auto cw) {
+          constexpr int CW = decltype(cw)::value;
+          const int col_groups = (a.out_w + CW - 1) / CW;
+          const int64_t items = n * groups * col_groups * (a.channels / V);
+          if (items < (int64_t{1} << 31))  // i + the grid's stride stays below 2^32
+            max_pool_rows_nhwc_kernel<T, V, R, CW, uint32_t>
+                <<<grid_stride_blocks(items), kGridStrideThreads, 0, s>>>(
+                    static_cast<const T*>(in), static_cast<T*>(out), static_cast<uint32_t>(items), groups,
+                    col_groups, a);
+          else
+            max_pool_rows_nhwc_kernel<T, V, R, CW, int64_t>
+                <<<grid_stride_blocks(items), kGridStrideThreads, 0, s>>>(
+                    static_cast<const T*>(in), static_cast<T*>(out), items, groups, col_groups, a);
+        };
+        if ((row_cols > 0 ? row_cols : pool_row_cols(t)) == 2)
+          go(std::integral_constant<int, 2>{});
         else
-          max_pool_rows_nhwc_kernel<T, V, R, int64_t>
-              <<<grid_stride_blocks(items), kGridStrideThreads, 0, s>>>(
-                  static_cast<const T*>(in), static_cast<T*>(out), items, groups, a);
+          go(std::integral_constant<int, 1>{});
         return;
       }
       const int64_t per_image = values / V;

@@ -59,11 +59,17 @@ struct MulInputNhwc {
 void launch_mul_nhwc(const std::vector<MulInputNhwc>& in, void* out, Storage t, int64_t n, int channels,
                      int64_t plane, cudaStream_t s);
 // Pool2dArgs' windows over n images, channels last. A 3x3 max at stride 1 (pool_by_rows) runs a
-// kernel of its own, several output rows a thread, that reads each input about once.
+// kernel of its own, several output rows of `row_cols` (1 or 2) columns a thread, that reads each
+// input about once; row_cols 0: pool_row_cols(t).
 bool pool_by_rows(const Pool2dArgs& a);
+// The rows kernel's columns a thread where it was measured faster (docs/performance.md, Session
+// 37, GoogLeNet's branch pools at 224x224): 2 at FP32 storage (2.46 -> 2.08 ms), 1 at 16-bit
+// storage (2 columns took 88 registers against 62 there: 1.27 -> 1.41 ms).
+int pool_row_cols(Storage t);
 // Other 2x2 and 3x3 max pools (pool_by_windows) run a kernel with the window unrolled.
 bool pool_by_windows(const Pool2dArgs& a);
-void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const Pool2dArgs& a, cudaStream_t s);
+void launch_pool2d_nhwc(const void* in, void* out, Storage t, int64_t n, const Pool2dArgs& a, cudaStream_t s,
+                        int row_cols = 0);
 // out[p][offset + c] = in[p][c] for c < in_channels: one input of a channel concat.
 void launch_concat_nhwc(const void* in, int in_channels, void* out, int out_channels, int offset, Storage t,
                         int64_t pixels, cudaStream_t s);
