@@ -325,6 +325,9 @@ class GpuExecutor : public Executor {
     if (!tuning_.dw_tile) k.tile_smem = 0;
     return k;
   }
+  // The stride-1 max-pool's columns a thread (launch_pool2d_nhwc's row_cols): its own rule, or one
+  // with --gpu-off poolcols.
+  int pool_row_cols_arg() const { return tuning_.pool_cols ? 0 : 1; }
   bool fuses_mean(const Step& st, ConvAlgo algo) const {
     return algo == ConvAlgo::kDepthwise && mean_slots(st) > 0;
   }
@@ -697,7 +700,7 @@ void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
     void* in = s.bufs[static_cast<size_t>(st.out)].get();
     void* out = s.bufs[static_cast<size_t>(ps.out)].get();
     if (is_nhwc(st.out))
-      launch_pool2d_nhwc(in, out, storage(), n, a, s.stream, tuning_.pool_cols ? 0 : 1);
+      launch_pool2d_nhwc(in, out, storage(), n, a, s.stream, pool_row_cols_arg());
     else
       launch_pool2d(static_cast<const float*>(in), static_cast<float*>(out), n, a, s.stream);
   };
@@ -740,7 +743,7 @@ void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
       if (pool_fused(st)) return;  // its conv (the stem kernel) wrote it
       return launch_pool2d_nhwc(buf(st.ins[0]), buf(st.out), t, n,
                                 pool_args(layer_as<PoolLayer>(l).p, st.in_shape, st.out_shape), s.stream,
-                                tuning_.pool_cols ? 0 : 1);
+                                pool_row_cols_arg());
     case Op::kAffine:
       if (!in_nhwc) break;
       return launch_affine_nhwc(buf(st.ins[0]), buf(st.out), t, pixels, C, w.scale.as<float>(),
