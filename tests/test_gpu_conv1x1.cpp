@@ -1,5 +1,6 @@
 // The conv1x1 kernel (engine/gpu/conv2d_1x1.h): 1x1 convs of few channels on tensor cores in
-// 16-bit channels-last storage, the bias, a residual and any activation in its epilogue. What it
+// channels-last storage (16-bit, or FP32 on TF32 / 3xTF32 products), the bias, a residual and any
+// activation in its epilogue. What it
 // refuses runs without a GPU; the networks run against the CPU reference on one ("gpu: ..."
 // cases).
 #ifdef CNNRUN_HAVE_GPU
@@ -20,16 +21,18 @@ using namespace cnnrun;
 using namespace cnnrun::gpu;
 using test::gpu_present;
 
-TEST_CASE("conv1x1: runs 1x1 convs of stride 1 in 16-bit channels last, channels and filters in eights") {
+TEST_CASE(
+    "conv1x1: runs 1x1 convs of stride 1 channels last at every precision, channels and filters in eights") {
   ConvParams p;
   p.filters = 96, p.kernel_h = p.kernel_w = 1, p.in_c = 16, p.in_h = p.in_w = 8, p.out_h = p.out_w = 8;
-  for (Precision prec : {Precision::kFp16, Precision::kBf16}) {
+  for (Precision prec : {Precision::kFp16, Precision::kBf16, Precision::kTf32, Precision::kFp32}) {
     CHECK(conv1x1_cannot_run(p, prec, true).empty());
     CHECK(conv_cannot_run(p, ConvAlgo::kConv1x1, 64, prec, true).empty());
   }
+  // FP32 storage stages twice the bytes: 16 -> 96 takes 32 + 16 + 2 x 8 values' pitch a row.
+  CHECK(conv1x1_smem(p, Precision::kFp32) > conv1x1_smem(p, Precision::kFp16));
+  CHECK(conv1x1_smem(p, Precision::kTf32) == conv1x1_smem(p, Precision::kFp32));
   CHECK(conv1x1_cannot_run(p, Precision::kFp16, false).find("channels last") != std::string::npos);
-  CHECK(conv1x1_cannot_run(p, Precision::kFp32, true).find("16-bit storage") != std::string::npos);
-  CHECK(conv1x1_cannot_run(p, Precision::kTf32, true).find("16-bit storage") != std::string::npos);
   ConvParams q = p;
   q.kernel_h = q.kernel_w = 3;
   CHECK(conv1x1_cannot_run(q, Precision::kFp16, true).find("1x1 windows only") != std::string::npos);
@@ -46,13 +49,19 @@ TEST_CASE("conv1x1: runs 1x1 convs of stride 1 in 16-bit channels last, channels
         std::string::npos);
   q = p, q.filters = 100;
   CHECK(conv1x1_cannot_run(q, Precision::kFp16, true).find("multiples of 8") != std::string::npos);
-  // The filters stay in shared memory: 1024 filters of 64 channels do not fit, 512 do.
+  // The filters stay in shared memory: 1024 filters of 64 channels do not fit, 512 do in 16-bit
+  // storage and not in FP32 (4 x 512 x 68 bytes of filters), 256 do there.
   q = p, q.in_c = 64, q.filters = 512;
   CHECK(conv1x1_cannot_run(q, Precision::kFp16, true).empty());
-  CHECK(conv1x1_smem(q) <= kConv1x1MaxSmem);
+  CHECK(conv1x1_smem(q, Precision::kFp16) <= kConv1x1MaxSmem);
+  CHECK(conv1x1_cannot_run(q, Precision::kTf32, true).find("bytes of shared memory at tf32") !=
+        std::string::npos);
+  q.filters = 256;
+  CHECK(conv1x1_cannot_run(q, Precision::kFp32, true).empty());
   q.filters = 1024;
-  CHECK(conv1x1_smem(q) > kConv1x1MaxSmem);
-  CHECK(conv1x1_cannot_run(q, Precision::kFp16, true).find("bytes of shared memory") != std::string::npos);
+  CHECK(conv1x1_smem(q, Precision::kFp16) > kConv1x1MaxSmem);
+  CHECK(conv1x1_cannot_run(q, Precision::kFp16, true).find("bytes of shared memory at fp16") !=
+        std::string::npos);
   CHECK(conv_algo_name(ConvAlgo::kConv1x1) == std::string("conv1x1"));
   CHECK(parse_conv_algo("conv1x1") == ConvAlgo::kConv1x1);
 }
@@ -114,7 +123,7 @@ TEST_CASE("gpu: the conv1x1 kernel, with its bias, residual and activations, vs 
   auto cpu = make_cpu_executor(net);
   const int64_t n = 37;  // blocks of 16, 16 and 5: 1008, 1008 and 315 pixels
   Dataset data = test::gpu_random_data(net.input, n, 10, 7);
-  for (Precision prec : {Precision::kFp16, Precision::kBf16}) {
+  for (Precision prec : {Precision::kFp16, Precision::kBf16, Precision::kTf32, Precision::kFp32}) {
     INFO(std::string(precision_name(prec)));
     RunOptions o;
     o.batch = n;
@@ -122,15 +131,23 @@ TEST_CASE("gpu: the conv1x1 kernel, with its bias, residual and activations, vs 
     o.layout = Layout::kNhwc;
     o.precision = prec;
     const RunResult r = gpu->run(data, o);
-    const std::string stored = std::string(prec == Precision::kFp16 ? "fp16" : "bf16") + " NHWC)";
+    const std::string stored = std::string(prec == Precision::kFp16   ? "fp16"
+                                           : prec == Precision::kBf16 ? "bf16"
+                                                                      : "fp32") +
+                               " NHWC)";
+    const std::string k = std::string("conv1x1(") +
+                          (prec == Precision::kFp32   ? "3xTF32 "
+                           : prec == Precision::kTf32 ? "TF32 "
+                                                      : "") +
+                          "tensor cores, ";
     const std::map<std::string, std::string> want = {
-        {"e1", "conv1x1(tensor cores, bias+silu epilogue, " + stored},
-        {"p1", "conv1x1(tensor cores, bias epilogue, " + stored},
-        {"e2", "conv1x1(tensor cores, bias+relu6 epilogue, " + stored},
-        {"p2", "conv1x1(tensor cores, bias+add+hardswish epilogue, " + stored},
-        {"b1", "conv1x1(tensor cores, bias epilogue, " + stored + ", written into cat's channels 0-15"},
-        {"b2", "conv1x1(tensor cores, bias epilogue, " + stored + ", written into cat's channels 16-23"},
-        {"c1", "conv1x1(tensor cores, bias epilogue, " + stored}};  // at channel 4: copied
+        {"e1", k + "bias+silu epilogue, " + stored},
+        {"p1", k + "bias epilogue, " + stored},
+        {"e2", k + "bias+relu6 epilogue, " + stored},
+        {"p2", k + "bias+add+hardswish epilogue, " + stored},
+        {"b1", k + "bias epilogue, " + stored + ", written into cat's channels 0-15"},
+        {"b2", k + "bias epilogue, " + stored + ", written into cat's channels 16-23"},
+        {"c1", k + "bias epilogue, " + stored}};  // at channel 4: copied
     size_t seen = 0;
     for (const LayerTime& t : r.layers) {
       INFO(t.name << ": " << t.algo);
@@ -149,15 +166,10 @@ TEST_CASE("gpu: the conv1x1 kernel, with its bias, residual and activations, vs 
     CHECK(v.pass);
     CHECK(v.prediction_mismatches == 0);
   }
-  // FP32 storage, and a 3x3 conv forced onto it: one-line errors naming the layer.
+  // A 3x3 conv forced onto it: a one-line error naming the layer.
   RunOptions o;
   o.batch = 8;
   o.layout = Layout::kNhwc;
-  o.precision = Precision::kFp32;
-  CHECK_THROWS_WITH_AS(gpu->run(data, o),
-                       doctest::Contains("layer 'e1': the conv1x1 convolution cannot run it: the conv1x1 "
-                                         "kernel runs 16-bit storage"),
-                       Error);
   o.precision = Precision::kFp16;
   o.conv_algo = ConvAlgo::kConv1x1;
   CHECK_THROWS_WITH_AS(gpu->run(data, o),
@@ -173,22 +185,25 @@ TEST_CASE("gpu: auto times the conv1x1 kernel on 1x1 convs and its choice valida
   auto cpu = make_cpu_executor(net);
   const int64_t n = 64;
   Dataset data = test::gpu_random_data(net.input, n, 10, 11);
-  RunOptions o;
-  o.batch = n;
-  o.layout = Layout::kNhwc;
-  o.precision = Precision::kBf16;
-  const RunResult r = gpu->run(data, o);
-  REQUIRE(r.gpu.has_value());
-  int timed = 0;
-  for (const ConvTuning& t : r.gpu->tuning)
-    for (const ConvTuning::Candidate& c : t.candidates)
-      if (c.algo == std::string("conv1x1") && c.outcome == ConvTuning::Candidate::Outcome::kTimed) {
-        INFO(t.layer);
-        CHECK(std::string("e1 p1 e2 p2 b1 b2 c1").find(t.layer) != std::string::npos);
-        ++timed;
-      }
-  CHECK(timed == 7);  // every 1x1 conv, none of the 3x3 ones
-  CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
+  for (Precision prec : {Precision::kBf16, Precision::kTf32}) {
+    INFO(std::string(precision_name(prec)));
+    RunOptions o;
+    o.batch = n;
+    o.layout = Layout::kNhwc;
+    o.precision = prec;
+    const RunResult r = gpu->run(data, o);
+    REQUIRE(r.gpu.has_value());
+    int timed = 0;
+    for (const ConvTuning& t : r.gpu->tuning)
+      for (const ConvTuning::Candidate& c : t.candidates)
+        if (c.algo == std::string("conv1x1") && c.outcome == ConvTuning::Candidate::Outcome::kTimed) {
+          INFO(t.layer);
+          CHECK(std::string("e1 p1 e2 p2 b1 b2 c1").find(t.layer) != std::string::npos);
+          ++timed;
+        }
+    CHECK(timed == 7);  // every 1x1 conv, none of the 3x3 ones
+    CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
+  }
 }
 
 #endif  // CNNRUN_HAVE_GPU

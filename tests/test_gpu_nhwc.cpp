@@ -455,9 +455,7 @@ layers:
     std::vector<Precision> precisions;
   };
   const std::vector<Precision> all = {Precision::kFp32, Precision::kTf32, Precision::kFp16, Precision::kBf16};
-  std::vector<Way> ways = {{"gemm", "cudnn", all},
-                           {"auto", "auto", all},
-                           {"conv1x1", "cudnn", {Precision::kFp16, Precision::kBf16}}};
+  std::vector<Way> ways = {{"gemm", "cudnn", all}, {"auto", "auto", all}, {"conv1x1", "cudnn", all}};
   if (kHaveCutlass) ways.push_back({"gemm", "cutlass", {Precision::kFp32}});
   ways.push_back({"cudnn", "cudnn-3xtf32", {Precision::kFp32}});
   const int64_t n = 37;

@@ -77,9 +77,10 @@ __device__ __forceinline__ float rcp_ftz(float x) {
 // on, docs/performance.md, Sessions 23 and 34), the rest as act_eval. Both reach the same limits:
 // SiLU of -inf is NaN, of a large negative value -0 (from about -87: where 1 / (1 + e^-x) is
 // subnormal; act_eval gives a value under 1e-36 there), sigmoid 0 and 1 at the ends.
-template <typename T>
-__device__ __forceinline__ float act_eval_stored(Act kind, float slope, float x) {
-  if constexpr (sizeof(T) == 2) {
+// FAST: the approximate SiLU and sigmoid (16-bit storage, or a kernel whose products are TF32).
+template <bool FAST>
+__device__ __forceinline__ float act_eval_fast(Act kind, float slope, float x) {
+  if constexpr (FAST) {
     constexpr float kLog2e = 1.4426950408889634f;
     if (kind == Act::kSilu) return __fmul_rn(x, rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -kLog2e)))));
     if (kind == Act::kSigmoid) return rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -kLog2e))));
@@ -87,8 +88,26 @@ __device__ __forceinline__ float act_eval_stored(Act kind, float slope, float x)
   return act_eval(kind, slope, x);
 }
 template <typename T>
+__device__ __forceinline__ float act_eval_stored(Act kind, float slope, float x) {
+  return act_eval_fast<sizeof(T) == 2>(kind, slope, x);
+}
+template <typename T>
 __device__ __forceinline__ float act_eval_stored(const ActFn& a, float x) {
   return act_eval_stored<T>(a.kind, a.slope, x);
+}
+
+// with_act_const<FAST>: ReLU, identity, ReLU6, SiLU and hardswish with the kind a constant in any
+// storage, FAST as act_eval_fast (a kernel whose copies of its epilogue fit its registers: the
+// conv1x1 kernel's FP32-storage instances, FAST at tf32, accurate at fp32).
+template <bool FAST, typename Body>
+__device__ __forceinline__ void with_act_const(const ActFn& act, Body body) {
+  if (act.kind == Act::kRelu) return body([](float v) { return fmaxf(v, 0.f); });
+  if (act.kind == Act::kIdentity) return body([](float v) { return v; });
+  if (act.kind == Act::kRelu6) return body([](float v) { return act_eval_fast<FAST>(Act::kRelu6, 0.f, v); });
+  if (act.kind == Act::kSilu) return body([](float v) { return act_eval_fast<FAST>(Act::kSilu, 0.f, v); });
+  if (act.kind == Act::kHardswish)
+    return body([](float v) { return act_eval_fast<FAST>(Act::kHardswish, 0.f, v); });
+  body([kind = act.kind, slope = act.slope](float v) { return act_eval_fast<FAST>(kind, slope, v); });
 }
 
 // body(fn) with fn the activation `act` as a float -> float callable, for an epilogue that applies
@@ -96,19 +115,18 @@ __device__ __forceinline__ float act_eval_stored(const ActFn& a, float x) {
 // (MobileNetV2), SiLU (EfficientNet) and hardswish (MobileNetV3), with the kind a constant, so no
 // value passes through act_eval's switch (in the PTX a chain of compares and branches per value:
 // 296 compares in the fp16 3x3/2 stem kernel); the others through it. In FP32 storage only ReLU
-// and identity: copies of the epilogue with act_eval's accurate functions made ptxas spill. The
-// same formulas either way (act_eval_stored).
+// and identity: copies of the epilogue with act_eval's accurate functions made ptxas spill (the
+// stem's and the depthwise kernel's; with_act_const where they fit). The same formulas either way
+// (act_eval_stored).
 template <typename T, typename Body>
 __device__ __forceinline__ void with_act_stored(const ActFn& act, Body body) {
-  if (act.kind == Act::kRelu) return body([](float v) { return fmaxf(v, 0.f); });
-  if (act.kind == Act::kIdentity) return body([](float v) { return v; });
   if constexpr (sizeof(T) == 2) {
-    if (act.kind == Act::kRelu6) return body([](float v) { return act_eval_stored<T>(Act::kRelu6, 0.f, v); });
-    if (act.kind == Act::kSilu) return body([](float v) { return act_eval_stored<T>(Act::kSilu, 0.f, v); });
-    if (act.kind == Act::kHardswish)
-      return body([](float v) { return act_eval_stored<T>(Act::kHardswish, 0.f, v); });
+    with_act_const<true>(act, body);
+  } else {
+    if (act.kind == Act::kRelu) return body([](float v) { return fmaxf(v, 0.f); });
+    if (act.kind == Act::kIdentity) return body([](float v) { return v; });
+    body([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<T>(kind, slope, v); });
   }
-  body([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<T>(kind, slope, v); });
 }
 
 }  // namespace cnnrun::gpu

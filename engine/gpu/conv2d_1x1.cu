@@ -1,13 +1,16 @@
 // The conv1x1 kernel (conv2d_1x1.h). A thread block of 8 warps keeps all N filters in shared
-// memory (rows of the K channels padded to a multiple of 16 with zeros, plus 8 values of pitch so
-// that ldmatrix's eight rows fall in distinct banks) and walks tiles of 128 pixels, gridDim.x
+// memory (rows of the K channels padded to a 32-byte multiple with zeros, plus 16 bytes of pitch
+// so that ldmatrix's eight rows fall in distinct banks) and walks tiles of 128 pixels, gridDim.x
 // apart (a grid of the blocks that fit at once): the next tile's copies are in flight while this
-// one is computed. A warp multiplies its 16 pixels by 32 filters at a time on m16n8k16 (A and B
-// by ldmatrix, the sums starting at the bias), applies the activation to the fragments in
-// registers and parks the rounded values in its own stage, then copies each pixel's 32 outputs
-// out as 16-byte vectors, a row's 64 bytes by 4 lanes. With a residual the stage holds the FP32
-// sums instead, and the copy adds the residual and applies the activation before the one rounding
-// (measurements: docs/performance.md, Session 34).
+// one is computed. A warp multiplies its 16 pixels by 32 filters at a time (A and B by ldmatrix,
+// the sums starting at the bias), applies the activation to the fragments in registers and parks
+// the rounded values in its own stage, then copies each pixel's 32 outputs out as 16-byte
+// vectors. With a residual the stage holds the FP32 sums instead, and the copy adds the residual
+// and applies the activation before the one rounding. 16-bit storage multiplies on m16n8k16; FP32
+// storage on m16n8k8 TF32 products, a k-step's 8 values the same 32 bytes as 16-bit's 16, so
+// ldmatrix's 16-byte rows give the TF32 fragments with the same addresses in bytes: TF32 rounds
+// both operands to nearest, 3xTF32 (fp32) splits each into a high part and the remainder and sums
+// three products (measurements: docs/performance.md, Sessions 34 and 38).
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -35,22 +38,56 @@ constexpr int kStagePitch = kChunk + 8;  // stage rows (values): the fragments' 
 
 // The block's shared memory, in this order: the warps' stages (FP32), the bias (FP32, np values),
 // the filters (np rows of pitch values), two A buffers (kTilePixels rows of pitch values); sizes in
-// bytes. The launch sizes the allocation with it, the kernel finds its parts with it.
+// bytes. es: bytes a stored value (2, or 4 in FP32 storage). The launch sizes the allocation with
+// it, the kernel finds its parts with it.
 struct Geometry {
-  int kp, pitch, np;  // K padded to 16, staged row pitch (values), N padded to 16
+  int kp, pitch, np;  // K padded to a k-step (32 bytes), staged row pitch (values), N padded to 16
   size_t stage, bias, w, a;
 };
 
-__host__ __device__ inline Geometry geometry(int K, int N) {
+__host__ __device__ inline Geometry geometry(int K, int N, int es) {
   Geometry g;
-  g.kp = (K + 15) / 16 * 16;
-  g.pitch = g.kp + 8;
+  const int step = 32 / es;  // values a k-step
+  g.kp = (K + step - 1) / step * step;
+  g.pitch = g.kp + 16 / es;
   g.np = (N + 15) / 16 * 16;
   g.stage = sizeof(float) * kWarps * 16 * kStagePitch;
   g.bias = sizeof(float) * static_cast<size_t>(g.np);
-  g.w = 2 * static_cast<size_t>(g.np) * static_cast<size_t>(g.pitch);
-  g.a = 2 * 2 * static_cast<size_t>(kTilePixels) * static_cast<size_t>(g.pitch);  // two buffers
+  g.w = static_cast<size_t>(es) * static_cast<size_t>(g.np) * static_cast<size_t>(g.pitch);
+  g.a = 2 * static_cast<size_t>(es) * static_cast<size_t>(kTilePixels) * static_cast<size_t>(g.pitch);  // two
   return g;
+}
+
+// The products of a k-step: a's fragment by n8 tiles j and j + 1 (b: b0, b1 of each, as one
+// ldmatrix_x4 gives them; the second only where `two`). 16-bit: m16n8k16. FP32 storage: m16n8k8,
+// TF32 (kTcTf32: A rounded by the caller into ah, the filters rounded when staged) or 3xTF32
+// (kTcFp32: A split by the caller into ah + al, B split here; the small products first).
+template <int PREC>
+__device__ __forceinline__ void products(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4],
+                                         const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                         const uint32_t (&b)[4], bool two) {
+  if constexpr (PREC == implicit::kTcFp16 || PREC == implicit::kTcBf16) {
+    implicit::mma_16<PREC>(d0, a, b[0], b[1]);
+    if (two) implicit::mma_16<PREC>(d1, a, b[2], b[3]);
+  } else if constexpr (PREC == implicit::kTcTf32) {
+    implicit::mma_tf32(d0, ah, b[0], b[1]);
+    if (two) implicit::mma_tf32(d1, ah, b[2], b[3]);
+  } else {
+    uint32_t bh[4], bl[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      bh[i] = implicit::tf32_hi(__uint_as_float(b[i]));
+      bl[i] = __float_as_uint(__uint_as_float(b[i]) - __uint_as_float(bh[i]));
+    }
+    implicit::mma_tf32(d0, al, bh[0], bh[1]);
+    implicit::mma_tf32(d0, ah, bl[0], bl[1]);
+    implicit::mma_tf32(d0, ah, bh[0], bh[1]);
+    if (two) {
+      implicit::mma_tf32(d1, al, bh[2], bh[3]);
+      implicit::mma_tf32(d1, ah, bl[2], bl[3]);
+      implicit::mma_tf32(d1, ah, bh[2], bh[3]);
+    }
+  }
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -60,28 +97,40 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 using implicit::ldmatrix_x4;
 
 // RES: a residual z is added before the activation (FP32 sums staged); else the activation is
-// applied in the fragments' registers and the stage holds the rounded values.
+// applied in the fragments' registers and the stage holds the rounded values. T: __half or
+// __nv_bfloat16 (PREC kTcFp16 / kTcBf16), or float (PREC kTcTf32 / kTcFp32).
 template <typename T, int PREC, bool RES>
 __global__ void __launch_bounds__(kThreads, 4)
     conv1x1_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restrict__ bias,
                    const T* __restrict__ z, T* __restrict__ y, int64_t pixels, int K, int N, int64_t y_ld,
                    ActFn act) {
   extern __shared__ __align__(16) unsigned char c1_smem[];
-  const Geometry gm = geometry(K, N);
+  constexpr int es = static_cast<int>(sizeof(T)), kv = 16 / es;  // bytes a value, values a 16-byte piece
+  // The activation's kind a constant at every storage; SiLU and sigmoid approximate where the
+  // products are 16-bit or TF32, accurate at fp32 (activation.cuh).
+  constexpr bool kFastAct = PREC != implicit::kTcFp32;
+  const Geometry gm = geometry(K, N, es);
   const int kp = gm.kp, pitch = gm.pitch, np = gm.np;
   float* stage = reinterpret_cast<float*>(c1_smem);
   float* bsm = reinterpret_cast<float*>(c1_smem + gm.stage);
   T* wsm = reinterpret_cast<T*>(c1_smem + gm.stage + gm.bias);
   T* abuf = reinterpret_cast<T*>(c1_smem + gm.stage + gm.bias + gm.w);  // two buffers of kTilePixels rows
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const int kc = K / 8, kcp = kp / 8;  // 16-byte pieces of a row: real, staged
+  const int kc = K / kv, kcp = kp / kv;  // 16-byte pieces of a row: real, staged
   const int64_t tiles = (pixels + kTilePixels - 1) / kTilePixels;
 
-  // The filters (zeros past N and K) and the bias, once.
+  // The filters (zeros past N and K) and the bias, once; TF32's rounded to nearest as they are.
   for (int i = tid; i < np * kcp; i += kThreads) {
     const int r = i / kcp, c = i - r * kcp;
     const bool ok = r < N && c < kc;
-    cp_async16(wsm + r * pitch + c * 8, ok ? w + int64_t(r) * K + c * 8 : w, ok);
+    if constexpr (PREC == implicit::kTcTf32) {
+      float4 v = ok ? *reinterpret_cast<const float4*>(w + int64_t(r) * K + c * kv) : float4{};
+      v.x = __uint_as_float(implicit::tf32_rn(v.x)), v.y = __uint_as_float(implicit::tf32_rn(v.y));
+      v.z = __uint_as_float(implicit::tf32_rn(v.z)), v.w = __uint_as_float(implicit::tf32_rn(v.w));
+      *reinterpret_cast<float4*>(wsm + r * pitch + c * kv) = v;
+    } else {
+      cp_async16(wsm + r * pitch + c * kv, ok ? w + int64_t(r) * K + c * kv : w, ok);
+    }
   }
   for (int i = tid; i < np; i += kThreads) bsm[i] = bias && i < N ? bias[i] : 0.f;
   auto stage_tile = [&](int64_t tile, T* buf) {
@@ -89,15 +138,16 @@ __global__ void __launch_bounds__(kThreads, 4)
     for (int i = tid; i < kTilePixels * kcp; i += kThreads) {
       const int r = i / kcp, c = i - r * kcp;
       const bool ok = p0 + r < pixels && c < kc;
-      cp_async16(buf + r * pitch + c * 8, ok ? x + (p0 + r) * K + c * 8 : x, ok);
+      cp_async16(buf + r * pitch + c * kv, ok ? x + (p0 + r) * K + c * kv : x, ok);
     }
   };
 
-  // ldmatrix row addresses. A (pixels x K, row-major): matrices (rows 0-7, k 0-7), (rows 8-15,
-  // k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) are a0..a3 of m16n8k16's A. B (filters x K):
-  // (filters 0-7, k 0-7), (0-7, k 8-15), (8-15, k 0-7), (8-15, k 8-15) are b0, b1 of two n8 tiles.
-  const int a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * 8;
-  const int b_row = (lane >> 4) * 8 + (lane & 7), b_col = ((lane >> 3) & 1) * 8;
+  // ldmatrix row addresses, a 16-byte piece of a row each (kv values). A (pixels x K, row-major):
+  // matrices (rows 0-7, piece 0), (rows 8-15, piece 0), (rows 0-7, piece 1), (rows 8-15, piece 1)
+  // are a0..a3 of m16n8k16's A (16-bit) and of m16n8k8's (TF32). B (filters x K): (filters 0-7,
+  // piece 0), (0-7, piece 1), (8-15, piece 0), (8-15, piece 1) are b0, b1 of two n8 tiles.
+  const int a_row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, a_col = (lane >> 4) * kv;
+  const int b_row = (lane >> 4) * 8 + (lane & 7), b_col = ((lane >> 3) & 1) * kv;
   const uint32_t b_base = smem_addr(wsm + b_row * pitch + b_col);
   const int64_t ldy = y_ld > 0 ? y_ld : N;
   float* st = stage + warp * 16 * kStagePitch;
@@ -123,16 +173,25 @@ __global__ void __launch_bounds__(kThreads, 4)
         const float2 b = j < nt ? *reinterpret_cast<const float2*>(bsm + n0 + j * 8 + 2 * tq) : float2{};
         acc[j][0] = acc[j][2] = b.x, acc[j][1] = acc[j][3] = b.y;
       }
-      for (int k0 = 0; k0 < kp; k0 += 16) {
-        uint32_t a[4];
-        ldmatrix_x4(a, a_base + k0 * 2);
+      for (int k0 = 0; k0 < kp; k0 += 2 * kv) {
+        uint32_t a[4], ah[4], al[4];
+        ldmatrix_x4(a, a_base + k0 * es);
+        if constexpr (PREC == implicit::kTcTf32) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) ah[i] = implicit::tf32_rn(__uint_as_float(a[i]));
+        } else if constexpr (PREC == implicit::kTcFp32) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            ah[i] = implicit::tf32_hi(__uint_as_float(a[i]));
+            al[i] = __float_as_uint(__uint_as_float(a[i]) - __uint_as_float(ah[i]));
+          }
+        }
 #pragma unroll
         for (int j = 0; j < kChunk / 8; j += 2) {
           if (j < nt) {
             uint32_t b[4];
-            ldmatrix_x4(b, b_base + static_cast<uint32_t>(((n0 + j * 8) * pitch + k0) * 2));
-            implicit::mma_16<PREC>(acc[j], a, b[0], b[1]);
-            if (j + 1 < nt) implicit::mma_16<PREC>(acc[j + 1], a, b[2], b[3]);
+            ldmatrix_x4(b, b_base + static_cast<uint32_t>(((n0 + j * 8) * pitch + k0) * es));
+            products<PREC>(acc[j], acc[j + 1], a, ah, al, b, j + 1 < nt);
           }
         }
       }
@@ -148,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, 4)
         }
       } else {  // the activation in registers, the rounded values to the stage
         T* st16 = reinterpret_cast<T*>(st);
-        with_act_stored<T>(act, [&](auto fn) {
+        with_act_const<kFastAct>(act, [&](auto fn) {
 #pragma unroll
           for (int j = 0; j < kChunk / 8; ++j) {
             if (j < nt) {
@@ -179,15 +238,22 @@ __global__ void __launch_bounds__(kThreads, 4)
           float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
           const Vec<T, 8> zv = *reinterpret_cast<const Vec<T, 8>*>(z + px * N + col);
           Vec<T, 8> o;
-          with_act_stored<T>(act, [&](auto fn) {
+          with_act_const<kFastAct>(act, [&](auto fn) {
 #pragma unroll
             for (int e = 0; e < 8; ++e) o.v[e] = to<T>(fn(__fadd_rn(v[e], ld(zv.v[e]))));
           });
           *reinterpret_cast<Vec<T, 8>*>(y + px * ldy + col) = o;
-        } else {  // a copy: 16 bytes of the stage to y
+        } else if constexpr (es == 2) {  // a copy: 16 bytes of the stage to y
           const T* st16 = reinterpret_cast<const T*>(st);
           *reinterpret_cast<Vec<T, 8>*>(y + px * ldy + col) =
               *reinterpret_cast<const Vec<T, 8>*>(st16 + r * kStagePitch + pc * 8);
+        } else {  // 32 bytes, the halves in the residual copy's bank-spreading order
+          const int h = r & 1;
+          const float* sv = reinterpret_cast<const float*>(st) + r * kStagePitch + pc * 8;
+          const float4 q0 = *reinterpret_cast<const float4*>(sv + 4 * h);
+          const float4 q1 = *reinterpret_cast<const float4*>(sv + 4 * (1 - h));
+          float4* yv = reinterpret_cast<float4*>(y + px * ldy + col);
+          yv[h] = q0, yv[1 - h] = q1;
         }
       }
       __syncwarp();
@@ -216,16 +282,15 @@ int blocks_per_sm(size_t smem) {
 
 }  // namespace
 
-size_t conv1x1_smem(const ConvParams& p) {
+size_t conv1x1_smem(const ConvParams& p, Precision prec) {
   if (p.in_c < 1 || p.filters < 1) return 0;
-  const Geometry g = geometry(static_cast<int>(p.in_c), static_cast<int>(p.filters));
+  const Geometry g = geometry(static_cast<int>(p.in_c), static_cast<int>(p.filters),
+                              static_cast<int>(storage_bytes(storage_of(prec))));
   return g.stage + g.bias + g.w + g.a;
 }
 
 std::string conv1x1_cannot_run(const ConvParams& p, Precision prec, bool channels_last) {
   if (!channels_last) return "the conv1x1 kernel runs channels last (--layout nhwc) only";
-  if (prec != Precision::kFp16 && prec != Precision::kBf16)
-    return "the conv1x1 kernel runs 16-bit storage (--precision fp16 or bf16) only";
   if (p.kernel_h != 1 || p.kernel_w != 1) return "the conv1x1 kernel runs 1x1 windows only";
   if (p.stride_h != 1 || p.stride_w != 1) return "the conv1x1 kernel runs stride 1 only";
   if (p.pad_h != 0 || p.pad_w != 0) return "the conv1x1 kernel runs unpadded convolutions only";
@@ -234,10 +299,11 @@ std::string conv1x1_cannot_run(const ConvParams& p, Precision prec, bool channel
   if (p.in_c % 8 != 0 || p.filters % 8 != 0)
     return "the conv1x1 kernel needs input channels and filters in multiples of 8 (here " +
            std::to_string(p.in_c) + " and " + std::to_string(p.filters) + ")";
-  if (const size_t smem = conv1x1_smem(p); smem > kConv1x1MaxSmem)
+  if (const size_t smem = conv1x1_smem(p, prec); smem > kConv1x1MaxSmem)
     return "the conv1x1 kernel's filters and stages (" + std::to_string(p.filters) + " filters of " +
            std::to_string(p.in_c) + " channels) need " + std::to_string(smem) +
-           " bytes of shared memory, more than " + std::to_string(kConv1x1MaxSmem);
+           " bytes of shared memory at " + precision_name(prec) + ", more than " +
+           std::to_string(kConv1x1MaxSmem);
   return "";
 }
 
@@ -251,7 +317,7 @@ void launch_conv1x1(const ConvParams& p, Precision prec, const Conv1x1Io& io, in
                 std::to_string(io.y_ld) + " values, misaligned or with a residual");
   const int64_t pixels = n * p.out_h * p.out_w;
   if (pixels <= 0) return;
-  const size_t smem = conv1x1_smem(p);
+  const size_t smem = conv1x1_smem(p, prec);
   const int64_t tiles = (pixels + kTilePixels - 1) / kTilePixels;
   auto run = [&](auto* tag, auto prec_tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -267,10 +333,20 @@ void launch_conv1x1(const ConvParams& p, Precision prec, const Conv1x1Io& io, in
     else
       go(conv1x1_kernel<T, P, false>, blocks_per_sm<T, P, false>(smem));
   };
-  if (prec == Precision::kFp16)
-    run(static_cast<__half*>(nullptr), std::integral_constant<int, implicit::kTcFp16>{});
-  else
-    run(static_cast<__nv_bfloat16*>(nullptr), std::integral_constant<int, implicit::kTcBf16>{});
+  switch (prec) {
+    case Precision::kFp16:
+      run(static_cast<__half*>(nullptr), std::integral_constant<int, implicit::kTcFp16>{});
+      break;
+    case Precision::kBf16:
+      run(static_cast<__nv_bfloat16*>(nullptr), std::integral_constant<int, implicit::kTcBf16>{});
+      break;
+    case Precision::kTf32:
+      run(static_cast<float*>(nullptr), std::integral_constant<int, implicit::kTcTf32>{});
+      break;
+    case Precision::kFp32:
+      run(static_cast<float*>(nullptr), std::integral_constant<int, implicit::kTcFp32>{});
+      break;
+  }
   CUDA_CHECK_LAUNCH("conv1x1_kernel");
 }
 

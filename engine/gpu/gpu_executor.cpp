@@ -1119,7 +1119,10 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
       if (a == ConvAlgo::kCudnn3xTf32 && c.tf32x3) return c.tf32x3->algo_name();
       if (a == ConvAlgo::kConv1x1) {
         const ActFn full = act_fn(st.act);
-        return std::string("conv1x1(tensor cores, bias") + (residual ? "+add" : "") +
+        const char* cores = prec_ == Precision::kFp32   ? "3xTF32 tensor cores"
+                            : prec_ == Precision::kTf32 ? "TF32 tensor cores"
+                                                        : "tensor cores";
+        return std::string("conv1x1(") + cores + ", bias" + (residual ? "+add" : "") +
                (full.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(full)) + " epilogue, " +
                storage_name(storage()) + " NHWC)";
       }
