@@ -54,7 +54,8 @@ __host__ __device__ inline Geometry geometry(int K, int N, int es) {
   g.stage = sizeof(float) * kWarps * 16 * kStagePitch;
   g.bias = sizeof(float) * static_cast<size_t>(g.np);
   g.w = static_cast<size_t>(es) * static_cast<size_t>(g.np) * static_cast<size_t>(g.pitch);
-  g.a = 2 * static_cast<size_t>(es) * static_cast<size_t>(kTilePixels) * static_cast<size_t>(g.pitch);  // two
+  // two A buffers
+  g.a = 2 * static_cast<size_t>(es) * static_cast<size_t>(kTilePixels) * static_cast<size_t>(g.pitch);
   return g;
 }
 
