@@ -61,18 +61,18 @@ __host__ __device__ inline Geometry geometry(int K, int N, int es) {
 
 // The products of a k-step: a's fragment by n8 tiles j and j + 1 (b: b0, b1 of each, as one
 // ldmatrix_x4 gives them; the second only where `two`). 16-bit: m16n8k16. FP32 storage: m16n8k8,
-// TF32 (kTcTf32: A rounded by the caller into ah, the filters rounded when staged) or 3xTF32
-// (kTcFp32: A split by the caller into ah + al, B split here; the small products first).
+// TF32 (kTcTf32: a rounded by the caller, the filters rounded when staged) or 3xTF32 (kTcFp32: a
+// the high part and al the remainder, split by the caller, B split here; the small products
+// first). al is read at kTcFp32 only.
 template <int PREC>
 __device__ __forceinline__ void products(float (&d0)[4], float (&d1)[4], const uint32_t (&a)[4],
-                                         const uint32_t (&ah)[4], const uint32_t (&al)[4],
-                                         const uint32_t (&b)[4], bool two) {
+                                         const uint32_t (&al)[4], const uint32_t (&b)[4], bool two) {
   if constexpr (PREC == implicit::kTcFp16 || PREC == implicit::kTcBf16) {
     implicit::mma_16<PREC>(d0, a, b[0], b[1]);
     if (two) implicit::mma_16<PREC>(d1, a, b[2], b[3]);
   } else if constexpr (PREC == implicit::kTcTf32) {
-    implicit::mma_tf32(d0, ah, b[0], b[1]);
-    if (two) implicit::mma_tf32(d1, ah, b[2], b[3]);
+    implicit::mma_tf32(d0, a, b[0], b[1]);
+    if (two) implicit::mma_tf32(d1, a, b[2], b[3]);
   } else {
     uint32_t bh[4], bl[4];
 #pragma unroll
@@ -81,14 +81,25 @@ __device__ __forceinline__ void products(float (&d0)[4], float (&d1)[4], const u
       bl[i] = __float_as_uint(__uint_as_float(b[i]) - __uint_as_float(bh[i]));
     }
     implicit::mma_tf32(d0, al, bh[0], bh[1]);
-    implicit::mma_tf32(d0, ah, bl[0], bl[1]);
-    implicit::mma_tf32(d0, ah, bh[0], bh[1]);
+    implicit::mma_tf32(d0, a, bl[0], bl[1]);
+    implicit::mma_tf32(d0, a, bh[0], bh[1]);
     if (two) {
       implicit::mma_tf32(d1, al, bh[2], bh[3]);
-      implicit::mma_tf32(d1, ah, bl[2], bl[3]);
-      implicit::mma_tf32(d1, ah, bh[2], bh[3]);
+      implicit::mma_tf32(d1, a, bl[2], bl[3]);
+      implicit::mma_tf32(d1, a, bh[2], bh[3]);
     }
   }
+}
+
+// Row r's 8 FP32 values at piece pc of a warp's stage (rows of kStagePitch), columns 0-3 in lo
+// and 4-7 in hi, read as two float4 halves in an order that puts a quarter warp's 8 reads (two
+// rows of 4 pieces) in distinct banks (selects, not an indexed array).
+__device__ __forceinline__ void stage_halves(const float* st, int r, int pc, float4& lo, float4& hi) {
+  const int h = r & 1;
+  const float* sv = st + r * kStagePitch + pc * 8;
+  const float4 q0 = *reinterpret_cast<const float4*>(sv + 4 * h);
+  const float4 q1 = *reinterpret_cast<const float4*>(sv + 4 * (1 - h));
+  lo = h ? q1 : q0, hi = h ? q0 : q1;
 }
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -175,16 +186,17 @@ __global__ void __launch_bounds__(kThreads, 4)
         acc[j][0] = acc[j][2] = b.x, acc[j][1] = acc[j][3] = b.y;
       }
       for (int k0 = 0; k0 < kp; k0 += 2 * kv) {
-        uint32_t a[4], ah[4], al[4];
+        uint32_t a[4], al[4];
         ldmatrix_x4(a, a_base + k0 * es);
         if constexpr (PREC == implicit::kTcTf32) {
 #pragma unroll
-          for (int i = 0; i < 4; ++i) ah[i] = implicit::tf32_rn(__uint_as_float(a[i]));
-        } else if constexpr (PREC == implicit::kTcFp32) {
+          for (int i = 0; i < 4; ++i) a[i] = implicit::tf32_rn(__uint_as_float(a[i]));
+        } else if constexpr (PREC == implicit::kTcFp32) {  // a the high part, al the remainder
 #pragma unroll
           for (int i = 0; i < 4; ++i) {
-            ah[i] = implicit::tf32_hi(__uint_as_float(a[i]));
-            al[i] = __float_as_uint(__uint_as_float(a[i]) - __uint_as_float(ah[i]));
+            const float v = __uint_as_float(a[i]);
+            a[i] = implicit::tf32_hi(v);
+            al[i] = __float_as_uint(v - __uint_as_float(a[i]));
           }
         }
 #pragma unroll
@@ -192,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 4)
           if (j < nt) {
             uint32_t b[4];
             ldmatrix_x4(b, b_base + static_cast<uint32_t>(((n0 + j * 8) * pitch + k0) * es));
-            products<PREC>(acc[j], acc[j + 1], a, ah, al, b, j + 1 < nt);
+            products<PREC>(acc[j], acc[j + 1], a, al, b, j + 1 < nt);
           }
         }
       }
@@ -228,14 +240,8 @@ __global__ void __launch_bounds__(kThreads, 4)
         if (px >= pixels) continue;
         const int col = n0 + pc * 8;
         if constexpr (RES) {
-          // The two float4 halves in an order that puts a quarter warp's 8 reads (two rows of 4
-          // pieces) in distinct banks.
-          const int h = r & 1;
-          const float* sv = st + r * kStagePitch + pc * 8;
-          const float4 q0 = *reinterpret_cast<const float4*>(sv + 4 * h);
-          const float4 q1 = *reinterpret_cast<const float4*>(sv + 4 * (1 - h));
-          const float4 lo = h ? q1 : q0,
-                       hi = h ? q0 : q1;  // columns 0-3, 4-7 (selects, not an indexed array)
+          float4 lo, hi;
+          stage_halves(st, r, pc, lo, hi);
           float v[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
           const Vec<T, 8> zv = *reinterpret_cast<const Vec<T, 8>*>(z + px * N + col);
           Vec<T, 8> o;
@@ -248,13 +254,11 @@ __global__ void __launch_bounds__(kThreads, 4)
           const T* st16 = reinterpret_cast<const T*>(st);
           *reinterpret_cast<Vec<T, 8>*>(y + px * ldy + col) =
               *reinterpret_cast<const Vec<T, 8>*>(st16 + r * kStagePitch + pc * 8);
-        } else {  // 32 bytes, the halves in the residual copy's bank-spreading order
-          const int h = r & 1;
-          const float* sv = reinterpret_cast<const float*>(st) + r * kStagePitch + pc * 8;
-          const float4 q0 = *reinterpret_cast<const float4*>(sv + 4 * h);
-          const float4 q1 = *reinterpret_cast<const float4*>(sv + 4 * (1 - h));
+        } else {  // FP32: 32 bytes of the stage to y
+          float4 lo, hi;
+          stage_halves(st, r, pc, lo, hi);
           float4* yv = reinterpret_cast<float4*>(y + px * ldy + col);
-          yv[h] = q0, yv[1 - h] = q1;
+          yv[0] = lo, yv[1] = hi;
         }
       }
       __syncwarp();

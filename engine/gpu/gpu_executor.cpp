@@ -328,6 +328,13 @@ class GpuExecutor : public Executor {
   // The stride-1 max-pool's columns a thread (launch_pool2d_nhwc's row_cols): its own rule, or one
   // with --gpu-off poolcols.
   int pool_row_cols_arg() const { return tuning_.pool_cols ? 0 : 1; }
+  // The tensor-core arithmetic of our kernels that follow the precision (stem, conv1x1) in their
+  // reports: 3xTF32 at fp32, TF32 at tf32, the storage's own 16-bit products otherwise.
+  const char* mma_words() const {
+    return prec_ == Precision::kFp32   ? "3xTF32 tensor cores"
+           : prec_ == Precision::kTf32 ? "TF32 tensor cores"
+                                       : "tensor cores";
+  }
   bool fuses_mean(const Step& st, ConvAlgo algo) const {
     return algo == ConvAlgo::kDepthwise && mean_slots(st) > 0;
   }
@@ -1096,9 +1103,7 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
             tuning_.stem_rows && stem_runs_rows(st.conv, prec_, stem_pool(net_, pooled ? st.pool_layer : -1));
         return std::string("stem(") +
                (u8_fused(st, a) ? "FP16 tensor cores on exact pixels, 2-part weights, uint8 input, "
-                : prec_ == Precision::kFp32 ? "3xTF32 tensor cores, "
-                : prec_ == Precision::kTf32 ? "TF32 tensor cores, "
-                                            : "tensor cores, ") +
+                                : std::string(mma_words()) + ", ") +
                (rows ? "A from the patch's rows, " : "") + "bias" +
                (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                (pooled ? "+maxpool" : "") + " epilogue, " + storage_name(storage()) + " NHWC)" + res;
@@ -1119,10 +1124,7 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
       if (a == ConvAlgo::kCudnn3xTf32 && c.tf32x3) return c.tf32x3->algo_name();
       if (a == ConvAlgo::kConv1x1) {
         const ActFn full = act_fn(st.act);
-        const char* cores = prec_ == Precision::kFp32   ? "3xTF32 tensor cores"
-                            : prec_ == Precision::kTf32 ? "TF32 tensor cores"
-                                                        : "tensor cores";
-        return std::string("conv1x1(") + cores + ", bias" + (residual ? "+add" : "") +
+        return std::string("conv1x1(") + mma_words() + ", bias" + (residual ? "+add" : "") +
                (full.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(full)) + " epilogue, " +
                storage_name(storage()) + " NHWC)";
       }
