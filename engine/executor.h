@@ -27,7 +27,7 @@ struct GpuTuning {
   bool graphs = true;        // graph: each full block after its copy is one CUDA graph launch
   bool tensor_cores = true;  // tc: the tensor-core kernel where it can run (else FFMAs)
   bool exact_pixels = true;  // exact: FP32 conv1 on exact pixels with FP16 products of 2-part weights (the
-                             // implicit kernel's u8_exact, the stem reading the bytes)
+                             // implicit kernel's u8_exact, the stem reading the bytes in FP32 storage)
   bool pack_low = true;      // pack: 3xTF32's last n-tile carries its low parts in spare columns
   bool cudnn_graph = true;   // graphapi: channels last, cuDNN's graph API is timed against its legacy API
   // Not a --gpu-off name (tests): the graph API's engine wherever it runs, untimed.

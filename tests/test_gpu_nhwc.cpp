@@ -686,7 +686,7 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
         o.block = 16;
         o.precision = p;
         o.layout = Layout::kNhwc;
-        o.tuning.exact_pixels = false;  // FP32 storage: the float path (the bytes': the test below)
+        o.tuning.fuse_u8 = false;  // the floats after the preprocess pass (the bytes: the tests below)
         o.tuning.stem_rows = rows;
         const RunResult r = gpu->run(data, o);
         bool saw = false;
@@ -844,13 +844,17 @@ TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, b
         most = std::max(most, static_cast<double>(std::fabs(r.probs[i] - r2.probs[i])));
       CHECK(most < (p == Precision::kFp32 ? 1e-5 : 1e-2));
     }
+    // At fp16 the bytes go to the 16-bit rows kernels only (the test below): the others read the
+    // preprocess pass's output.
     RunOptions o;
     o.batch = n;
     o.block = 16;
     o.precision = Precision::kFp16;
     o.layout = Layout::kNhwc;
+    o.tuning.stem_bytes_first = true;
+    const bool rows16 = stem_rows_expected(k.channels, k.kernel, k.stride, k.dilation, k.pooled, o.precision);
     for (const LayerTime& t : gpu->run(data, o).layers)
-      if (t.name == "s") CHECK(t.algo.find("uint8 input") == std::string::npos);
+      if (t.name == "s") CHECK((t.algo.find("uint8 input") != std::string::npos) == rows16);
   }
   // Left to auto, the search times the stem on the bytes and on the floats plus the preprocess
   // pass and keeps the faster (the report says which and both times); pinned (`algo: stem`), the
@@ -889,6 +893,126 @@ TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, b
       CHECK(r.gpu->input_fused_into == (si.bytes ? "s" : ""));
     }
     CHECK(validate(*gpu, *cpu, net, data, 64, o).pass);
+  }
+}
+
+// The 16-bit stem reading the uint8 pixels (launch_conv_stem_u8: the rows kernels normalise the
+// bytes as they stage them, no preprocess pass): ResNet's 7x7/2, MobileNetV2's 3x3/2 with SiLU,
+// SqueezeNet's unpadded 3x3/2 before a 3x3/2 pool of its own, VGG's 3x3/1 with and without its
+// fused 2x2/2 pool, odd sizes (partial tiles), a normalisation per channel. At fp16 and bf16: the
+// report names the bytes, no preprocess pass runs, the predictions' probabilities are bit for bit
+// the floats' (the preprocess pass's values are the ones it stages; the layers after are
+// deterministic), and the layers validate; with --gpu-off stemrows (the gather kernel) and u8 the
+// preprocess pass runs again. Left to auto, the setup times bytes against floats plus the pass and
+// keeps the faster.
+TEST_CASE("gpu: the 16-bit stem reads the uint8 pixels: the preprocess pass's bits, without the pass" *
+          doctest::skip(!gpu_present())) {
+  struct Case {
+    int h, w, filters, kernel, stride, pad;
+    const char* act;
+    const char* pool;  // a maxpool's keys after the activation, or ""
+    bool fused;        // ... computed in the stem's epilogue
+  };
+  const Case cases[] = {
+      {37, 29, 64, 7, 2, 3, "relu", "", false},
+      {33, 35, 32, 3, 2, 1, "silu", "", false},
+      {31, 31, 64, 3, 2, 0, "relu", "size: 3, stride: 2, ceil_mode: true", false},
+      {19, 21, 32, 3, 1, 1, "relu", "size: 2, stride: 2", true},
+      {21, 37, 64, 3, 1, 1, "relu6", "", false},
+      {224, 224, 64, 7, 2, 3, "relu", "size: 3, stride: 2, pad: 1", false},
+  };
+  for (const Case& k : cases) {
+    const std::string pool =
+        *k.pool ? "  - {name: mp, type: maxpool, " + std::string(k.pool) + "}\n" : std::string();
+    std::string text = stem_netdef("bytes16", 3, k.h, k.w, k.filters, k.kernel, k.stride, k.pad, 1,
+                                   "  - {name: a, type: " + std::string(k.act) + "}\n" + pool +
+                                       "  - {name: gap, type: avgpool, global: true}\n"
+                                       "  - {name: fc, type: fc, outputs: 10}\n");
+    text.insert(text.find("classes:"),
+                "preprocess: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n");
+    Network net = parse_netdef_string(text, "bytes16.yaml");
+    random_weights(net, 29);
+    const int64_t n = k.h == 224 ? 5 : 37;
+    Dataset data = gpu_random_data(net.input, n, 10, 31);
+    auto gpu = make_gpu_executor(net);
+    auto cpu = make_cpu_executor(net);
+    const std::string epi = "bias+" + std::string(k.act) + (k.fused ? "+maxpool" : "") + " epilogue, ";
+    for (Precision p : {Precision::kFp16, Precision::kBf16}) {
+      INFO(text << " at " << std::string(precision_name(p)));
+      RunOptions o;
+      o.batch = n;
+      o.block = 16;
+      o.precision = p;
+      o.layout = Layout::kNhwc;
+      o.want_probs = true;
+      o.tuning.stem_bytes_first = true;  // the bytes, untimed (below: the measured pick)
+      const RunResult r = gpu->run(data, o);
+      auto stem_algo = [](const RunResult& run) {
+        for (const LayerTime& t : run.layers)
+          if (t.name == "s") return t.algo;
+        return std::string();
+      };
+      CHECK(stem_algo(r) ==
+            "stem(tensor cores, uint8 input, A from the patch's rows, " + epi + stored_nhwc(p) + ")");
+      REQUIRE(r.gpu);
+      CHECK(r.gpu->input_fused_into == "s");
+      nhwc_validated(*gpu, *cpu, net, data, n, o, p, "16-bit stem on the bytes");
+
+      RunOptions floats = o;
+      floats.tuning.fuse_u8 = false;
+      const RunResult rf = gpu->run(data, floats);
+      CHECK(stem_algo(rf) == "stem(tensor cores, A from the patch's rows, " + epi + stored_nhwc(p) + ")");
+      REQUIRE(rf.gpu);
+      CHECK(rf.gpu->input_fused_into.empty());
+      CHECK(rf.gpu->preprocess_seconds > 0);
+      REQUIRE(rf.probs.size() == r.probs.size());
+      CHECK(std::equal(r.probs.begin(), r.probs.end(), rf.probs.begin()));
+
+      RunOptions gather = o;  // no rows kernel: the floats
+      gather.tuning.stem_rows = false;
+      const RunResult rg = gpu->run(data, gather);
+      CHECK(stem_algo(rg) == "stem(tensor cores, " + epi + stored_nhwc(p) + ")");
+      REQUIRE(rg.gpu);
+      CHECK(rg.gpu->input_fused_into.empty());
+    }
+  }
+  // Pinned (`algo: stem`) and left to auto at fp16: the setup times the bytes against the floats
+  // plus the preprocess pass and keeps the faster (the report gives both times); both validate.
+  for (const bool pinned : {false, true}) {
+    std::string text = stem_netdef(pinned ? "pinned16" : "auto16", 3, 67, 61, 64, 3, 2, 1, 1,
+                                   "  - {name: a, type: relu}\n  - {name: gap, type: avgpool, global: true}\n"
+                                   "  - {name: fc, type: fc, outputs: 10}\n");
+    if (!pinned) text.replace(text.find(", algo: stem"), 12, "");
+    text.insert(text.find("classes:"), "preprocess: {mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}\n");
+    INFO(text);
+    Network net = parse_netdef_string(text, "auto16.yaml");
+    random_weights(net, 7);
+    Dataset data = gpu_random_data(net.input, 96, 10, 4);
+    auto gpu = make_gpu_executor(net);
+    auto cpu = make_cpu_executor(net);
+    RunOptions o;
+    o.batch = 96;
+    o.precision = Precision::kFp16;
+    o.layout = Layout::kNhwc;
+    const RunResult r = gpu->run(data, o);
+    REQUIRE(r.gpu);
+    const GpuRunFacts::StemInput& si = r.gpu->stem_input;
+    MESSAGE((pinned ? "pinned" : "auto")
+            << " fp16 stem input: " << (si.bytes ? "bytes" : "floats") << ", bytes " << si.bytes_seconds * 1e3
+            << " ms, floats + preprocess " << si.floats_seconds * 1e3 << " ms");
+    const std::string& s_algo = r.layers[0].algo;
+    if (s_algo.find("stem(") != 0) {  // auto gave the conv to another algorithm: no such note
+      CHECK_FALSE(pinned);
+      CHECK(si.layer.empty());
+    } else {
+      CHECK(si.layer == "s");
+      CHECK(si.bytes_seconds > 0);
+      CHECK(si.floats_seconds > 0);
+      CHECK((si.bytes ? si.bytes_seconds <= si.floats_seconds : si.floats_seconds < si.bytes_seconds));
+      CHECK((s_algo.find("uint8 input") != std::string::npos) == si.bytes);
+      CHECK(r.gpu->input_fused_into == (si.bytes ? "s" : ""));
+    }
+    CHECK(validate(*gpu, *cpu, net, data, 96, o).pass);
   }
 }
 
@@ -941,7 +1065,7 @@ TEST_CASE("gpu: the stem kernel computes the max-pool after it, as the separate 
       o.precision = p;
       o.layout = Layout::kNhwc;
       o.want_probs = true;
-      o.tuning.exact_pixels = false;  // FP32 storage: the float path (the bytes': the test above)
+      o.tuning.fuse_u8 = false;  // the floats after the preprocess pass (the bytes: the tests above)
       const RunResult r = gpu->run(data, o);
       std::string s_algo, mp_algo;
       for (const LayerTime& t : r.layers) {

@@ -611,12 +611,43 @@ __device__ __forceinline__ void load_patch(V (&v)[kPerThread(KS, S)][3], const X
   });
 }
 
+// The 16-bit kernels reading the uint8 pixels (launch_conv_stem_u8): the bytes of the patch's
+// pixels of tile o this thread stages, from the image's three planes, a register a channel as
+// loaded (converted only as they are put, as load_patch's); kOutside in the first for a pixel
+// outside the image (the padding, zero after the preprocess).
+constexpr uint32_t kOutside = 0x100;
+
+template <int KS, int S>
+__device__ __forceinline__ void load_patch_bytes(uint32_t (&v)[kPerThread(KS, S)][3],
+                                                 const uint8_t* __restrict__ x, const Geom& g,
+                                                 const TileOrigin& o) {
+  const int64_t plane = static_cast<int64_t>(g.in_h) * g.in_w;
+  const uint8_t* xi = x + static_cast<int64_t>(o.img) * 3 * plane;
+  patch_pixels<KS, S>(g, o, [&](int u, int64_t p) {
+    v[u][0] = kOutside, v[u][1] = v[u][2] = 0;
+    if (p >= 0) v[u][0] = xi[p], v[u][1] = xi[p + plane], v[u][2] = xi[p + 2 * plane];
+  });
+}
+
+// A byte of channel c preprocessed and stored as the preprocess pass stores it
+// (preprocess_nhwc_x4_kernel: byte * scale + shift, each step rounded, then to the storage): the
+// same bits.
+template <typename T>
+__device__ __forceinline__ uint32_t pixel_bits(uint32_t byte, float scale, float shift) {
+  const T v = to<T>(__fadd_rn(__fmul_rn(static_cast<float>(byte), scale), shift));
+  if constexpr (std::is_same_v<T, __half>)
+    return __half_as_ushort(v);
+  else
+    return __bfloat16_as_ushort(v);
+}
+
 // POOL (Geom::pooled): the max-pool in the epilogue; its own instance, so that the unpooled
-// kernels keep their registers.
-template <typename T, int KS, int NT, int S, bool POOL>
+// kernels keep their registers. U8: x is the uint8 pixels, planar [n][3][in_h][in_w], normalised
+// by `pre` as staged (launch_conv_stem_u8); else the 16-bit values, channels last.
+template <typename T, int KS, int NT, int S, bool POOL, bool U8>
 __global__ void __launch_bounds__(kThreads, 4)
-    stem_rows_kernel(const uint16_t* __restrict__ x, const uint16_t* __restrict__ w,
-                     const float* __restrict__ bias, T* __restrict__ y, Geom g, ActFn act) {
+    stem_rows_kernel(const void* __restrict__ xv, const uint16_t* __restrict__ w,
+                     const float* __restrict__ bias, T* __restrict__ y, Geom g, ActFn act, StemPixels pre) {
   extern __shared__ __align__(16) unsigned char smem[];
   constexpr int NB = NT * 8, OS = out_stride(NT, 2), KWP = kKwp(KS), PW = kPatchW(KS, S), WS = kWs(KS);
   uint16_t* ws = reinterpret_cast<uint16_t*>(smem);       // [NB][WS]: [filter][kh][kw < KWP][4]
@@ -640,9 +671,23 @@ __global__ void __launch_bounds__(kThreads, 4)
   T* out = outs + warp * 32 * OS;
 
   uint32_t next[kPerThread(KS, S)][3];
-  auto load = [&](auto& regs, const TileOrigin& to) { load_patch<KS, S>(regs, x, g, to); };
+  auto load = [&](auto& regs, const TileOrigin& to) {
+    if constexpr (U8)
+      load_patch_bytes<KS, S>(regs, static_cast<const uint8_t*>(xv), g, to);
+    else
+      load_patch<KS, S>(regs, static_cast<const uint16_t*>(xv), g, to);
+  };
   auto put = [&](int i, const uint32_t(&c)[3]) {
-    const uint2 v = make_uint2(c[0] | (c[1] << 16), c[2]);
+    uint2 v;
+    if constexpr (U8) {
+      v = make_uint2(0, 0);
+      if (c[0] != kOutside)
+        v = make_uint2(pixel_bits<T>(c[0], pre.scale[0], pre.shift[0]) |
+                           (pixel_bits<T>(c[1], pre.scale[1], pre.shift[1]) << 16),
+                       pixel_bits<T>(c[2], pre.scale[2], pre.shift[2]));
+    } else {
+      v = make_uint2(c[0] | (c[1] << 16), c[2]);
+    }
     patch[i] = v;
     if (S == 1 && i % PW != 0) patch[kPixels(KS, S) + i - 1] = v;  // the copy a pixel to the left
   };
@@ -855,49 +900,51 @@ bool fits(const ConvParams& p, const StemPool& pool, bool x16) {
 }
 
 // The 16-bit kernel (T: __half, __nv_bfloat16) or the FP32-storage one (T: float; THREE: 3xTF32).
-template <typename T, bool THREE, int KS, int NT, int S = 2, bool POOL = false>
+// U8 (16-bit only): x is the uint8 pixels, normalised by `pre` as staged.
+template <typename T, bool THREE, int KS, int NT, int S = 2, bool POOL = false, bool U8 = false>
 void launch(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
-            cudaStream_t s) {
-  if constexpr (std::is_same_v<T, float>)
+            cudaStream_t s, const StemPixels& pre) {
+  if constexpr (std::is_same_v<T, float>) {
+    static_assert(!U8, "the FP32-storage stem reads the bytes through stem_rows_bytes_kernel");
     launch_tiles(stem_rows_f32_kernel<THREE, KS, NT>, g, NT, smem_bytes_f32<KS, NT>(), s,
                  static_cast<const float*>(x), static_cast<const float*>(w), bias, static_cast<float*>(y), g,
                  act);
-  else
-    launch_tiles(stem_rows_kernel<T, KS, NT, S, POOL>, g, NT, smem_bytes<KS, NT, S>(), s,
-                 static_cast<const uint16_t*>(x), static_cast<const uint16_t*>(w), bias, static_cast<T*>(y),
-                 g, act);
+  } else {
+    launch_tiles(stem_rows_kernel<T, KS, NT, S, POOL, U8>, g, NT, smem_bytes<KS, NT, S>(), s, x,
+                 static_cast<const uint16_t*>(w), bias, static_cast<T*>(y), g, act, pre);
+  }
 }
 
 // The stride-2 kernels without a pool (fits), 3x3 or 7x7, the filters a block.
-template <typename T, bool THREE>
+template <typename T, bool THREE, bool U8 = false>
 void launch_s2(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
-               cudaStream_t s) {
+               cudaStream_t s, const StemPixels& pre) {
   const bool wide = n_tiles(g) == 8;
   if (g.kh == 7)
-    wide ? launch<T, THREE, 7, 8>(g, x, w, bias, y, act, s)
-         : launch<T, THREE, 7, 4>(g, x, w, bias, y, act, s);
+    wide ? launch<T, THREE, 7, 8, 2, false, U8>(g, x, w, bias, y, act, s, pre)
+         : launch<T, THREE, 7, 4, 2, false, U8>(g, x, w, bias, y, act, s, pre);
   else
-    wide ? launch<T, THREE, 3, 8>(g, x, w, bias, y, act, s)
-         : launch<T, THREE, 3, 4>(g, x, w, bias, y, act, s);
+    wide ? launch<T, THREE, 3, 8, 2, false, U8>(g, x, w, bias, y, act, s, pre)
+         : launch<T, THREE, 3, 4, 2, false, U8>(g, x, w, bias, y, act, s, pre);
 }
 
-// Any of them (fits): 16-bit also 3x3 at stride 1, pooled or not.
-template <typename T, bool THREE = false>
+// Any of them (fits): 16-bit also 3x3 at stride 1, pooled or not, and reading the bytes (U8).
+template <typename T, bool THREE = false, bool U8 = false>
 void launch_any(const Geom& g, const void* x, const void* w, const float* bias, void* y, ActFn act,
-                cudaStream_t s) {
+                cudaStream_t s, const StemPixels& pre = StemPixels{}) {
   if constexpr (!std::is_same_v<T, float>) {
     if (g.sh == 1) {
       const bool wide = n_tiles(g) == 8;
       if (g.pooled)
-        wide ? launch<T, false, 3, 8, 1, true>(g, x, w, bias, y, act, s)
-             : launch<T, false, 3, 4, 1, true>(g, x, w, bias, y, act, s);
+        wide ? launch<T, false, 3, 8, 1, true, U8>(g, x, w, bias, y, act, s, pre)
+             : launch<T, false, 3, 4, 1, true, U8>(g, x, w, bias, y, act, s, pre);
       else
-        wide ? launch<T, false, 3, 8, 1>(g, x, w, bias, y, act, s)
-             : launch<T, false, 3, 4, 1>(g, x, w, bias, y, act, s);
+        wide ? launch<T, false, 3, 8, 1, false, U8>(g, x, w, bias, y, act, s, pre)
+             : launch<T, false, 3, 4, 1, false, U8>(g, x, w, bias, y, act, s, pre);
       return;
     }
   }
-  launch_s2<T, THREE>(g, x, w, bias, y, act, s);
+  launch_s2<T, THREE, U8>(g, x, w, bias, y, act, s, pre);
 }
 
 template <int KS, int NT>
@@ -1332,6 +1379,32 @@ std::string stem_cannot_run(const ConvParams& p, Precision prec, bool channels_l
 
 bool stem_runs_rows(const ConvParams& p, Precision prec, const StemPool& pool) {
   return shape_cannot_run(p, bytes_of(prec)).empty() && rows::fits(p, pool, bytes_of(prec) == 2);
+}
+
+std::string stem_u8_cannot_run(const ConvParams& p, Precision prec, const StemPool& pool) {
+  if (bytes_of(prec) != 2)
+    return "in FP32 storage the stem reads the bytes as exact pixels (launch_conv_stem_bytes)";
+  if (std::string why = shape_cannot_run(p, 2); !why.empty()) return why;
+  if (pool.kernel_h > 0)
+    if (std::string why = stem_pool_cannot_run(p, pool); !why.empty()) return why;
+  if (!rows::fits(p, pool, true))
+    return "only the rows kernels read the bytes (three channels, 3x3 or 7x7 at stride 2, or 3x3 at stride "
+           "1)";
+  return "";
+}
+
+void launch_conv_stem_u8(const ConvParams& p, const uint8_t* x, const StemPixels& pre, Precision prec,
+                         const void* w, const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s,
+                         const StemPool& pool) {
+  if (const std::string why = stem_u8_cannot_run(p, prec, pool); !why.empty())
+    throw Error("stem convolution on the uint8 pixels: " + why);
+  if (n <= 0) return;
+  const Geom g = geom(p, n, 2, pool);
+  if (prec == Precision::kFp16)
+    rows::launch_any<__half, false, true>(g, x, w, bias, y, act, s, pre);
+  else
+    rows::launch_any<__nv_bfloat16, false, true>(g, x, w, bias, y, act, s, pre);
+  CUDA_CHECK_LAUNCH("stem_rows_kernel (uint8 input)");
 }
 
 void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const void* w, const float* bias,

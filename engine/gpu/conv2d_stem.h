@@ -63,6 +63,21 @@ void launch_conv_stem(const ConvParams& p, const void* x, Precision prec, const 
 // 3xTF32); at 16-bit storage 3x3 at stride 1 too (VGG's stem), with or without the pool.
 bool stem_runs_rows(const ConvParams& p, Precision prec, const StemPool& pool = StemPool{});
 
+// The preprocessing of the network's three input channels: byte * scale[c] + shift[c].
+struct StemPixels {
+  float scale[3] = {1.f, 1.f, 1.f}, shift[3] = {0.f, 0.f, 0.f};
+};
+// "" when launch_conv_stem_u8 computes p followed by `pool` (kernel_h 0: none) at `prec`, else
+// why not: 16-bit storage, where a rows kernel computes it (stem_runs_rows).
+std::string stem_u8_cannot_run(const ConvParams& p, Precision prec, const StemPool& pool = StemPool{});
+// The 16-bit stem (fp16, bf16) reading the network's uint8 pixels, planar [n][3][in_h][in_w] (the
+// data set's own order), with no preprocess pass: each value byte * scale[c] + shift[c] rounded to
+// the storage as the patch is staged, the bits the preprocess pass (launch_preprocess_nhwc) would
+// have written, the padding zero; so y is bit for bit launch_conv_stem's on that pass's output.
+// w, bias, y, pool as launch_conv_stem's; the rows kernels only.
+void launch_conv_stem_u8(const ConvParams& p, const uint8_t* x, const StemPixels& pre, Precision prec,
+                         const void* w, const float* bias, void* y, int64_t n, ActFn act, cudaStream_t s,
+                         const StemPool& pool = StemPool{});
 // The stem reading the network's uint8 pixels (FP32 storage: --precision fp32 or tf32), the
 // preprocessing byte * scale[c] + shift[c] folded in. It equals scale[c] * (byte - o[c]) + r[c]
 // for o[c] the integer nearest -shift[c] / scale[c] (within 0..255) and r[c] = scale[c] * o[c] +

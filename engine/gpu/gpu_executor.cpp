@@ -277,18 +277,26 @@ class GpuExecutor : public Executor {
   }
 
   // Whether conv step `st` run with `algo` reads the uint8 pixels this run (fuses_u8; the stem
-  // where its storage is FP32 and its weights allow it).
+  // where stem_bytes_ok and auto's timing, or a test, gave it the bytes).
   bool u8_fused(const Step& st, ConvAlgo algo) const {
     return fuses_u8(st, algo, tuning_) &&
            (algo != ConvAlgo::kStem ||
             (stem_bytes_ok(st) &&
              (tuning_.stem_bytes_first || conv_weights(st.layer).stem_input[static_cast<int>(prec_)] != 0)));
   }
-  // Whether the stem could read the bytes this run (its weights allow it, FP32 storage), whichever
-  // input auto's search gives it.
+  // Whether the stem could read the bytes this run, whichever input auto's search gives it: in FP32
+  // storage as exact pixels (its weights allow it, GpuTuning::exact_pixels), in 16-bit storage
+  // normalised as staged (a rows kernel runs it: stem_u8_cannot_run).
   bool stem_bytes_ok(const Step& st) const {
-    return fuses_u8(st, ConvAlgo::kStem, tuning_) && nhwc_ && storage() == Storage::kF32 &&
-           weights_->uploaded() && conv_weights(st.layer).stem_bytes.w_hi != nullptr;
+    if (!fuses_u8(st, ConvAlgo::kStem, tuning_) || !nhwc_ || !weights_->uploaded()) return false;
+    if (storage() == Storage::kF32)
+      return tuning_.exact_pixels && conv_weights(st.layer).stem_bytes.w_hi != nullptr;
+    return tuning_.stem_rows && net_.pre.scale.size() == 3 && net_.pre.shift.size() == 3 &&
+           stem_u8_cannot_run(st.conv, prec_, stem_pool_of(st, ConvAlgo::kStem)).empty();
+  }
+  // The pool conv step `st` computes run with `algo` (none: kernel_h 0).
+  StemPool stem_pool_of(const Step& st, ConvAlgo algo) const {
+    return stem_pool(net_, fuses_pool(st, algo, tuning_) ? st.pool_layer : -1);
   }
   bool uses_tc(const Step& st, ConvAlgo algo) const {  // needs the weights uploaded
     const ConvWeights& c = conv_weights(st.layer);
@@ -626,18 +634,27 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       // With its pool: the pool's output only (the conv's and its activation's never exist).
       const bool pool = fuses_pool(st, algo, tuning_);
       const StemPool sp = stem_pool(net_, pool ? st.pool_layer : -1);
-      if (u8_fused(st, algo)) {
-        launch_conv_stem_bytes(
-            st.conv, static_cast<const uint8_t*>(s.input()), c.stem_bytes,
-            s.bufs[static_cast<size_t>(pool ? step(st.pool_layer).out : st.out)].as<float>(), n, conv_act,
-            s.stream, sp, tuning_.stem_rows);
+      void* out = s.bufs[static_cast<size_t>(pool ? step(st.pool_layer).out : st.out)].get();
+      if (u8_fused(st, algo) && storage() == Storage::kF32) {
+        launch_conv_stem_bytes(st.conv, static_cast<const uint8_t*>(s.input()), c.stem_bytes,
+                               static_cast<float*>(out), n, conv_act, s.stream, sp, tuning_.stem_rows);
+        add_residual();
+        return;
+      }
+      if (u8_fused(st, algo)) {  // 16-bit: the bytes normalised as staged
+        StemPixels pre;
+        for (int ch = 0; ch < 3; ++ch)
+          pre.scale[ch] = net_.pre.scale[static_cast<size_t>(ch)],
+          pre.shift[ch] = net_.pre.shift[static_cast<size_t>(ch)];
+        launch_conv_stem_u8(st.conv, static_cast<const uint8_t*>(s.input()), pre, prec_,
+                            c.w_nhwc[static_cast<int>(prec_)].get(), c.bias.as<float>(), out, n, conv_act,
+                            s.stream, sp);
         add_residual();
         return;
       }
       launch_conv_stem(st.conv, s.bufs[static_cast<size_t>(st.ins[0])].get(), prec_,
-                       c.w_nhwc[static_cast<int>(prec_)].get(), c.bias.as<float>(),
-                       s.bufs[static_cast<size_t>(pool ? step(st.pool_layer).out : st.out)].get(), n,
-                       conv_act, s.stream, sp, tuning_.stem_rows);
+                       c.w_nhwc[static_cast<int>(prec_)].get(), c.bias.as<float>(), out, n, conv_act,
+                       s.stream, sp, tuning_.stem_rows);
       add_residual();
       return;
     }
@@ -1102,8 +1119,10 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
         const bool rows =
             tuning_.stem_rows && stem_runs_rows(st.conv, prec_, stem_pool(net_, pooled ? st.pool_layer : -1));
         return std::string("stem(") +
-               (u8_fused(st, a) ? "FP16 tensor cores on exact pixels, 2-part weights, uint8 input, "
-                                : std::string(mma_words()) + ", ") +
+               (!u8_fused(st, a) ? std::string(mma_words()) + ", "
+                : storage() == Storage::kF32
+                    ? "FP16 tensor cores on exact pixels, 2-part weights, uint8 input, "
+                    : std::string(mma_words()) + ", uint8 input, ") +
                (rows ? "A from the patch's rows, " : "") + "bias" +
                (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                (pooled ? "+maxpool" : "") + " epilogue, " + storage_name(storage()) + " NHWC)" + res;

@@ -250,7 +250,7 @@ bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t) {
 }
 
 bool fuses_u8(const Step& st, ConvAlgo algo, const GpuTuning& t) {
-  if (algo == ConvAlgo::kStem) return st.u8_input_stem && t.fuse_u8 && t.exact_pixels;
+  if (algo == ConvAlgo::kStem) return st.u8_input_stem && t.fuse_u8;
   return (fuses_pool(st, algo, t) ? st.u8_input_pool : st.u8_input) && t.fuse_u8 &&
          algo == ConvAlgo::kImplicit;
 }

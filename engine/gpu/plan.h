@@ -148,7 +148,8 @@ StemPool stem_pool(const Network& net, int pool_layer);
 bool is_whole_plane_mean(const Layer& l);
 
 // Whether conv step `st` run with `algo` computes its pool / reads the uint8 input (the stem: if
-// its weights allow it and the storage is FP32, which the executor checks).
+// the storage allows it, which the executor checks: at FP32 its weights and GpuTuning::exact_pixels,
+// at 16-bit a rows kernel).
 bool fuses_pool(const Step& st, ConvAlgo algo, const GpuTuning& t);
 bool fuses_u8(const Step& st, ConvAlgo algo, const GpuTuning& t);
 
