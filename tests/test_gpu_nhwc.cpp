@@ -726,6 +726,67 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
                        doctest::Contains("input channels (8) are not 1 to 4"), Error);
 }
 
+namespace {
+
+// A 3-channel stem (64 filters, kernel x kernel at stride 2, ReLU, then a global mean and an fc)
+// under the preprocessing `pre`, pinned (`algo: stem`) or left to auto, run at precision p on n
+// images (weights and images from the two seeds): where the stem runs, the setup timed it on the bytes and on
+// the floats plus the preprocess pass and kept the faster (the report gives both times and the pick, and the
+// stem's entry and the fused input agree with it); the run validates.
+void stem_input_picked(bool pinned, int h, int w, int kernel, int pad, const std::string& pre, Precision p,
+                       int64_t n, uint32_t weight_seed, uint32_t data_seed) {
+  std::string text = stem_netdef(pinned ? "pinned" : "auto", 3, h, w, 64, kernel, 2, pad, 1,
+                                 "  - {name: a, type: relu}\n  - {name: gap, type: avgpool, global: true}\n"
+                                 "  - {name: fc, type: fc, outputs: 10}\n");
+  if (!pinned) text.replace(text.find(", algo: stem"), 12, "");
+  text.insert(text.find("classes:"), "preprocess: " + pre + "\n");
+  INFO(text << " at " << std::string(precision_name(p)));
+  Network net = parse_netdef_string(text, "pick.yaml");
+  random_weights(net, weight_seed);
+  Dataset data = gpu_random_data(net.input, n, 10, data_seed);
+  auto gpu = make_gpu_executor(net);
+  auto cpu = make_cpu_executor(net);
+  RunOptions o;
+  o.batch = n;
+  o.precision = p;
+  o.layout = Layout::kNhwc;
+  const RunResult r = gpu->run(data, o);
+  REQUIRE(r.gpu);
+  const GpuRunFacts::StemInput& si = r.gpu->stem_input;
+  MESSAGE((pinned ? "pinned " : "auto ")
+          << std::string(precision_name(p)) << " stem input: " << (si.bytes ? "bytes" : "floats")
+          << ", bytes " << si.bytes_seconds * 1e3 << " ms, floats + preprocess " << si.floats_seconds * 1e3
+          << " ms");
+  const std::string& s_algo = r.layers[0].algo;
+  if (s_algo.find("stem(") != 0) {  // auto gave the conv to another algorithm: no such note
+    CHECK_FALSE(pinned);
+    CHECK(si.layer.empty());
+  } else {
+    CHECK(si.layer == "s");
+    CHECK(si.bytes_seconds > 0);
+    CHECK(si.floats_seconds > 0);
+    CHECK((si.bytes ? si.bytes_seconds <= si.floats_seconds : si.floats_seconds < si.bytes_seconds));
+    CHECK((s_algo.find("uint8 input") != std::string::npos) == si.bytes);
+    CHECK(r.gpu->input_fused_into == (si.bytes ? "s" : ""));
+  }
+  CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
+}
+
+// n images at p channels last on blocks of 16, the probabilities kept, the stem on the bytes
+// wherever it can read them, untimed (the timed pick: stem_input_picked).
+RunOptions stem_bytes_options(int64_t n, Precision p) {
+  RunOptions o;
+  o.batch = n;
+  o.block = 16;
+  o.precision = p;
+  o.layout = Layout::kNhwc;
+  o.want_probs = true;
+  o.tuning.stem_bytes_first = true;
+  return o;
+}
+
+}  // namespace
+
 // The stem reading the uint8 pixels (launch_conv_stem_bytes: FP32 storage, the first conv, its
 // preprocessing folded into offsets, two-part FP16 weights and a table of its border sums): under
 // mean/std normalisations whose offsets are not whole bytes (the table's residual terms differ
@@ -736,7 +797,8 @@ TEST_CASE("gpu: the stem kernel runs convolutions of 1 to 4 input channels at ev
 // bits of the pool run as its own pass, and the float path (--gpu-off exact) gives the same
 // predictions within FP32 rounding; where the rows kernel runs (three channels, 7x7/2, no fused
 // pool), the gather kernel (--gpu-off stemrows) on the same bytes gives the same predictions
-// within FP32 rounding and validates too. At fp16 the stem reads its 16-bit input as before.
+// within FP32 rounding and validates too. At fp16 only the 16-bit rows kernels read the bytes (the
+// test below).
 TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, border table, vs reference" *
           doctest::skip(!gpu_present())) {
   struct Case {
@@ -776,13 +838,7 @@ TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, b
     const std::string epi = std::string("bias+relu") + (k.pooled ? "+maxpool" : "") + " epilogue, ";
     for (Precision p : {Precision::kTf32, Precision::kFp32}) {
       INFO(text << " at " << std::string(precision_name(p)));
-      RunOptions o;
-      o.batch = n;
-      o.block = 16;
-      o.precision = p;
-      o.layout = Layout::kNhwc;
-      o.want_probs = true;
-      o.tuning.stem_bytes_first = true;  // the bytes, untimed (below: the measured pick)
+      const RunOptions o = stem_bytes_options(n, p);
       const RunResult r = gpu->run(data, o);
       std::string s_algo;
       for (const LayerTime& t : r.layers)
@@ -856,44 +912,6 @@ TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, b
     for (const LayerTime& t : gpu->run(data, o).layers)
       if (t.name == "s") CHECK((t.algo.find("uint8 input") != std::string::npos) == rows16);
   }
-  // Left to auto, the search times the stem on the bytes and on the floats plus the preprocess
-  // pass and keeps the faster (the report says which and both times); pinned (`algo: stem`), the
-  // setup times the two the same way. Both runs validate.
-  for (const bool pinned : {false, true}) {
-    std::string text = stem_netdef(pinned ? "pinned" : "auto", 3, 45, 38, 64, 7, 2, 3, 1, head);
-    if (!pinned) text.replace(text.find(", algo: stem"), 12, "");
-    text.insert(text.find("classes:"),
-                "preprocess: {mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}\n");
-    INFO(text);
-    Network net = parse_netdef_string(text, "auto.yaml");
-    random_weights(net, 5);
-    Dataset data = gpu_random_data(net.input, 64, 10, 2);
-    auto gpu = make_gpu_executor(net);
-    auto cpu = make_cpu_executor(net);
-    RunOptions o;
-    o.batch = 64;
-    o.precision = Precision::kFp32;
-    o.layout = Layout::kNhwc;
-    const RunResult r = gpu->run(data, o);
-    REQUIRE(r.gpu);
-    const GpuRunFacts::StemInput& si = r.gpu->stem_input;
-    MESSAGE((pinned ? "pinned" : "auto")
-            << " stem input: " << (si.bytes ? "bytes" : "floats") << ", bytes " << si.bytes_seconds * 1e3
-            << " ms, floats + preprocess " << si.floats_seconds * 1e3 << " ms");
-    const std::string& s_algo = r.layers[0].algo;
-    if (s_algo.find("stem(") != 0) {  // auto gave the conv to another algorithm: no such note
-      CHECK_FALSE(pinned);
-      CHECK(si.layer.empty());
-    } else {
-      CHECK(si.layer == "s");
-      CHECK(si.bytes_seconds > 0);
-      CHECK(si.floats_seconds > 0);
-      CHECK((si.bytes ? si.bytes_seconds <= si.floats_seconds : si.floats_seconds < si.bytes_seconds));
-      CHECK((s_algo.find("uint8 input") != std::string::npos) == si.bytes);
-      CHECK(r.gpu->input_fused_into == (si.bytes ? "s" : ""));
-    }
-    CHECK(validate(*gpu, *cpu, net, data, 64, o).pass);
-  }
 }
 
 // The 16-bit stem reading the uint8 pixels (launch_conv_stem_u8: the rows kernels normalise the
@@ -903,8 +921,7 @@ TEST_CASE("gpu: the stem reads the uint8 pixels at FP32 storage: exact pixels, b
 // report names the bytes, no preprocess pass runs, the predictions' probabilities are bit for bit
 // the floats' (the preprocess pass's values are the ones it stages; the layers after are
 // deterministic), and the layers validate; with --gpu-off stemrows (the gather kernel) and u8 the
-// preprocess pass runs again. Left to auto, the setup times bytes against floats plus the pass and
-// keeps the faster.
+// preprocess pass runs again. (The setup's timed choice between bytes and floats: the test after.)
 TEST_CASE("gpu: the 16-bit stem reads the uint8 pixels: the preprocess pass's bits, without the pass" *
           doctest::skip(!gpu_present())) {
   struct Case {
@@ -939,13 +956,7 @@ TEST_CASE("gpu: the 16-bit stem reads the uint8 pixels: the preprocess pass's bi
     const std::string epi = "bias+" + std::string(k.act) + (k.fused ? "+maxpool" : "") + " epilogue, ";
     for (Precision p : {Precision::kFp16, Precision::kBf16}) {
       INFO(text << " at " << std::string(precision_name(p)));
-      RunOptions o;
-      o.batch = n;
-      o.block = 16;
-      o.precision = p;
-      o.layout = Layout::kNhwc;
-      o.want_probs = true;
-      o.tuning.stem_bytes_first = true;  // the bytes, untimed (below: the measured pick)
+      const RunOptions o = stem_bytes_options(n, p);
       const RunResult r = gpu->run(data, o);
       auto stem_algo = [](const RunResult& run) {
         for (const LayerTime& t : run.layers)
@@ -976,43 +987,19 @@ TEST_CASE("gpu: the 16-bit stem reads the uint8 pixels: the preprocess pass's bi
       CHECK(rg.gpu->input_fused_into.empty());
     }
   }
-  // Pinned (`algo: stem`) and left to auto at fp16: the setup times the bytes against the floats
-  // plus the preprocess pass and keeps the faster (the report gives both times); both validate.
+}
+
+// Which input the stem reads is measured: left to auto, the search times the stem on the bytes and
+// on the floats plus the preprocess pass and keeps the faster; pinned (`algo: stem`), the setup
+// times the two the same way. In FP32 storage (ResNet's 7x7/2, exact pixels) and at fp16 (a 3x3/2
+// on the 16-bit rows kernel).
+TEST_CASE("gpu: the stem's input is timed: the bytes, or the floats and the preprocess pass" *
+          doctest::skip(!gpu_present())) {
   for (const bool pinned : {false, true}) {
-    std::string text = stem_netdef(pinned ? "pinned16" : "auto16", 3, 67, 61, 64, 3, 2, 1, 1,
-                                   "  - {name: a, type: relu}\n  - {name: gap, type: avgpool, global: true}\n"
-                                   "  - {name: fc, type: fc, outputs: 10}\n");
-    if (!pinned) text.replace(text.find(", algo: stem"), 12, "");
-    text.insert(text.find("classes:"), "preprocess: {mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}\n");
-    INFO(text);
-    Network net = parse_netdef_string(text, "auto16.yaml");
-    random_weights(net, 7);
-    Dataset data = gpu_random_data(net.input, 96, 10, 4);
-    auto gpu = make_gpu_executor(net);
-    auto cpu = make_cpu_executor(net);
-    RunOptions o;
-    o.batch = 96;
-    o.precision = Precision::kFp16;
-    o.layout = Layout::kNhwc;
-    const RunResult r = gpu->run(data, o);
-    REQUIRE(r.gpu);
-    const GpuRunFacts::StemInput& si = r.gpu->stem_input;
-    MESSAGE((pinned ? "pinned" : "auto")
-            << " fp16 stem input: " << (si.bytes ? "bytes" : "floats") << ", bytes " << si.bytes_seconds * 1e3
-            << " ms, floats + preprocess " << si.floats_seconds * 1e3 << " ms");
-    const std::string& s_algo = r.layers[0].algo;
-    if (s_algo.find("stem(") != 0) {  // auto gave the conv to another algorithm: no such note
-      CHECK_FALSE(pinned);
-      CHECK(si.layer.empty());
-    } else {
-      CHECK(si.layer == "s");
-      CHECK(si.bytes_seconds > 0);
-      CHECK(si.floats_seconds > 0);
-      CHECK((si.bytes ? si.bytes_seconds <= si.floats_seconds : si.floats_seconds < si.bytes_seconds));
-      CHECK((s_algo.find("uint8 input") != std::string::npos) == si.bytes);
-      CHECK(r.gpu->input_fused_into == (si.bytes ? "s" : ""));
-    }
-    CHECK(validate(*gpu, *cpu, net, data, 96, o).pass);
+    stem_input_picked(pinned, 45, 38, 7, 3, "{mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}",
+                      Precision::kFp32, 64, 5, 2);
+    stem_input_picked(pinned, 67, 61, 3, 1, "{mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}",
+                      Precision::kFp16, 96, 7, 4);
   }
 }
 
