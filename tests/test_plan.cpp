@@ -148,15 +148,16 @@ layers:
   CHECK(fuses_pool(c1, ConvAlgo::kStem, t));
   CHECK_FALSE(fuses_pool(c1, ConvAlgo::kImplicit, t));
   CHECK_FALSE(fuses_pool(c1, ConvAlgo::kCudnn, t));
-  // c1 reads the network input alone: the stem can read its bytes (u8 and exact switch it off);
-  // the other convs read other layers.
+  // c1 reads the network input alone: the stem can read its bytes (u8 switches it off; exact
+  // only the FP32-storage form, which the executor checks with the storage); the other convs read
+  // other layers.
   CHECK(c1.u8_input_stem);
   CHECK(fuses_u8(c1, ConvAlgo::kStem, t));
   CHECK_FALSE(fuses_u8(c1, ConvAlgo::kCudnn, t));
   CHECK_FALSE(c3.u8_input_stem);
   GpuTuning no_exact;
   no_exact.exact_pixels = false;
-  CHECK_FALSE(fuses_u8(c1, ConvAlgo::kStem, no_exact));
+  CHECK(fuses_u8(c1, ConvAlgo::kStem, no_exact));
   GpuTuning no_u8;
   no_u8.fuse_u8 = false;
   CHECK_FALSE(fuses_u8(c1, ConvAlgo::kStem, no_u8));
