@@ -1384,9 +1384,10 @@ bool stem_runs_rows(const ConvParams& p, Precision prec, const StemPool& pool) {
 std::string stem_u8_cannot_run(const ConvParams& p, Precision prec, const StemPool& pool) {
   if (bytes_of(prec) != 2)
     return "in FP32 storage the stem reads the bytes as exact pixels (launch_conv_stem_bytes)";
-  if (std::string why = shape_cannot_run(p, 2); !why.empty()) return why;
-  if (pool.kernel_h > 0)
-    if (std::string why = stem_pool_cannot_run(p, pool); !why.empty()) return why;
+  // The shape's conditions (stem_pool_cannot_run checks them first, then the pool's).
+  if (std::string why = pool.kernel_h > 0 ? stem_pool_cannot_run(p, pool) : shape_cannot_run(p, 2);
+      !why.empty())
+    return why;
   if (!rows::fits(p, pool, true))
     return "only the rows kernels read the bytes (three channels, 3x3 or 7x7 at stride 2, or 3x3 at stride "
            "1)";

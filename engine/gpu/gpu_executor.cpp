@@ -633,28 +633,24 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
     case ConvAlgo::kStem: {
       // With its pool: the pool's output only (the conv's and its activation's never exist).
       const bool pool = fuses_pool(st, algo, tuning_);
-      const StemPool sp = stem_pool(net_, pool ? st.pool_layer : -1);
+      const StemPool sp = stem_pool_of(st, algo);
       void* out = s.bufs[static_cast<size_t>(pool ? step(st.pool_layer).out : st.out)].get();
-      if (u8_fused(st, algo) && storage() == Storage::kF32) {
-        launch_conv_stem_bytes(st.conv, static_cast<const uint8_t*>(s.input()), c.stem_bytes,
-                               static_cast<float*>(out), n, conv_act, s.stream, sp, tuning_.stem_rows);
-        add_residual();
-        return;
-      }
-      if (u8_fused(st, algo)) {  // 16-bit: the bytes normalised as staged
+      const uint8_t* bytes = static_cast<const uint8_t*>(s.input());
+      if (!u8_fused(st, algo)) {
+        launch_conv_stem(st.conv, s.bufs[static_cast<size_t>(st.ins[0])].get(), prec_,
+                         c.w_nhwc[static_cast<int>(prec_)].get(), c.bias.as<float>(), out, n, conv_act,
+                         s.stream, sp, tuning_.stem_rows);
+      } else if (storage() == Storage::kF32) {  // the exact pixels
+        launch_conv_stem_bytes(st.conv, bytes, c.stem_bytes, static_cast<float*>(out), n, conv_act, s.stream,
+                               sp, tuning_.stem_rows);
+      } else {  // 16-bit: the bytes normalised as staged
         StemPixels pre;
         for (int ch = 0; ch < 3; ++ch)
           pre.scale[ch] = net_.pre.scale[static_cast<size_t>(ch)],
           pre.shift[ch] = net_.pre.shift[static_cast<size_t>(ch)];
-        launch_conv_stem_u8(st.conv, static_cast<const uint8_t*>(s.input()), pre, prec_,
-                            c.w_nhwc[static_cast<int>(prec_)].get(), c.bias.as<float>(), out, n, conv_act,
-                            s.stream, sp);
-        add_residual();
-        return;
+        launch_conv_stem_u8(st.conv, bytes, pre, prec_, c.w_nhwc[static_cast<int>(prec_)].get(),
+                            c.bias.as<float>(), out, n, conv_act, s.stream, sp);
       }
-      launch_conv_stem(st.conv, s.bufs[static_cast<size_t>(st.ins[0])].get(), prec_,
-                       c.w_nhwc[static_cast<int>(prec_)].get(), c.bias.as<float>(), out, n, conv_act,
-                       s.stream, sp, tuning_.stem_rows);
       add_residual();
       return;
     }
@@ -1116,8 +1112,7 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
       if (a == ConvAlgo::kIm2col && c.im2col) return c.im2col->algo_name() + res;
       if (a == ConvAlgo::kStem) {
         const bool pooled = fuses_pool(st, a, tuning_);
-        const bool rows =
-            tuning_.stem_rows && stem_runs_rows(st.conv, prec_, stem_pool(net_, pooled ? st.pool_layer : -1));
+        const bool rows = tuning_.stem_rows && stem_runs_rows(st.conv, prec_, stem_pool_of(st, a));
         return std::string("stem(") +
                (!u8_fused(st, a) ? std::string(mma_words()) + ", "
                 : storage() == Storage::kF32
