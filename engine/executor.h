@@ -47,6 +47,8 @@ struct GpuTuning {
                                 // vector kernels, and the whole-plane mean only where they have it)
   bool pool_cols = true;        // poolcols: channels last at FP32 storage, the 3x3 stride-1 max-pool computes
                                 // two output columns a thread (engine/gpu/nhwc.h: pool_row_cols), else one
+  bool fuse_prepool = true;     // prepool: channels last, the conv1x1 kernel takes the max-pool before it
+                                // (the pool's only reader) as it stages its input (Step::prepool_layer)
   // --cudnn-plans: how many of cuDNN's heuristic candidates the graph API's search builds and
   // times a conv. Each build compiles a kernel (NVRTC, 0.2-0.9 s), which dominates the setup; on
   // ResNet-18 and GoogLeNet the first two gave the forward times of the first four within noise,
@@ -56,7 +58,7 @@ struct GpuTuning {
   bool operator!=(const GpuTuning& o) const { return !(*this == o); }
 };
 // The names --gpu-off takes, comma-separated:
-// "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols".
+// "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool".
 extern const char* const kGpuOffNames;
 // All on but the comma-separated names in `list` ("" = all on). Throws Error naming an unknown
 // name and the known ones.

@@ -431,21 +431,26 @@ Fusions find_fusions(const Network& net) {
   f.residual.assign(L, -1);
   f.residual_act.assign(L, -1);
   f.scale.assign(L, -1);
+  f.prepool.assign(L, -1);
   for (size_t i = 0; i < L; ++i) {
     const Layer& l = *net.layers[i];
     const int me = static_cast<int>(i);
     if (runs_as_identity(l)) continue;
     if (l.kind == LayerKind::kConv && l.inputs.size() == 1 && l.inputs[0] >= 0) {
       const int m = l.inputs[0];
-      const Layer& mul = *net.layers[static_cast<size_t>(m)];
+      const Layer& src = *net.layers[static_cast<size_t>(m)];
       const ConvParams& p = layer_as<ConvLayer>(l).p;
-      if (mul.kind == LayerKind::kMul && mul.inputs.size() == 2 && rd.count(m) == 1 && m != net.output &&
-          p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 &&
-          p.pad_w == 0 && !p.dilated() && p.groups == 1) {
-        const std::vector<bool>& b = layer_as<MulLayer>(mul).p.broadcast;
+      const bool pointwise = p.kernel_h == 1 && p.kernel_w == 1 && p.stride_h == 1 && p.stride_w == 1 &&
+                             p.pad_h == 0 && p.pad_w == 0 && !p.dilated() && p.groups == 1;
+      if (pointwise && src.kind == LayerKind::kMul && src.inputs.size() == 2 && rd.count(m) == 1 &&
+          m != net.output) {
+        const std::vector<bool>& b = layer_as<MulLayer>(src).p.broadcast;
         const int full = b[0] != b[1] ? (b[0] ? 1 : 0) : -1;
-        if (full >= 0 && mul.in_shapes[static_cast<size_t>(full)] == l.in_shapes[0]) f.scale[i] = m;
+        if (full >= 0 && src.in_shapes[static_cast<size_t>(full)] == l.in_shapes[0]) f.scale[i] = m;
       }
+      if (pointwise && src.kind == LayerKind::kMaxpool && is_fixed_pool(src) && rd.count(m) == 1 &&
+          m != net.output && src.inputs.size() == 1 && src.inputs[0] >= 0)
+        f.prepool[i] = m;
     }
     if (l.kind == LayerKind::kConv && l.inputs.size() == 1 && l.inputs[0] < 0 && rd.input == 1)
       f.input_conv = me;

@@ -126,6 +126,12 @@ struct Fusions {
   // squeeze-and-excitation block's scale before its projection: the mul can be folded into the
   // conv's filters per image (conv(x * s) = (W diag(s)) x), so that x * s never exists.
   std::vector<int> scale;
+  // prepool[i] >= 0: layer i is a 1x1 conv of stride 1, unpadded, undilated, groups 1, whose input
+  // is this max-pool of fixed windows (is_fixed_pool: any size, stride, padding, ceil_mode) of a
+  // layer's output (not the network input); the conv is the pool's only reader and the pool is
+  // not the output. SqueezeNet's pool before a fire module's squeeze, GoogLeNet's branch4: a
+  // kernel that takes each window's maximum as it loads the conv's input needs no pooled tensor.
+  std::vector<int> prepool;
   // The conv that is the only reader of the network input (it can read the raw pixels), or -1.
   int input_conv = -1;
 };

@@ -206,4 +206,187 @@ TEST_CASE("gpu: auto times the conv1x1 kernel on 1x1 convs and its choice valida
   }
 }
 
+TEST_CASE("conv1x1: takes a max-pool of square 2x2 or 3x3 windows giving its input, without a residual") {
+  ConvParams p;
+  p.filters = 16, p.kernel_h = p.kernel_w = 1, p.in_c = 64, p.in_h = p.in_w = 55, p.out_h = p.out_w = 55;
+  Pool2dArgs a;  // SqueezeNet's features.2: 3x3/2 ceil_mode, 111 -> 55
+  a.channels = 64, a.in_h = a.in_w = 111, a.out_h = a.out_w = 55, a.kernel_h = a.kernel_w = 3;
+  a.stride_h = a.stride_w = 2;
+  CHECK(conv1x1_pool_cannot_run(p, a, false).empty());
+  CHECK(conv1x1_pool_cannot_run(p, a, true).find("without a residual") != std::string::npos);
+  Pool2dArgs b = a;
+  b.is_max = false;
+  CHECK(conv1x1_pool_cannot_run(p, b, false).find("max-pool of fixed windows") != std::string::npos);
+  b = a, b.adaptive = true;
+  CHECK(conv1x1_pool_cannot_run(p, b, false).find("max-pool of fixed windows") != std::string::npos);
+  b = a, b.kernel_h = b.kernel_w = 5;
+  CHECK(conv1x1_pool_cannot_run(p, b, false).find("2x2 or 3x3 windows only (here 5x5)") != std::string::npos);
+  b = a, b.kernel_w = 2;
+  CHECK(conv1x1_pool_cannot_run(p, b, false).find("(here 3x2)") != std::string::npos);
+  b = a, b.channels = 32;
+  CHECK(conv1x1_pool_cannot_run(p, b, false).find("not the conv's input") != std::string::npos);
+  b = a, b.out_w = 56;
+  CHECK(conv1x1_pool_cannot_run(p, b, false).find("not the conv's input") != std::string::npos);
+  b = a, b.kernel_h = b.kernel_w = 2, b.pad_h = 1, b.pad_w = 1;
+  CHECK(conv1x1_pool_cannot_run(p, b, false).empty());
+  // Its taps are clamped onto the input: a window wholly in the padding would take a neighbour's.
+  b = a, b.pad_h = 2;
+  CHECK(conv1x1_pool_cannot_run(p, b, false).find("a window outside its input") != std::string::npos);
+  b = a, b.in_w = 108;  // the last window (columns 108-110) starts past the input
+  CHECK(conv1x1_pool_cannot_run(p, b, false).find("a window outside its input") != std::string::npos);
+}
+
+namespace {
+
+// Max-pools that only a 1x1 conv reads: SqueezeNet's 3x3/2 ceil_mode pool before a squeeze (p1 ->
+// s1: K 16 -> 8 filters), GoogLeNet's branch4 3x3/1 padded pool before a 1x1 conv written into a
+// concat (p2 -> b4, at channel 16 of 32), a 2x2/2 pool of a concat before a 1x1 conv of 24 filters
+// with a hardswish (p3 -> c3, K 32). 23x19 inputs: odd planes, ceil_mode's last windows cut.
+std::string prepool_netdef() {
+  return R"(
+name: prepool
+input: {channels: 3, height: 23, width: 19}
+classes: 10
+layers:
+  - {name: c1, type: conv, filters: 16, kernel: 3, pad: 1}
+  - {name: r1, type: relu}
+  - {name: p1, type: maxpool, size: 3, stride: 2, ceil_mode: true}
+  - {name: s1, type: conv, filters: 8, kernel: 1, algo: conv1x1}
+  - {name: s1r, type: relu}
+  - {name: e1, type: conv, filters: 16, kernel: 1, algo: conv1x1}
+  - {name: e1r, type: relu}
+  - {name: e3, type: conv, filters: 16, kernel: 3, pad: 1, inputs: s1r}
+  - {name: e3r, type: relu}
+  - {name: cat, type: concat, inputs: [e1r, e3r]}
+  - {name: b1, type: conv, filters: 16, kernel: 1, algo: conv1x1}
+  - {name: p2, type: maxpool, size: 3, stride: 1, pad: 1, ceil_mode: true, inputs: cat}
+  - {name: b4, type: conv, filters: 16, kernel: 1, algo: conv1x1}
+  - {name: b4r, type: relu}
+  - {name: cat2, type: concat, inputs: [b1, b4r]}
+  - {name: p3, type: maxpool, size: 2}
+  - {name: c3, type: conv, filters: 24, kernel: 1, algo: conv1x1}
+  - {name: h3, type: hardswish}
+  - {name: g, type: avgpool, global: true}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 10}
+)";
+}
+
+}  // namespace
+
+TEST_CASE("gpu: the conv1x1 kernel takes the max-pool before it: the separate pool's bits, no pool pass" *
+          doctest::skip(!gpu_present())) {
+  Network net = parse_netdef_string(prepool_netdef(), "prepool.yaml");
+  test::random_weights(net, 47);
+  auto gpu = make_gpu_executor(net);
+  auto cpu = make_cpu_executor(net);
+  const int64_t n = 37;  // blocks of 16, 16 and 5
+  Dataset data = test::gpu_random_data(net.input, n, 10, 13);
+  for (Precision prec : {Precision::kFp16, Precision::kBf16, Precision::kTf32, Precision::kFp32}) {
+    INFO(std::string(precision_name(prec)));
+    RunOptions o;
+    o.batch = n;
+    o.block = 16;
+    o.layout = Layout::kNhwc;
+    o.precision = prec;
+    o.want_probs = true;
+    const RunResult r = gpu->run(data, o);
+    RunOptions apart_o = o;
+    apart_o.tuning.fuse_prepool = false;
+    const RunResult apart = gpu->run(data, apart_o);
+    const std::string stored = std::string(prec == Precision::kFp16   ? "fp16"
+                                           : prec == Precision::kBf16 ? "bf16"
+                                                                      : "fp32") +
+                               " NHWC)";
+    const std::string k = std::string("conv1x1(") +
+                          (prec == Precision::kFp32   ? "3xTF32 "
+                           : prec == Precision::kTf32 ? "TF32 "
+                                                      : "") +
+                          "tensor cores, ";
+    const std::map<std::string, std::string> want = {
+        {"s1", k + "A the maxima of p1's windows, bias+relu epilogue, " + stored},
+        {"p1", "fused into s1"},
+        {"b4", k + "A the maxima of p2's windows, bias+relu epilogue, " + stored +
+                   ", written into cat2's channels 16-31"},
+        {"p2", "fused into b4"},
+        {"c3", k + "A the maxima of p3's windows, bias+hardswish epilogue, " + stored},
+        {"p3", "fused into c3"},
+        {"e1", k + "bias+relu epilogue, " + stored + ", written into cat's channels 0-15"}};
+    const std::map<std::string, std::string> want_apart = {
+        {"s1", k + "bias+relu epilogue, " + stored},
+        {"p1", ""},
+        {"b4", k + "bias+relu epilogue, " + stored + ", written into cat2's channels 16-31"},
+        {"p2", ""},
+        {"c3", k + "bias+hardswish epilogue, " + stored},
+        {"p3", ""}};
+    for (const auto& [run, w] : {std::make_pair(&r, &want), std::make_pair(&apart, &want_apart)}) {
+      size_t seen = 0;
+      for (const LayerTime& t : run->layers) {
+        INFO(t.name << ": " << t.algo);
+        if (const auto it = w->find(t.name); it != w->end()) {
+          ++seen;
+          CHECK(t.algo == it->second);
+          // A pool taken by its conv launches nothing.
+          if (t.name[0] == 'p' && !it->second.empty()) CHECK(t.seconds == 0);
+        }
+      }
+      CHECK(seen == w->size());
+    }
+    // The maxima are the separate pool's, so every probability is the same bits.
+    REQUIRE(r.probs.size() == apart.probs.size());
+    REQUIRE(r.probs.size() == static_cast<size_t>(n) * 10);
+    CHECK(std::equal(r.probs.begin(), r.probs.end(), apart.probs.begin()));
+    const Validation v = validate(*gpu, *cpu, net, data, n, o);
+    for (const LayerCheck& c : v.layers) {
+      INFO(c.name << ": " << c.max_rel << " (fused into '" << c.fused_into << "')");
+      CHECK(c.pass);
+      if (c.name == "p1") CHECK(c.fused_into == "s1");
+      if (c.name == "p3") CHECK(c.fused_into == "c3");
+    }
+    CHECK(v.pass);
+    CHECK(v.prediction_mismatches == 0);
+  }
+}
+
+TEST_CASE(
+    "gpu: auto times the conv1x1 kernel with the max-pool before it against the pool and the libraries" *
+    doctest::skip(!gpu_present())) {
+  std::string text = prepool_netdef();
+  for (size_t at = text.find(", algo: conv1x1"); at != std::string::npos; at = text.find(", algo: conv1x1"))
+    text.erase(at, std::string(", algo: conv1x1").size());
+  Network net = parse_netdef_string(text, "prepool.yaml");
+  test::random_weights(net, 53);
+  auto gpu = make_gpu_executor(net);
+  auto cpu = make_cpu_executor(net);
+  const int64_t n = 64;
+  Dataset data = test::gpu_random_data(net.input, n, 10, 17);
+  RunOptions o;
+  o.batch = n;
+  o.layout = Layout::kNhwc;
+  o.precision = Precision::kFp16;
+  const RunResult r = gpu->run(data, o);
+  REQUIRE(r.gpu.has_value());
+  std::map<std::string, std::string> algo;
+  for (const LayerTime& t : r.layers) algo[t.name] = t.algo;
+  int timed = 0;
+  for (const ConvTuning& t : r.gpu->tuning) {
+    if (t.layer != "s1" && t.layer != "b4" && t.layer != "c3") continue;
+    INFO(t.layer << ": " << algo[t.layer]);
+    bool conv1x1 = false, other = false;
+    for (const ConvTuning::Candidate& c : t.candidates)
+      if (c.outcome == ConvTuning::Candidate::Outcome::kTimed)
+        (c.algo == std::string("conv1x1") ? conv1x1 : other) = true;
+    CHECK(conv1x1);
+    CHECK(other);
+    ++timed;
+    // Whichever won, the pool's report agrees with its conv's.
+    const std::string pool = t.layer == "s1" ? "p1" : t.layer == "b4" ? "p2" : "p3";
+    const bool taken = algo[t.layer].find("A the maxima of " + pool + "'s windows") != std::string::npos;
+    CHECK(taken == (algo[t.layer].rfind("conv1x1(", 0) == 0));
+    CHECK(algo[pool] == (taken ? "fused into " + t.layer : std::string()));
+  }
+  CHECK(timed == 3);
+  CHECK(validate(*gpu, *cpu, net, data, n, o).pass);
+}
+
 #endif  // CNNRUN_HAVE_GPU

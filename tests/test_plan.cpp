@@ -110,6 +110,75 @@ TEST_CASE("plan: a conv that may compute its pool writes the pool's buffer at it
   CHECK(group[static_cast<size_t>(c1.out)] != group[static_cast<size_t>(pool_buf)]);
 }
 
+TEST_CASE("plan: a max-pool that only a 1x1 conv reads can be taken by that conv, its input read there") {
+  // SqueezeNet's pool -> squeeze (p1 -> s1), GoogLeNet's branch4 (p2 -> b4, into a concat); not a
+  // pool that two layers read (p3), one before a 3x3 conv or a strided 1x1 (p4 -> c5, p5 -> c6),
+  // nor a 2x2/2 max-pool that the implicit kernel may compute after its producer's ReLU (p6 after
+  // c6b).
+  Network net = parse_netdef_string(R"(name: pp
+input: {channels: 3, height: 32, width: 32}
+classes: 4
+layers:
+  - {name: c1, type: conv, filters: 16, kernel: 3, pad: 1}
+  - {name: r1, type: relu}
+  - {name: p1, type: maxpool, size: 3, stride: 2, ceil_mode: true}
+  - {name: s1, type: conv, filters: 8, kernel: 1}
+  - {name: s1r, type: relu}
+  - {name: b1, type: conv, filters: 8, kernel: 1, inputs: s1r}
+  - {name: p2, type: maxpool, size: 3, stride: 1, pad: 1, inputs: s1r}
+  - {name: b4, type: conv, filters: 8, kernel: 1}
+  - {name: cat, type: concat, inputs: [b1, b4]}
+  - {name: p3, type: maxpool, size: 2}
+  - {name: c3, type: conv, filters: 8, kernel: 1}
+  - {name: c4, type: conv, filters: 8, kernel: 1, inputs: p3}
+  - {name: sum, type: add, inputs: [c3, c4]}
+  - {name: p4, type: maxpool, size: 2, stride: 1}
+  - {name: c5, type: conv, filters: 8, kernel: 3, pad: 1}
+  - {name: p5, type: maxpool, size: 2, stride: 1}
+  - {name: c6, type: conv, filters: 8, kernel: 1, stride: 2}
+  - {name: c6b, type: conv, filters: 8, kernel: 3, pad: 1}
+  - {name: r6, type: relu}
+  - {name: p6, type: maxpool, size: 2}
+  - {name: c7, type: conv, filters: 8, kernel: 1}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 4}
+)",
+                                    "pp.yaml");
+  const Fusions f = find_fusions(net);
+  const Plan plan = make_plan(net);
+  auto idx = [&](const char* name) {
+    for (size_t i = 0; i < net.layers.size(); ++i)
+      if (net.layers[i]->name == name) return static_cast<int>(i);
+    FAIL("no layer " << name);
+    return -1;
+  };
+  auto st = [&](const char* name) -> const Step& { return plan.steps[static_cast<size_t>(idx(name))]; };
+  CHECK(f.prepool[static_cast<size_t>(idx("s1"))] == idx("p1"));
+  CHECK(st("s1").prepool_layer == idx("p1"));
+  CHECK(st("s1").prepool_buf == st("p1").ins[0]);
+  CHECK(st("p1").prepool_conv == idx("s1"));
+  CHECK(st("b4").prepool_layer == idx("p2"));
+  CHECK(st("b4").prepool_buf == st("p2").ins[0]);
+  CHECK(st("b4").concat_step == idx("cat"));  // and it may still write into the concat
+  for (const char* c : {"c3", "c4", "c5", "c6", "b1"}) {
+    INFO(c);
+    CHECK(f.prepool[static_cast<size_t>(idx(c))] == -1);
+    CHECK(st(c).prepool_layer == -1);
+  }
+  // p6 goes to c6b's implicit kernel (2x2/2 after its ReLU), so c7 does not take it.
+  CHECK(f.prepool[static_cast<size_t>(idx("c7"))] == idx("p6"));
+  CHECK(st("c6b").pool_layer == idx("p6"));
+  CHECK(st("c7").prepool_layer == -1);
+  CHECK(st("p6").prepool_conv == -1);
+  // The pool's input is read at the conv's step: it lives until then, whatever the pool's step.
+  const std::vector<Lifetime> life = buffer_lifetimes(net, plan, nullptr);
+  CHECK(life[static_cast<size_t>(st("s1").prepool_buf)].last >= idx("s1"));
+  CHECK(life[static_cast<size_t>(st("b4").prepool_buf)].last >= idx("b4"));
+  const std::vector<int> group = share_groups(life, plan.buf_floats);
+  test::check_share_groups(life, plan.buf_floats, group);
+  CHECK(group[static_cast<size_t>(st("s1").prepool_buf)] != group[static_cast<size_t>(st("s1").out)]);
+}
+
 TEST_CASE("plan: the max-pool after a conv's activation goes to the kernels that can compute it") {
   Network net = parse_netdef_string(R"(name: p
 input: {channels: 3, height: 32, width: 32}

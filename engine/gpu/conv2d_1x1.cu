@@ -10,7 +10,11 @@
 // storage on m16n8k8 TF32 products, a k-step's 8 values the same 32 bytes as 16-bit's 16, so
 // ldmatrix's 16-byte rows give the TF32 fragments with the same addresses in bytes: TF32 rounds
 // both operands to nearest, 3xTF32 (fp32) splits each into a high part and the remainder and sums
-// three products (measurements: docs/performance.md, Sessions 34 and 38).
+// three products (measurements: docs/performance.md, Sessions 34 and 38). With the max-pool before
+// the conv (PK 2 or 3: its square windows) each warp stages its own 16 rows of A through registers
+// into one buffer instead, with no block-wide barrier: each 16-byte piece the maximum over the
+// window's taps of the pool's input (the taps unrolled and clamped onto the input), so that the
+// pooled tensor never exists (Session 40).
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -22,6 +26,7 @@
 #include "engine/gpu/check.h"
 #include "engine/gpu/conv2d_1x1.h"
 #include "engine/gpu/cp_async.cuh"
+#include "engine/gpu/fast_div.cuh"
 #include "engine/gpu/implicit/mma.cuh"
 #include "engine/gpu/storage.cuh"
 
@@ -45,7 +50,7 @@ struct Geometry {
   size_t stage, bias, w, a;
 };
 
-__host__ __device__ inline Geometry geometry(int K, int N, int es) {
+__host__ __device__ inline Geometry geometry(int K, int N, int es, bool one_a = false) {
   Geometry g;
   const int step = 32 / es;  // values a k-step
   g.kp = (K + step - 1) / step * step;
@@ -54,8 +59,9 @@ __host__ __device__ inline Geometry geometry(int K, int N, int es) {
   g.stage = sizeof(float) * kWarps * 16 * kStagePitch;
   g.bias = sizeof(float) * static_cast<size_t>(g.np);
   g.w = static_cast<size_t>(es) * static_cast<size_t>(g.np) * static_cast<size_t>(g.pitch);
-  // two A buffers
-  g.a = 2 * static_cast<size_t>(es) * static_cast<size_t>(kTilePixels) * static_cast<size_t>(g.pitch);
+  // two A buffers (one where the pool's maxima are staged through registers: nothing in flight)
+  g.a = (one_a ? 1 : 2) * static_cast<size_t>(es) * static_cast<size_t>(kTilePixels) *
+        static_cast<size_t>(g.pitch);
   return g;
 }
 
@@ -108,20 +114,28 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
 
 using implicit::ldmatrix_x4;
 
+// The max-pool's window for the kernel (Conv1x1Io::pool): the output pixel's column and row by
+// FastDiv (launch pixels below 2^31), the input plane, stride and padding.
+struct PoolTaps {
+  FastDiv ow, oh;
+  int in_h = 0, in_w = 0, stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+};
+
 // RES: a residual z is added before the activation (FP32 sums staged); else the activation is
 // applied in the fragments' registers and the stage holds the rounded values. T: __half or
-// __nv_bfloat16 (PREC kTcFp16 / kTcBf16), or float (PREC kTcTf32 / kTcFp32).
-template <typename T, int PREC, bool RES>
+// __nv_bfloat16 (PREC kTcFp16 / kTcBf16), or float (PREC kTcTf32 / kTcFp32). PK 2 or 3: x is a
+// max-pool's input and A the maxima of its PK x PK windows (`taps`); 0: x is A.
+template <typename T, int PREC, bool RES, int PK>
 __global__ void __launch_bounds__(kThreads, 4)
     conv1x1_kernel(const T* __restrict__ x, const T* __restrict__ w, const float* __restrict__ bias,
                    const T* __restrict__ z, T* __restrict__ y, int64_t pixels, int K, int N, int64_t y_ld,
-                   ActFn act) {
+                   ActFn act, PoolTaps taps) {
   extern __shared__ __align__(16) unsigned char c1_smem[];
   constexpr int es = static_cast<int>(sizeof(T)), kv = 16 / es;  // bytes a value, values a 16-byte piece
   // The activation's kind a constant at every storage; SiLU and sigmoid approximate where the
   // products are 16-bit or TF32, accurate at fp32 (activation.cuh).
   constexpr bool kFastAct = PREC != implicit::kTcFp32;
-  const Geometry gm = geometry(K, N, es);
+  const Geometry gm = geometry(K, N, es, PK > 0);
   const int kp = gm.kp, pitch = gm.pitch, np = gm.np;
   float* stage = reinterpret_cast<float*>(c1_smem);
   float* bsm = reinterpret_cast<float*>(c1_smem + gm.stage);
@@ -145,12 +159,40 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
   }
   for (int i = tid; i < np; i += kThreads) bsm[i] = bias && i < N ? bias[i] : 0.f;
-  auto stage_tile = [&](int64_t tile, T* buf) {
+  // The tile's rows first..first + rows - 1 (every thread of the block: cp.async; a warp's own 16
+  // rows: the pool's maxima), `threads` apart from `me`.
+  auto stage_tile = [&](int64_t tile, T* buf, int first, int rows, int me, int threads) {
     const int64_t p0 = tile * kTilePixels;
-    for (int i = tid; i < kTilePixels * kcp; i += kThreads) {
-      const int r = i / kcp, c = i - r * kcp;
+    for (int i = me; i < rows * kcp; i += threads) {
+      const int r = first + i / kcp, c = i - (i / kcp) * kcp;
       const bool ok = p0 + r < pixels && c < kc;
-      cp_async16(buf + r * pitch + c * kv, ok ? x + (p0 + r) * K + c * kv : x, ok);
+      if constexpr (PK == 0) {
+        cp_async16(buf + r * pitch + c * kv, ok ? x + (p0 + r) * K + c * kv : x, ok);
+      } else {  // the window's maximum (zeros past the pixels and K, as cp.async fills them)
+        Vec<T, kv> m;
+#pragma unroll
+        for (int e = 0; e < kv; ++e) m.v[e] = to<T>(ok ? -INFINITY : 0.f);
+        if (ok) {
+          const int q = static_cast<int>(p0 + r);
+          const int q2 = fdiv(q, taps.ow), ox = q - q2 * static_cast<int>(taps.ow.d);
+          const int img = fdiv(q2, taps.oh), oy = q2 - img * static_cast<int>(taps.oh.d);
+          const int y0 = oy * taps.stride_h - taps.pad_h, x0 = ox * taps.stride_w - taps.pad_w;
+          const T* src = x + int64_t(img) * taps.in_h * taps.in_w * K + c * kv;
+          // A tap past the input is clamped onto the nearest one inside: every window holds some
+          // of the input and is one run of rows and columns, so that tap is in the same window
+          // and the maximum is the same. The loads need no predicate and are all in flight at once.
+#pragma unroll
+          for (int dy = 0; dy < PK; ++dy) {
+            const int yy = min(max(y0 + dy, 0), taps.in_h - 1);
+#pragma unroll
+            for (int dx = 0; dx < PK; ++dx) {
+              const int xx = min(max(x0 + dx, 0), taps.in_w - 1);
+              max_into(m, *reinterpret_cast<const Vec<T, kv>*>(src + (int64_t(yy) * taps.in_w + xx) * K));
+            }
+          }
+        }
+        *reinterpret_cast<Vec<T, kv>*>(buf + r * pitch + c * kv) = m;
+      }
     }
   };
 
@@ -166,14 +208,28 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int g = lane >> 2, tq = lane & 3;
 
   int64_t tile = blockIdx.x;
-  if (tile < tiles) stage_tile(tile, abuf);
-  cp_async_commit();
-  for (int it = 0; tile < tiles; tile += gridDim.x, ++it) {
-    const T* cur = abuf + (it & 1) * kTilePixels * pitch;
-    if (tile + gridDim.x < tiles) stage_tile(tile + gridDim.x, abuf + ((it + 1) & 1) * kTilePixels * pitch);
+  if constexpr (PK == 0) {
+    if (tile < tiles) stage_tile(tile, abuf, 0, kTilePixels, tid, kThreads);
     cp_async_commit();
-    cp_async_wait_prior();
+  } else {  // the filters and bias in place; from here each warp stages and reads its own rows
+    cp_async_commit();
+    cp_async_wait_all();
     __syncthreads();
+  }
+  for (int it = 0; tile < tiles; tile += gridDim.x, ++it) {
+    const T* cur = abuf;
+    if constexpr (PK == 0) {  // the next tile's copies in flight while this one is computed
+      cur = abuf + (it & 1) * kTilePixels * pitch;
+      if (tile + gridDim.x < tiles)
+        stage_tile(tile + gridDim.x, abuf + ((it + 1) & 1) * kTilePixels * pitch, 0, kTilePixels, tid,
+                   kThreads);
+      cp_async_commit();
+      cp_async_wait_prior();
+      __syncthreads();
+    } else {  // the maxima staged through registers: the warp's other work and other warps fill the wait
+      stage_tile(tile, abuf, warp * 16, 16, lane, 32);
+      __syncwarp();
+    }
     const int64_t p0 = tile * kTilePixels + warp * 16;
     const uint32_t a_base = smem_addr(cur + a_row * pitch + a_col);
     for (int n0 = 0; p0 < pixels && n0 < N; n0 += kChunk) {
@@ -263,18 +319,22 @@ __global__ void __launch_bounds__(kThreads, 4)
       }
       __syncwarp();
     }
-    __syncthreads();  // every warp is done with `cur` before the next stage refills it
+    // Every warp is done with `cur` before the next stage refills it (pooled: the warp's own rows).
+    if constexpr (PK == 0)
+      __syncthreads();
+    else
+      __syncwarp();
   }
 }
 
 // Blocks of the kernel resident on an SM with `smem` bytes each (cached).
-template <typename T, int PREC, bool RES>
+template <typename T, int PREC, bool RES, int PK>
 int blocks_per_sm(size_t smem) {
   static std::mutex mu;
   static std::map<size_t, int> cache;
   std::lock_guard<std::mutex> lock(mu);
   if (const auto it = cache.find(smem); it != cache.end()) return it->second;
-  auto kernel = conv1x1_kernel<T, PREC, RES>;
+  auto kernel = conv1x1_kernel<T, PREC, RES, PK>;
   CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(kConv1x1MaxSmem)));
   int blocks = 0;
@@ -312,9 +372,31 @@ std::string conv1x1_cannot_run(const ConvParams& p, Precision prec, bool channel
   return "";
 }
 
+std::string conv1x1_pool_cannot_run(const ConvParams& p, const Pool2dArgs& a, bool residual) {
+  if (!a.is_max || a.adaptive) return "the conv1x1 kernel takes a max-pool of fixed windows only";
+  if (a.kernel_h != a.kernel_w || (a.kernel_h != 2 && a.kernel_h != 3))
+    return "the conv1x1 kernel takes a max-pool of 2x2 or 3x3 windows only (here " +
+           std::to_string(a.kernel_h) + "x" + std::to_string(a.kernel_w) + ")";
+  if (a.stride_h < 1 || a.stride_w < 1 || a.pad_h < 0 || a.pad_w < 0)
+    return "the max-pool's strides must be positive, its pads not negative";
+  if (a.channels != p.in_c || a.out_h != p.in_h || a.out_w != p.in_w || a.in_h < 1 || a.in_w < 1)
+    return "the max-pool's output is not the conv's input";
+  // Every window holds some of the input (the kernel clamps its taps onto it), as a pool layer's
+  // own rules make it: pads at most half the window, the last window starting before the input ends.
+  if (2 * a.pad_h > a.kernel_h || 2 * a.pad_w > a.kernel_w ||
+      int64_t(a.out_h - 1) * a.stride_h - a.pad_h >= a.in_h ||
+      int64_t(a.out_w - 1) * a.stride_w - a.pad_w >= a.in_w)
+    return "the max-pool has a window outside its input";
+  if (residual) return "the conv1x1 kernel takes a max-pool only without a residual add";
+  return "";
+}
+
 void launch_conv1x1(const ConvParams& p, Precision prec, const Conv1x1Io& io, int64_t n, ActFn act,
                     cudaStream_t s) {
   if (const std::string why = conv1x1_cannot_run(p, prec, true); !why.empty()) throw Error("conv1x1: " + why);
+  if (io.pool)
+    if (const std::string why = conv1x1_pool_cannot_run(p, *io.pool, io.z != nullptr); !why.empty())
+      throw Error("conv1x1: " + why);
   const int K = static_cast<int>(p.in_c), N = static_cast<int>(p.filters);
   if (io.y_ld > 0 &&
       (io.y_ld < N || io.y_ld % 8 != 0 || io.z != nullptr || reinterpret_cast<uintptr_t>(io.y) % 16 != 0))
@@ -322,7 +404,18 @@ void launch_conv1x1(const ConvParams& p, Precision prec, const Conv1x1Io& io, in
                 std::to_string(io.y_ld) + " values, misaligned or with a residual");
   const int64_t pixels = n * p.out_h * p.out_w;
   if (pixels <= 0) return;
-  const size_t smem = conv1x1_smem(p, prec);
+  PoolTaps taps;
+  if (io.pool) {
+    if (pixels >= (int64_t{1} << 31))
+      throw Error("conv1x1: " + std::to_string(pixels) + " pooled pixels in one launch, more than 2^31");
+    const Pool2dArgs& a = *io.pool;
+    taps.ow = make_fastdiv(static_cast<unsigned>(a.out_w)),
+    taps.oh = make_fastdiv(static_cast<unsigned>(a.out_h));
+    taps.in_h = a.in_h, taps.in_w = a.in_w, taps.stride_h = a.stride_h, taps.stride_w = a.stride_w,
+    taps.pad_h = a.pad_h, taps.pad_w = a.pad_w;
+  }
+  const Geometry gm = geometry(K, N, static_cast<int>(storage_bytes(storage_of(prec))), io.pool != nullptr);
+  const size_t smem = gm.stage + gm.bias + gm.w + gm.a;
   const int64_t tiles = (pixels + kTilePixels - 1) / kTilePixels;
   auto run = [&](auto* tag, auto prec_tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -331,12 +424,16 @@ void launch_conv1x1(const ConvParams& p, Precision prec, const Conv1x1Io& io, in
       const int64_t grid = std::min<int64_t>(tiles, int64_t{per_sm} * sm_count());
       kernel<<<static_cast<unsigned>(grid), kThreads, smem, s>>>(
           static_cast<const T*>(io.x), static_cast<const T*>(io.w), io.bias, static_cast<const T*>(io.z),
-          static_cast<T*>(io.y), pixels, K, N, io.y_ld, act);
+          static_cast<T*>(io.y), pixels, K, N, io.y_ld, act, taps);
     };
-    if (io.z)
-      go(conv1x1_kernel<T, P, true>, blocks_per_sm<T, P, true>(smem));
+    if (io.pool && io.pool->kernel_h == 2)
+      go(conv1x1_kernel<T, P, false, 2>, blocks_per_sm<T, P, false, 2>(smem));
+    else if (io.pool)
+      go(conv1x1_kernel<T, P, false, 3>, blocks_per_sm<T, P, false, 3>(smem));
+    else if (io.z)
+      go(conv1x1_kernel<T, P, true, 0>, blocks_per_sm<T, P, true, 0>(smem));
     else
-      go(conv1x1_kernel<T, P, false>, blocks_per_sm<T, P, false>(smem));
+      go(conv1x1_kernel<T, P, false, 0>, blocks_per_sm<T, P, false, 0>(smem));
   };
   switch (prec) {
     case Precision::kFp16:

@@ -17,6 +17,7 @@
 
 #include "engine/core/precision.h"
 #include "engine/gpu/activation.h"
+#include "engine/gpu/pool2d.h"
 #include "engine/layers/conv.h"
 
 namespace cnnrun::gpu {
@@ -40,11 +41,21 @@ struct Conv1x1Io {
   // > 0: y is a channel slice of a wider tensor, y_ld values between consecutive pixels (a
   // concat's buffer); y and y_ld 16-byte aligned (multiples of 8 values); not with a residual.
   int64_t y_ld = 0;
+  // Non-null: the max-pool before the conv, taken as the kernel stages its input: x is the pool's
+  // input (pool->in_h x pool->in_w pixels of the conv's K channels) and the conv multiplies each
+  // window's maximum (the pool's output pixels, the conv's H x W); no residual (conv1x1_pool_cannot_run).
+  const Pool2dArgs* pool = nullptr;
 };
+
+// "" when the kernel can take max-pool `a` before the conv p (Conv1x1Io::pool), else why not:
+// a max of fixed square 2x2 or 3x3 windows over p's input channels, giving p's input plane, each
+// window holding some of the input (taps past it are clamped onto it: the same maxima), no residual.
+std::string conv1x1_pool_cannot_run(const ConvParams& p, const Pool2dArgs& a, bool residual);
 
 // y = act(x * W^T + bias + z) for n images, the sum in FP32 on m16n8k16 (FP16 or BF16
 // operands) or m16n8k8 (TF32 operands: tf32 one product, fp32 three), rounded once when it stores. Throws
-// Error where conv1x1_cannot_run says no or the slice is misaligned.
+// Error where conv1x1_cannot_run (or with io.pool conv1x1_pool_cannot_run) says no or the slice is
+// misaligned.
 void launch_conv1x1(const ConvParams& p, Precision prec, const Conv1x1Io& io, int64_t n, ActFn act,
                     cudaStream_t s);
 

@@ -106,6 +106,10 @@ class GpuExecutor : public Executor {
     if (s.op == Op::kMul && s.scale_conv >= 0 &&  // folded into its conv's per-image filters
         selector_.would_choose(net_, step(s.scale_conv), opt.conv_algo) == ConvAlgo::kGemm)
       return net_.layers[static_cast<size_t>(s.scale_conv)]->name;
+    if (s.op == Op::kPool && s.prepool_conv >= 0 &&  // taken by its conv's kernel as it stages
+        takes_prepool(step(s.prepool_conv), selector_.would_choose(net_, step(s.prepool_conv), opt.conv_algo),
+                      opt.tuning))
+      return net_.layers[static_cast<size_t>(s.prepool_conv)]->name;
     const Step* conv = s.op == Op::kConv ? &s : nullptr;
     if (s.op == Op::kFused && step(s.fused_producer).op == Op::kConv) conv = &step(s.fused_producer);
     if (conv && fuses_pool(*conv, selector_.would_choose(net_, *conv, opt.conv_algo), opt.tuning))
@@ -346,9 +350,23 @@ class GpuExecutor : public Executor {
   bool fuses_mean(const Step& st, ConvAlgo algo) const {
     return algo == ConvAlgo::kDepthwise && mean_slots(st) > 0;
   }
+  // The max-pool before conv step `st` (Step::prepool_layer), its input plane and windows.
+  Pool2dArgs prepool_args(const Step& st) const {
+    const Step& ps = step(st.prepool_layer);
+    return pool_args(layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p, ps.in_shape,
+                     ps.out_shape);
+  }
+  // Conv step `st` run with `algo` takes the max-pool before it as it stages its input: the conv1x1
+  // kernel where it can, GpuTuning::fuse_prepool (conv1x1 runs channels last only).
+  bool takes_prepool(const Step& st, ConvAlgo algo, const GpuTuning& t) const {
+    return st.prepool_layer >= 0 && t.fuse_prepool && algo == ConvAlgo::kConv1x1 &&
+           conv1x1_pool_cannot_run(st.conv, prepool_args(st), st.residual_buf >= 0).empty();
+  }
   bool pool_fused(const Step& st) const {  // kPool: computed by its conv this run
     return (st.pool_conv >= 0 && fuses_pool(step(st.pool_conv), selector_.chosen(st.pool_conv), tuning_)) ||
-           (st.mean_conv >= 0 && fuses_mean(step(st.mean_conv), selector_.chosen(st.mean_conv)));
+           (st.mean_conv >= 0 && fuses_mean(step(st.mean_conv), selector_.chosen(st.mean_conv))) ||
+           (st.prepool_conv >= 0 &&
+            takes_prepool(step(st.prepool_conv), selector_.chosen(st.prepool_conv), tuning_));
   }
   bool input_fused() const {  // no preprocess pass: the first conv reads the bytes
     for (const Step& st : plan_.steps)
@@ -627,6 +645,9 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       io.z = z;
       io.y = s.bufs[static_cast<size_t>(st.out)].get();
       if (in_place(st, algo)) io.y = slice_ptr(st, s), io.y_ld = st.concat_ld;
+      Pool2dArgs pool;  // with the max-pool before it: x is the pool's input
+      if (takes_prepool(st, algo, tuning_))
+        pool = prepool_args(st), io.pool = &pool, io.x = s.bufs[static_cast<size_t>(st.prepool_buf)].get();
       launch_conv1x1(st.conv, prec_, io, n, act_fn(st.act), s.stream);
       return;
     }
@@ -708,6 +729,14 @@ void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
     preprocess(s, n);
   // The mul the gemm convolution folds (it runs channels last only: NCHW, no candidate saves it).
   if (st.scale_layer >= 0 && nhwc_ && algo != ConvAlgo::kGemm) run_step_nhwc(step(st.scale_layer), s, n);
+  // The max-pool before it that the conv1x1 kernel takes (launched here whatever the conv's
+  // algorithm chosen so far: run_step_nhwc skips a pool fused this run).
+  if (st.prepool_layer >= 0 && nhwc_ && !takes_prepool(st, algo, tuning_)) {
+    const Step& ps = step(st.prepool_layer);
+    launch_pool2d_nhwc(s.bufs[static_cast<size_t>(ps.ins[0])].get(),
+                       s.bufs[static_cast<size_t>(ps.out)].get(), storage(), n, prepool_args(st), s.stream,
+                       pool_row_cols_arg());
+  }
   run_conv(st, s, n, algo);
   // A concat's input not written in place: the concat's copy of it.
   if (slice_candidate(st) && !in_place(st, algo)) copy_into_concat(st, s, n);
@@ -1138,7 +1167,12 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
       if (a == ConvAlgo::kCudnn3xTf32 && c.tf32x3) return c.tf32x3->algo_name();
       if (a == ConvAlgo::kConv1x1) {
         const ActFn full = act_fn(st.act);
-        return std::string("conv1x1(") + mma_words() + ", bias" + (residual ? "+add" : "") +
+        return std::string("conv1x1(") + mma_words() + ", " +
+               (takes_prepool(st, a, tuning_)
+                    ? "A the maxima of " + net_.layers[static_cast<size_t>(st.prepool_layer)]->name +
+                          "'s windows, "
+                    : std::string()) +
+               "bias" + (residual ? "+add" : "") +
                (full.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(full)) + " epilogue, " +
                storage_name(storage()) + " NHWC)";
       }
@@ -1170,8 +1204,10 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
       return "fused into " + net_.layers[static_cast<size_t>(st.fused_producer)]->name;
     case Op::kPool:
       if (!pool_fused(st)) return "";
-      return "fused into " +
-             net_.layers[static_cast<size_t>(st.pool_conv >= 0 ? st.pool_conv : st.mean_conv)]->name;
+      return "fused into " + net_.layers[static_cast<size_t>(st.pool_conv >= 0   ? st.pool_conv
+                                                             : st.mean_conv >= 0 ? st.mean_conv
+                                                                                 : st.prepool_conv)]
+                                 ->name;
     case Op::kMul:
       return scale_folded(st) ? "folded into " + net_.layers[static_cast<size_t>(st.scale_conv)]->name +
                                     "'s per-image filters"

@@ -120,6 +120,13 @@ Plan make_plan(const Network& net) {
       st.scale_w_buf = new_buf(Shape{st.conv.filters * st.conv.in_c, 1, 1});
       steps[static_cast<size_t>(m)].scale_conv = static_cast<int>(i);
     }
+    // A max-pool before a 1x1 conv that only it reads, which no kernel of the pool's producer
+    // computes: the conv1x1 kernel can take each window's maximum as it stages the conv's input.
+    if (const int m = fusions.prepool[i]; m >= 0 && steps[static_cast<size_t>(m)].pool_conv < 0) {
+      st.prepool_layer = m;
+      st.prepool_buf = steps[static_cast<size_t>(m)].ins[0];
+      steps[static_cast<size_t>(m)].prepool_conv = static_cast<int>(i);
+    }
     // The first conv can read the uint8 pixels and normalise them while staging, when nothing
     // else reads the network input (so the float input never has to exist).
     if (static_cast<int>(i) == fusions.input_conv) {
@@ -204,7 +211,7 @@ std::vector<Lifetime> buffer_lifetimes(const Network& net, const Plan& plan, con
     const Step& st = plan.steps[static_cast<size_t>(i)];
     for (int b : st.ins) use(b, i);
     if (st.residual_buf >= 0) use(st.residual_buf, i);
-    for (int b : {st.scale_buf, st.scaled_buf, st.scale_w_buf, st.split_buf, st.mean_buf})
+    for (int b : {st.scale_buf, st.scaled_buf, st.scale_w_buf, st.split_buf, st.mean_buf, st.prepool_buf})
       if (b >= 0) use(b, i);
     use(st.out, i);
     if (st.pool_layer >= 0) use(plan.steps[static_cast<size_t>(st.pool_layer)].out, i);

@@ -71,6 +71,12 @@ struct Step {
   int scale_layer = -1;
   int scale_buf = -1, scaled_buf = -1, scale_w_buf = -1;
   int scale_conv = -1;
+  // kConv: the max-pool before it (Fusions::prepool), not computed by its own producer's kernel,
+  // that the conv1x1 kernel takes as it stages the conv's input (each window's maximum of the
+  // pool's input, prepool_buf): then the pool does not run and its output never exists. kPool:
+  // that conv. Whether it does is the executor's (the conv1x1 kernel chosen, GpuTuning::fuse_prepool).
+  int prepool_layer = -1, prepool_buf = -1;
+  int prepool_conv = -1;
   // kConv, one filter per channel (groups == channels == filters): the whole-plane average pool
   // (global, or adaptive to 1x1) that reads its output (no residual add in its epilogue: that
   // pass follows the kernel), a squeeze-and-excitation block's, which
@@ -130,7 +136,8 @@ NhwcLayout make_nhwc_layout(const Network& net, const Plan& plan);
 // the network output (and its FP32 copy, made right after the output's step) is read at
 // steps.size() (the argmax and the copy to the host). Over every algorithm a step may run: a
 // conv whose implicit kernel may compute the 2x2 pool writes the pool's buffer at its own step,
-// a residual input (and a folded mul's inputs and per-image filters) is read at its conv's step,
+// a residual input (and a folded mul's inputs and per-image filters, and the input of a max-pool
+// the conv1x1 kernel may take, Step::prepool_buf) is read at its conv's step,
 // a conv's split input (Step::split_buf) is written and read at its step, a concat's buffer is
 // written at the step of each conv that may write into it (Step::concat_step),
 // and a layer computed in its producer's epilogue
