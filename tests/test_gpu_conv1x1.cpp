@@ -68,6 +68,31 @@ TEST_CASE(
 
 namespace {
 
+// The reports' words: the storage that ends an algo string, and the kernel's opening words.
+std::string stored_words(Precision prec) {
+  return std::string(prec == Precision::kFp16   ? "fp16"
+                     : prec == Precision::kBf16 ? "bf16"
+                                                : "fp32") +
+         " NHWC)";
+}
+std::string kernel_words(Precision prec) {
+  return std::string("conv1x1(") +
+         (prec == Precision::kFp32   ? "3xTF32 "
+          : prec == Precision::kTf32 ? "TF32 "
+                                     : "") +
+         "tensor cores, ";
+}
+
+// n images channels last at prec in blocks of 16 (the last one partial where 16 does not divide n).
+RunOptions blocks_of_16(int64_t n, Precision prec) {
+  RunOptions o;
+  o.batch = n;
+  o.block = 16;
+  o.layout = Layout::kNhwc;
+  o.precision = prec;
+  return o;
+}
+
 // An MBConv-like chain of 1x1 convs: K 16 -> 96 filters (a 64-filter chunk and a 32 one), 96 -> 24
 // (three n8 tiles: an odd count), 24 -> 40 (K padded to 32; 40 = 16 + 16 + 8 filters), 40 -> 24
 // with a residual add and a hardswish after it (in its epilogue), then two 1x1 convs read only
@@ -125,21 +150,9 @@ TEST_CASE("gpu: the conv1x1 kernel, with its bias, residual and activations, vs 
   Dataset data = test::gpu_random_data(net.input, n, 10, 7);
   for (Precision prec : {Precision::kFp16, Precision::kBf16, Precision::kTf32, Precision::kFp32}) {
     INFO(std::string(precision_name(prec)));
-    RunOptions o;
-    o.batch = n;
-    o.block = 16;
-    o.layout = Layout::kNhwc;
-    o.precision = prec;
+    RunOptions o = blocks_of_16(n, prec);
     const RunResult r = gpu->run(data, o);
-    const std::string stored = std::string(prec == Precision::kFp16   ? "fp16"
-                                           : prec == Precision::kBf16 ? "bf16"
-                                                                      : "fp32") +
-                               " NHWC)";
-    const std::string k = std::string("conv1x1(") +
-                          (prec == Precision::kFp32   ? "3xTF32 "
-                           : prec == Precision::kTf32 ? "TF32 "
-                                                      : "") +
-                          "tensor cores, ";
+    const std::string stored = stored_words(prec), k = kernel_words(prec);
     const std::map<std::string, std::string> want = {
         {"e1", k + "bias+silu epilogue, " + stored},
         {"p1", k + "bias epilogue, " + stored},
@@ -284,25 +297,13 @@ TEST_CASE("gpu: the conv1x1 kernel takes the max-pool before it: the separate po
   Dataset data = test::gpu_random_data(net.input, n, 10, 13);
   for (Precision prec : {Precision::kFp16, Precision::kBf16, Precision::kTf32, Precision::kFp32}) {
     INFO(std::string(precision_name(prec)));
-    RunOptions o;
-    o.batch = n;
-    o.block = 16;
-    o.layout = Layout::kNhwc;
-    o.precision = prec;
+    RunOptions o = blocks_of_16(n, prec);
     o.want_probs = true;
     const RunResult r = gpu->run(data, o);
     RunOptions apart_o = o;
     apart_o.tuning.fuse_prepool = false;
     const RunResult apart = gpu->run(data, apart_o);
-    const std::string stored = std::string(prec == Precision::kFp16   ? "fp16"
-                                           : prec == Precision::kBf16 ? "bf16"
-                                                                      : "fp32") +
-                               " NHWC)";
-    const std::string k = std::string("conv1x1(") +
-                          (prec == Precision::kFp32   ? "3xTF32 "
-                           : prec == Precision::kTf32 ? "TF32 "
-                                                      : "") +
-                          "tensor cores, ";
+    const std::string stored = stored_words(prec), k = kernel_words(prec);
     const std::map<std::string, std::string> want = {
         {"s1", k + "A the maxima of p1's windows, bias+relu epilogue, " + stored},
         {"p1", "fused into s1"},
