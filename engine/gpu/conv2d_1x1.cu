@@ -48,6 +48,7 @@ constexpr int kStagePitch = kChunk + 8;  // stage rows (values): the fragments' 
 struct Geometry {
   int kp, pitch, np;  // K padded to a k-step (32 bytes), staged row pitch (values), N padded to 16
   size_t stage, bias, w, a;
+  size_t smem() const { return stage + bias + w + a; }  // a block's shared memory
 };
 
 __host__ __device__ inline Geometry geometry(int K, int N, int es, bool one_a = false) {
@@ -351,7 +352,7 @@ size_t conv1x1_smem(const ConvParams& p, Precision prec) {
   if (p.in_c < 1 || p.filters < 1) return 0;
   const Geometry g = geometry(static_cast<int>(p.in_c), static_cast<int>(p.filters),
                               static_cast<int>(storage_bytes(storage_of(prec))));
-  return g.stage + g.bias + g.w + g.a;
+  return g.smem();
 }
 
 std::string conv1x1_cannot_run(const ConvParams& p, Precision prec, bool channels_last) {
@@ -414,8 +415,8 @@ void launch_conv1x1(const ConvParams& p, Precision prec, const Conv1x1Io& io, in
     taps.in_h = a.in_h, taps.in_w = a.in_w, taps.stride_h = a.stride_h, taps.stride_w = a.stride_w,
     taps.pad_h = a.pad_h, taps.pad_w = a.pad_w;
   }
-  const Geometry gm = geometry(K, N, static_cast<int>(storage_bytes(storage_of(prec))), io.pool != nullptr);
-  const size_t smem = gm.stage + gm.bias + gm.w + gm.a;
+  const size_t smem =
+      geometry(K, N, static_cast<int>(storage_bytes(storage_of(prec))), io.pool != nullptr).smem();
   const int64_t tiles = (pixels + kTilePixels - 1) / kTilePixels;
   auto run = [&](auto* tag, auto prec_tag) {
     using T = std::remove_pointer_t<decltype(tag)>;

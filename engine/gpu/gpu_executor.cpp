@@ -350,9 +350,8 @@ class GpuExecutor : public Executor {
   bool fuses_mean(const Step& st, ConvAlgo algo) const {
     return algo == ConvAlgo::kDepthwise && mean_slots(st) > 0;
   }
-  // The max-pool before conv step `st` (Step::prepool_layer), its input plane and windows.
-  Pool2dArgs prepool_args(const Step& st) const {
-    const Step& ps = step(st.prepool_layer);
+  // Pool step `ps`'s input plane, windows and output.
+  Pool2dArgs pool_args_of(const Step& ps) const {
     return pool_args(layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p, ps.in_shape,
                      ps.out_shape);
   }
@@ -360,7 +359,8 @@ class GpuExecutor : public Executor {
   // kernel where it can, GpuTuning::fuse_prepool (conv1x1 runs channels last only).
   bool takes_prepool(const Step& st, ConvAlgo algo, const GpuTuning& t) const {
     return st.prepool_layer >= 0 && t.fuse_prepool && algo == ConvAlgo::kConv1x1 &&
-           conv1x1_pool_cannot_run(st.conv, prepool_args(st), st.residual_buf >= 0).empty();
+           conv1x1_pool_cannot_run(st.conv, pool_args_of(step(st.prepool_layer)), st.residual_buf >= 0)
+               .empty();
   }
   bool pool_fused(const Step& st) const {  // kPool: computed by its conv this run
     return (st.pool_conv >= 0 && fuses_pool(step(st.pool_conv), selector_.chosen(st.pool_conv), tuning_)) ||
@@ -647,7 +647,8 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       if (in_place(st, algo)) io.y = slice_ptr(st, s), io.y_ld = st.concat_ld;
       Pool2dArgs pool;  // with the max-pool before it: x is the pool's input
       if (takes_prepool(st, algo, tuning_))
-        pool = prepool_args(st), io.pool = &pool, io.x = s.bufs[static_cast<size_t>(st.prepool_buf)].get();
+        pool = pool_args_of(step(st.prepool_layer)), io.pool = &pool,
+        io.x = s.bufs[static_cast<size_t>(st.prepool_buf)].get();
       launch_conv1x1(st.conv, prec_, io, n, act_fn(st.act), s.stream);
       return;
     }
@@ -729,32 +730,29 @@ void GpuExecutor::time_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
     preprocess(s, n);
   // The mul the gemm convolution folds (it runs channels last only: NCHW, no candidate saves it).
   if (st.scale_layer >= 0 && nhwc_ && algo != ConvAlgo::kGemm) run_step_nhwc(step(st.scale_layer), s, n);
-  // The max-pool before it that the conv1x1 kernel takes (launched here whatever the conv's
-  // algorithm chosen so far: run_step_nhwc skips a pool fused this run).
-  if (st.prepool_layer >= 0 && nhwc_ && !takes_prepool(st, algo, tuning_)) {
-    const Step& ps = step(st.prepool_layer);
-    launch_pool2d_nhwc(s.bufs[static_cast<size_t>(ps.ins[0])].get(),
-                       s.bufs[static_cast<size_t>(ps.out)].get(), storage(), n, prepool_args(st), s.stream,
-                       pool_row_cols_arg());
-  }
-  run_conv(st, s, n, algo);
-  // A concat's input not written in place: the concat's copy of it.
-  if (slice_candidate(st) && !in_place(st, algo)) copy_into_concat(st, s, n);
-  // A pool of the conv's output, in that output's own layout and storage (an FP32 NCHW pool over
-  // 16-bit channels-last buffers reads and writes past them).
-  auto pool_pass = [&](int pool_layer) {
+  // Pool layer `pool_layer` reading buffer `in_buf`, in that buffer's own layout and storage (an
+  // FP32 NCHW pool over 16-bit channels-last buffers reads and writes past them), launched here
+  // whatever this run chose so far (run_step_nhwc skips a pool fused this run).
+  auto pool_pass = [&](int pool_layer, int in_buf) {
     const Step& ps = step(pool_layer);
-    const Pool2dArgs a = pool_args(layer_as<PoolLayer>(*net_.layers[static_cast<size_t>(ps.layer)]).p,
-                                   ps.in_shape, ps.out_shape);
-    void* in = s.bufs[static_cast<size_t>(st.out)].get();
+    const Pool2dArgs a = pool_args_of(ps);
+    void* in = s.bufs[static_cast<size_t>(in_buf)].get();
     void* out = s.bufs[static_cast<size_t>(ps.out)].get();
-    if (is_nhwc(st.out))
+    if (is_nhwc(in_buf))
       launch_pool2d_nhwc(in, out, storage(), n, a, s.stream, pool_row_cols_arg());
     else
       launch_pool2d(static_cast<const float*>(in), static_cast<float*>(out), n, a, s.stream);
   };
-  if (mean_slots(st) > 0 && !fuses_mean(st, algo)) pool_pass(st.mean_layer);
-  if (st.pool_layer >= 0 && tuning_.fuse_pool && !fuses_pool(st, algo, tuning_)) pool_pass(st.pool_layer);
+  // The max-pool before it that the conv1x1 kernel takes.
+  if (st.prepool_layer >= 0 && nhwc_ && !takes_prepool(st, algo, tuning_))
+    pool_pass(st.prepool_layer, st.prepool_buf);
+  run_conv(st, s, n, algo);
+  // A concat's input not written in place: the concat's copy of it.
+  if (slice_candidate(st) && !in_place(st, algo)) copy_into_concat(st, s, n);
+  // A pool of the conv's output.
+  if (mean_slots(st) > 0 && !fuses_mean(st, algo)) pool_pass(st.mean_layer, st.out);
+  if (st.pool_layer >= 0 && tuning_.fuse_pool && !fuses_pool(st, algo, tuning_))
+    pool_pass(st.pool_layer, st.out);
 }
 
 // Channels last: the storage-format passes of nhwc.h; a fully-connected layer or a softmax runs
@@ -790,8 +788,7 @@ void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
                                 s.stream);
     case Op::kPool:
       if (pool_fused(st)) return;  // its conv (the stem kernel) wrote it
-      return launch_pool2d_nhwc(buf(st.ins[0]), buf(st.out), t, n,
-                                pool_args(layer_as<PoolLayer>(l).p, st.in_shape, st.out_shape), s.stream,
+      return launch_pool2d_nhwc(buf(st.ins[0]), buf(st.out), t, n, pool_args_of(st), s.stream,
                                 pool_row_cols_arg());
     case Op::kAffine:
       if (!in_nhwc) break;
@@ -863,8 +860,7 @@ void GpuExecutor::run_step(const Step& st, Slot& s, int64_t n) {
       return launch_act(buf(st.ins[0]), buf(st.out), n * st.out_shape.size(), act_fn(st.act), s.stream);
     case Op::kPool:
       if (pool_fused(st)) return;  // its conv wrote it
-      return launch_pool2d(buf(st.ins[0]), buf(st.out), n,
-                           pool_args(layer_as<PoolLayer>(l).p, st.in_shape, st.out_shape), s.stream);
+      return launch_pool2d(buf(st.ins[0]), buf(st.out), n, pool_args_of(st), s.stream);
     case Op::kMul: {
       const MulParams& p = layer_as<MulLayer>(l).p;
       std::vector<MulInput> in;
