@@ -11,6 +11,7 @@
 
 #include "engine/gpu/conv2d_1x1.h"
 #include "engine/gpu/conv_selector.h"
+#include "engine/gpu/nhwc.h"
 #include "engine/gpu_api.h"
 #include "engine/network.h"
 #include "engine/validate.h"
@@ -62,6 +63,21 @@ TEST_CASE(
   CHECK(conv1x1_smem(q, Precision::kFp16) > kConv1x1MaxSmem);
   CHECK(conv1x1_cannot_run(q, Precision::kFp16, true).find("bytes of shared memory at fp16") !=
         std::string::npos);
+  // Taking the max-pool before it, the kernel stages one A buffer, not two: SqueezeNet's
+  // features.9.squeeze (256 -> 48) fits in 16-bit storage only so, its features.6.squeeze
+  // (128 -> 32) in FP32 storage.
+  q = p, q.in_c = 256, q.filters = 48;
+  CHECK(conv1x1_smem(q, Precision::kFp16, true) < conv1x1_smem(q, Precision::kFp16));
+  CHECK(conv1x1_smem(q, Precision::kFp16, true) + size_t(2) * 128 * 264 == conv1x1_smem(q, Precision::kFp16));
+  CHECK(conv1x1_cannot_run(q, Precision::kFp16, true).find("bytes of shared memory at fp16") !=
+        std::string::npos);
+  CHECK(conv1x1_cannot_run(q, Precision::kFp16, true, true).empty());
+  CHECK_FALSE(conv_cannot_run(q, ConvAlgo::kConv1x1, 64, Precision::kBf16, true).empty());
+  CHECK(conv_cannot_run(q, ConvAlgo::kConv1x1, 64, Precision::kBf16, true, true).empty());
+  q.in_c = 128, q.filters = 32;
+  CHECK_FALSE(conv1x1_cannot_run(q, Precision::kFp32, true).empty());
+  CHECK(conv1x1_cannot_run(q, Precision::kFp32, true, true).empty());
+  CHECK(conv1x1_cannot_run(q, Precision::kFp32, false, true).find("channels last") != std::string::npos);
   CHECK(conv_algo_name(ConvAlgo::kConv1x1) == std::string("conv1x1"));
   CHECK(parse_conv_algo("conv1x1") == ConvAlgo::kConv1x1);
 }
@@ -346,6 +362,70 @@ TEST_CASE("gpu: the conv1x1 kernel takes the max-pool before it: the separate po
     }
     CHECK(v.pass);
     CHECK(v.prediction_mismatches == 0);
+  }
+}
+
+TEST_CASE(
+    "gpu: a conv1x1 that fits only with the max-pool's one A buffer runs with the pool, else is refused" *
+    doctest::skip(!gpu_present())) {
+  // SqueezeNet's features.9.squeeze in 16-bit storage (256 -> 48) and its features.6.squeeze in
+  // FP32 storage (128 -> 32): conv1x1's two A buffers do not fit, the pooled form's one does.
+  for (Precision prec : {Precision::kFp16, Precision::kBf16, Precision::kTf32, Precision::kFp32}) {
+    INFO(std::string(precision_name(prec)));
+    const bool wide = storage_bytes(storage_of(prec)) == 2;
+    const std::string k_in = wide ? "256" : "128", filters = wide ? "48" : "32";
+    Network net = parse_netdef_string(R"(
+name: wide_prepool
+input: {channels: 3, height: 13, width: 11}
+classes: 10
+layers:
+  - {name: c1, type: conv, filters: )" + k_in +
+                                          R"(, kernel: 3, pad: 1}
+  - {name: r1, type: relu}
+  - {name: p, type: maxpool, size: 3, stride: 2, ceil_mode: true}
+  - {name: s, type: conv, filters: )" + filters +
+                                          R"(, kernel: 1, algo: conv1x1}
+  - {name: sr, type: relu}
+  - {name: g, type: avgpool, global: true}
+  - {name: f, type: flatten}
+  - {name: fc, type: fc, outputs: 10}
+)",
+                                      "wide_prepool.yaml");
+    test::random_weights(net, 59);
+    auto gpu = make_gpu_executor(net);
+    auto cpu = make_cpu_executor(net);
+    const int64_t n = 21;  // blocks of 16 and 5
+    Dataset data = test::gpu_random_data(net.input, n, 10, 19);
+    RunOptions o = blocks_of_16(n, prec);
+    ConvParams sp;
+    sp.filters = std::stoi(filters), sp.kernel_h = sp.kernel_w = 1, sp.in_c = std::stoi(k_in);
+    sp.in_h = sp.out_h = 6, sp.in_w = sp.out_w = 5;
+    REQUIRE_FALSE(conv1x1_cannot_run(sp, prec, true).empty());
+    REQUIRE(conv1x1_cannot_run(sp, prec, true, true).empty());
+    const RunResult r = gpu->run(data, o);
+    std::map<std::string, std::string> algo;
+    for (const LayerTime& t : r.layers) algo[t.name] = t.algo;
+    CHECK(algo["s"] ==
+          kernel_words(prec) + "A the maxima of p's windows, bias+relu epilogue, " + stored_words(prec));
+    CHECK(algo["p"] == "fused into s");
+    const Validation v = validate(*gpu, *cpu, net, data, n, o);
+    for (const LayerCheck& c : v.layers) {
+      INFO(c.name << ": " << c.max_rel);
+      CHECK(c.pass);
+    }
+    CHECK(v.pass);
+    // Without the pool the pinned kernel cannot hold the conv, and says so.
+    RunOptions apart = o;
+    apart.tuning.fuse_prepool = false;
+    try {
+      gpu->run(data, apart);
+      FAIL("a conv1x1 too wide for two A buffers ran without its pool");
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(what.find("layer 's': the conv1x1 convolution cannot run it") != std::string::npos);
+      CHECK(what.find("bytes of shared memory at " + std::string(precision_name(prec))) != std::string::npos);
+    }
   }
 }
 

@@ -348,14 +348,14 @@ int blocks_per_sm(size_t smem) {
 
 }  // namespace
 
-size_t conv1x1_smem(const ConvParams& p, Precision prec) {
+size_t conv1x1_smem(const ConvParams& p, Precision prec, bool pooled) {
   if (p.in_c < 1 || p.filters < 1) return 0;
   const Geometry g = geometry(static_cast<int>(p.in_c), static_cast<int>(p.filters),
-                              static_cast<int>(storage_bytes(storage_of(prec))));
+                              static_cast<int>(storage_bytes(storage_of(prec))), pooled);
   return g.smem();
 }
 
-std::string conv1x1_cannot_run(const ConvParams& p, Precision prec, bool channels_last) {
+std::string conv1x1_cannot_run(const ConvParams& p, Precision prec, bool channels_last, bool pooled) {
   if (!channels_last) return "the conv1x1 kernel runs channels last (--layout nhwc) only";
   if (p.kernel_h != 1 || p.kernel_w != 1) return "the conv1x1 kernel runs 1x1 windows only";
   if (p.stride_h != 1 || p.stride_w != 1) return "the conv1x1 kernel runs stride 1 only";
@@ -365,7 +365,7 @@ std::string conv1x1_cannot_run(const ConvParams& p, Precision prec, bool channel
   if (p.in_c % 8 != 0 || p.filters % 8 != 0)
     return "the conv1x1 kernel needs input channels and filters in multiples of 8 (here " +
            std::to_string(p.in_c) + " and " + std::to_string(p.filters) + ")";
-  if (const size_t smem = conv1x1_smem(p, prec); smem > kConv1x1MaxSmem)
+  if (const size_t smem = conv1x1_smem(p, prec, pooled); smem > kConv1x1MaxSmem)
     return "the conv1x1 kernel's filters and stages (" + std::to_string(p.filters) + " filters of " +
            std::to_string(p.in_c) + " channels) need " + std::to_string(smem) +
            " bytes of shared memory at " + precision_name(prec) + ", more than " +
@@ -394,7 +394,8 @@ std::string conv1x1_pool_cannot_run(const ConvParams& p, const Pool2dArgs& a, bo
 
 void launch_conv1x1(const ConvParams& p, Precision prec, const Conv1x1Io& io, int64_t n, ActFn act,
                     cudaStream_t s) {
-  if (const std::string why = conv1x1_cannot_run(p, prec, true); !why.empty()) throw Error("conv1x1: " + why);
+  if (const std::string why = conv1x1_cannot_run(p, prec, true, io.pool != nullptr); !why.empty())
+    throw Error("conv1x1: " + why);
   if (io.pool)
     if (const std::string why = conv1x1_pool_cannot_run(p, *io.pool, io.z != nullptr); !why.empty())
       throw Error("conv1x1: " + why);

@@ -25,12 +25,14 @@ namespace cnnrun::gpu {
 // "" when the conv1x1 kernel computes this convolution at `prec` in the layout given, else why
 // not: channels last, a 1x1 window of stride 1, unpadded, undilated, groups 1, input channels
 // and filters multiples of 8, and the filters and a tile's stages within kConv1x1MaxSmem bytes of
-// shared memory (input channels up to 256 in 16-bit storage, 128 in FP32).
-std::string conv1x1_cannot_run(const ConvParams& p, Precision prec, bool channels_last);
+// shared memory (input channels up to 256 in 16-bit storage, 128 in FP32). `pooled`: the kernel
+// takes the max-pool before the conv (Conv1x1Io::pool), whose maxima go through registers into one
+// A buffer instead of two, so that wider convs fit.
+std::string conv1x1_cannot_run(const ConvParams& p, Precision prec, bool channels_last, bool pooled = false);
 
-// The shared memory a block of the kernel takes for p at prec (0 where it cannot run).
+// The shared memory a block of the kernel takes for p at prec, `pooled` as above (0 where it cannot run).
 constexpr size_t kConv1x1MaxSmem = size_t(160) << 10;
-size_t conv1x1_smem(const ConvParams& p, Precision prec);
+size_t conv1x1_smem(const ConvParams& p, Precision prec, bool pooled = false);
 
 struct Conv1x1Io {
   const void* x = nullptr;      // n x H x W x C in the storage format

@@ -17,8 +17,8 @@ const char* nhwc_conv_algos() {
   return "cuDNN, cudnn-3xtf32, the depthwise kernel, cutlass, the stem kernel, gemm or conv1x1";
 }
 
-std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Precision prec,
-                            bool channels_last) {
+std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Precision prec, bool channels_last,
+                            bool pooled) {
   std::string why;
   if (channels_last && (algo == ConvAlgo::kImplicit || algo == ConvAlgo::kIm2col))
     return std::string("channels last (--layout nhwc) runs convolutions through ") + nhwc_conv_algos();
@@ -45,7 +45,7 @@ std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Preci
     case ConvAlgo::kCudnn3xTf32:
       return cudnn_3xtf32_cannot_run(p, prec, channels_last);
     case ConvAlgo::kConv1x1:
-      return conv1x1_cannot_run(p, prec, channels_last);
+      return conv1x1_cannot_run(p, prec, channels_last, pooled);
     case ConvAlgo::kAuto:
       break;
   }
@@ -61,7 +61,7 @@ void ConvSelector::resolve(const Network& net, const Plan& plan, ConvAlgo forced
     Conv& c = convs_[static_cast<size_t>(st.layer)];
     ConvAlgo a = forced != ConvAlgo::kAuto ? forced : l.algo;
     if (a != ConvAlgo::kAuto) {
-      if (const std::string why = conv_cannot_run(st.conv, a, block, prec_, channels_last_); !why.empty())
+      if (const std::string why = cannot_run(st, a, block); !why.empty())
         throw Error(l.loc.str() + ": layer '" + l.name + "': the " + conv_algo_name(a) +
                     " convolution cannot run it: " + why);
     }
@@ -79,11 +79,23 @@ void ConvSelector::set_format(Precision prec, bool channels_last) {
   channels_last_ = channels_last;
 }
 
+void ConvSelector::set_pooled(int i, bool pooled) {
+  char& f = pooled_[static_cast<size_t>(i)];
+  if (f == static_cast<char>(pooled)) return;
+  f = static_cast<char>(pooled);
+  convs_[static_cast<size_t>(i)].tuned = ConvAlgo::kAuto;
+  convs_[static_cast<size_t>(i)].tuned_n = 0;
+}
+
+std::string ConvSelector::cannot_run(const Step& st, ConvAlgo algo, int64_t n) const {
+  return conv_cannot_run(st.conv, algo, n, prec_, channels_last_,
+                         pooled_[static_cast<size_t>(st.layer)] != 0);
+}
+
 bool ConvSelector::may_use_at(const Plan& plan, int i, ConvAlgo algo) const {
   if (chosen(i) == algo) return true;
   // Any block size: whether auto may pick it, not whether it fits this block.
-  return chosen(i) == ConvAlgo::kAuto &&
-         conv_cannot_run(plan.steps[static_cast<size_t>(i)].conv, algo, 1, prec_, channels_last_).empty();
+  return chosen(i) == ConvAlgo::kAuto && cannot_run(plan.steps[static_cast<size_t>(i)], algo, 1).empty();
 }
 
 bool ConvSelector::may_use(const Plan& plan, ConvAlgo algo) const {
@@ -124,7 +136,7 @@ void ConvSelector::search(const Network& net, const Plan& plan, int64_t n, const
       for (ConvAlgo a : kConvAlgoCandidates) {
         ConvTuning::Candidate cand;
         cand.algo = conv_algo_name(a);
-        if (!conv_cannot_run(st.conv, a, n, prec_, channels_last_).empty()) {
+        if (!cannot_run(st, a, n).empty()) {
           cand.outcome = Outcome::kNotApplicable;
         } else {
           try {

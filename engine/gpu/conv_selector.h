@@ -21,16 +21,21 @@ const char* nhwc_conv_algos();
 // implicit: dense undilated convs its tiles fit; im2col: dense ones; depthwise: groups ==
 // channels; cudnn: every one; cutlass: dense ones at FP32 channels last (cutlass_cannot_run).
 // channels_last (--layout nhwc): the algorithms nhwc_conv_algos() names, each where it can run.
-std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Precision prec,
-                            bool channels_last);
+// pooled: conv1x1 would take the max-pool before the conv (conv1x1_cannot_run's `pooled`).
+std::string conv_cannot_run(const ConvParams& p, ConvAlgo algo, int64_t n, Precision prec, bool channels_last,
+                            bool pooled = false);
 
 class ConvSelector {
  public:
-  explicit ConvSelector(size_t steps) : convs_(steps) {}
+  explicit ConvSelector(size_t steps) : convs_(steps), pooled_(steps, 0) {}
 
   // The operands' precision and the activations' layout from now on (the candidates differ;
   // auto's picks are forgotten when either changes).
   void set_format(Precision prec, bool channels_last);
+  // Whether conv step i, run by conv1x1, takes the max-pool before it (the executor's rule: the
+  // plan's Step::prepool_layer, the tuning, the pool's windows), which lets conv1x1 run wider
+  // convs (conv_cannot_run's `pooled`). A change forgets auto's pick for that conv.
+  void set_pooled(int i, bool pooled);
 
   // Each conv's algorithm for a run of blocks of `block` images: `forced` (kAuto: none), else
   // the netdef's, else auto's pick timed on this block size (any earlier pick with
@@ -69,7 +74,10 @@ class ConvSelector {
     int64_t tuned_n = 0;                // the block size it was timed on
     ConvTuning search;                  // the search that picked `tuned` (layer empty: none yet)
   };
+  // conv_cannot_run for conv step st with this selector's format and st's pooled_ flag
+  std::string cannot_run(const Step& st, ConvAlgo algo, int64_t n) const;
   std::vector<Conv> convs_;
+  std::vector<char> pooled_;  // per step: set_pooled
   bool any_auto_ = false;
   Precision prec_ = Precision::kFp32;
   bool channels_last_ = false;

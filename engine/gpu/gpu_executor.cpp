@@ -229,6 +229,9 @@ class GpuExecutor : public Executor {
     if (!why.empty()) throw Error(why);
     weights_->upload(net_, plan_, prec_, opt.tuning.pack_low);
     set_format(opt.precision, nhwc);
+    // The convs conv1x1 would run with the max-pool before them: its one A buffer lets wider ones fit.
+    for (const Step& st : plan_.steps)
+      if (st.op == Op::kConv) selector_.set_pooled(st.layer, takes_prepool(st, ConvAlgo::kConv1x1, tuning_));
     if (nhwc_) weights_->upload_nhwc(net_, plan_, prec_);
     const CudnnConv::GraphUse use = !opt.tuning.cudnn_graph  ? CudnnConv::GraphUse::kOff
                                     : opt.tuning.graph_first ? CudnnConv::GraphUse::kFirst
