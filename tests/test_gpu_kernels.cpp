@@ -198,6 +198,59 @@ TEST_CASE("gpu: SiLU and sigmoid stored in fp16 and bf16 within one unit of the 
   }
 }
 
+// FP32 storage at --precision tf32: ActFn::fast takes the same approximate SiLU and sigmoid in
+// FP32 (the executor sets it there). Each output within a few FP32 ulp of the exact value, with the
+// accurate functions' limits; without the flag the accurate ones, and the two differ somewhere (the
+// flag is honoured).
+TEST_CASE(
+    "gpu: SiLU and sigmoid in FP32 storage with ActFn::fast within a few ulp, and not the accurate bits" *
+    doctest::skip(!gpu_present())) {
+  Stream st;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {0.f,  -0.f,  inf,  -inf,  std::nanf(""), 1e-6f, -1e-6f,
+                          80.f, -80.f, 87.f, -87.f, 100.f,         -100.f};
+  for (float v : test::random_floats(997, 13, -20.f, 20.f)) x.push_back(v);
+  const int64_t n = static_cast<int64_t>(x.size());
+  DevBuf xs = upload(x.data(), x.size()), zero(x.size() * sizeof(float)), ys(x.size() * sizeof(float));
+  CUDA_CHECK(cudaMemsetAsync(zero.get(), 0, x.size() * sizeof(float), st.s));
+  for (Act kind : {Act::kSilu, Act::kSigmoid}) {
+    for (bool add : {false, true}) {
+      std::vector<float> got[2];
+      for (bool fast : {false, true}) {
+        ActFn a{kind};
+        a.fast = fast;
+        if (add)
+          launch_add_storage({xs.get(), zero.get()}, ys.get(), Storage::kF32, n, a, st.s);
+        else
+          launch_act_storage(xs.get(), ys.get(), Storage::kF32, n, a, st.s);
+        got[fast] = download(ys, x.size(), st.s);
+        // The accurate functions to a few ulp (2^-20; FP32's ulp is 2^-23 of the binade); the
+        // approximate ones to 2^-16: x * log2(e) is rounded before the exponential, an error of up
+        // to |x| 2^-24 in the exponent (about 2^-17.5 at |x| = 87), still far under TF32's 2^-11;
+        // 2^-118 absolute below, where the fast reciprocal flushes (as the 16-bit case above).
+        const double rel = fast ? std::ldexp(1.0, -16) : std::ldexp(1.0, -20), tiny = std::ldexp(1.0, -118);
+        size_t bad = x.size();
+        for (size_t i = 0; i < x.size() && bad == x.size(); ++i) {
+          const double want = act_ref(a, x[i]), g = got[fast][i];
+          if (std::isnan(want) || std::isinf(want)) {
+            if (std::isnan(want) != std::isnan(g) || (std::isinf(want) && g != want)) bad = i;
+          } else if (!(std::fabs(g - want) <= rel * std::fabs(want) + tiny)) {
+            bad = i;
+          }
+        }
+        INFO(act_fn_name(a) << (fast ? " fast" : " accurate") << (add ? " add pass" : " act pass"));
+        if (bad != x.size())
+          INFO("input " << x[bad] << ": gpu " << got[fast][bad] << ", exact " << act_ref(a, x[bad]));
+        CHECK(bad == x.size());
+      }
+      size_t differ = 0;
+      for (size_t i = 0; i < x.size(); ++i) differ += std::memcmp(&got[0][i], &got[1][i], sizeof(float)) != 0;
+      INFO(act_fn_name(ActFn{kind}) << (add ? " add pass" : " act pass"));
+      CHECK(differ > 0);
+    }
+  }
+}
+
 TEST_CASE("gpu: bias+activation epilogue kernel" * doctest::skip(!gpu_present())) {
   Stream st;
   struct Case {

@@ -13,48 +13,6 @@ namespace cnnrun::gpu {
 
 __device__ __forceinline__ float clamp06(float x) { return fminf(fmaxf(x, 0.f), 6.f); }
 
-__device__ __forceinline__ float act_eval(Act kind, float slope, float x) {
-  switch (kind) {
-    case Act::kIdentity:
-      return x;
-    case Act::kRelu:
-      return x > 0.f ? x : 0.f;
-    case Act::kRelu6:
-      return x > 0.f ? fminf(x, 6.f) : 0.f;
-    case Act::kLeakyRelu:
-      return x > 0.f ? x : __fmul_rn(x, slope);
-    case Act::kHardswish:
-      return __fdiv_rn(__fmul_rn(x, clamp06(__fadd_rn(x, 3.f))), 6.f);
-    case Act::kHardsigmoid:
-      return __fdiv_rn(clamp06(__fadd_rn(x, 3.f)), 6.f);
-    case Act::kSilu:
-      return __fdiv_rn(x, __fadd_rn(1.f, expf(-x)));
-    case Act::kGelu:
-      return __fmul_rn(__fmul_rn(x, 0.5f), __fadd_rn(1.f, erff(__fmul_rn(x, 0.70710678118654752f))));
-    case Act::kGeluTanh: {
-      const float inner =
-          __fmul_rn(0.79788456080286536f, __fadd_rn(x, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x)));
-      return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.f, tanhf(inner)));
-    }
-    case Act::kTanh:
-      return tanhf(x);
-    case Act::kSigmoid:
-      return __fdiv_rn(1.f, __fadd_rn(1.f, expf(-x)));
-  }
-  return x;
-}
-
-__device__ __forceinline__ float act_eval(const ActFn& a, float x) { return act_eval(a.kind, a.slope, x); }
-
-// The hardware's tanh (tanh.approx.f32, sm_75 on): one instruction, relative error about 2^-11
-// (PTX ISA), the size of one rounding to TF32 or FP16 (BF16: 2^-8). Only in kernels run at
-// those precisions (kernel_tc.cuh's tanh_avg4); act_eval keeps tanhf.
-__device__ __forceinline__ float tanh_approx(float x) {
-  float y;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 // The hardware's 2^x and 1/x with subnormal results flushed to zero (ex2.approx.ftz.f32,
 // rcp.approx.ftz.f32): one MUFU instruction each. __expf and __fdividef are the same MUFU
 // operations wrapped in the subnormal handling of their non-ftz forms (about 15 instructions a
@@ -70,6 +28,59 @@ __device__ __forceinline__ float rcp_ftz(float x) {
   return y;
 }
 
+// act_eval with `fast`: SiLU and sigmoid through ex2_ftz and rcp_ftz (as act_eval_fast below), a
+// branch inside those two cases only, so that an FP32-storage epilogue that takes `fast` at run time
+// (ActFn::fast) holds one copy of the switch: two copies (the accurate one and the fast one) doubled
+// the FP32 stem kernel's code to 430 KB and ran it 2.2x slower (docs/performance.md, Session 41).
+__device__ __forceinline__ float act_eval_any(Act kind, float slope, bool fast, float x) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  switch (kind) {
+    case Act::kIdentity:
+      return x;
+    case Act::kRelu:
+      return x > 0.f ? x : 0.f;
+    case Act::kRelu6:
+      return x > 0.f ? fminf(x, 6.f) : 0.f;
+    case Act::kLeakyRelu:
+      return x > 0.f ? x : __fmul_rn(x, slope);
+    case Act::kHardswish:
+      return __fdiv_rn(__fmul_rn(x, clamp06(__fadd_rn(x, 3.f))), 6.f);
+    case Act::kHardsigmoid:
+      return __fdiv_rn(clamp06(__fadd_rn(x, 3.f)), 6.f);
+    case Act::kSilu:
+      if (fast) return __fmul_rn(x, rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -kLog2e)))));
+      return __fdiv_rn(x, __fadd_rn(1.f, expf(-x)));
+    case Act::kGelu:
+      return __fmul_rn(__fmul_rn(x, 0.5f), __fadd_rn(1.f, erff(__fmul_rn(x, 0.70710678118654752f))));
+    case Act::kGeluTanh: {
+      const float inner =
+          __fmul_rn(0.79788456080286536f, __fadd_rn(x, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, x), x), x)));
+      return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.f, tanhf(inner)));
+    }
+    case Act::kTanh:
+      return tanhf(x);
+    case Act::kSigmoid:
+      if (fast) return rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -kLog2e))));
+      return __fdiv_rn(1.f, __fadd_rn(1.f, expf(-x)));
+  }
+  return x;
+}
+
+__device__ __forceinline__ float act_eval(Act kind, float slope, float x) {
+  return act_eval_any(kind, slope, false, x);
+}
+
+__device__ __forceinline__ float act_eval(const ActFn& a, float x) { return act_eval(a.kind, a.slope, x); }
+
+// The hardware's tanh (tanh.approx.f32, sm_75 on): one instruction, relative error about 2^-11
+// (PTX ISA), the size of one rounding to TF32 or FP16 (BF16: 2^-8). Only in kernels run at
+// those precisions (kernel_tc.cuh's tanh_avg4); act_eval keeps tanhf.
+__device__ __forceinline__ float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // The activation of a value stored as T right after: FP32 storage the accurate act_eval; 16-bit
 // storage (FP16, BF16) SiLU and sigmoid through the hardware's approximate exponential and
 // reciprocal (a few FP32 ulp, against the 2^-11 or 2^-8 of the rounding that follows; a fraction
@@ -80,7 +91,7 @@ __device__ __forceinline__ float rcp_ftz(float x) {
 // FAST: the approximate SiLU and sigmoid (16-bit storage, or a kernel whose products are TF32).
 template <bool FAST>
 __device__ __forceinline__ float act_eval_fast(Act kind, float slope, float x) {
-  if constexpr (FAST) {
+  if constexpr (FAST) {  // (tested before the switch: the 16-bit kernels' code as measured)
     constexpr float kLog2e = 1.4426950408889634f;
     if (kind == Act::kSilu) return __fmul_rn(x, rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -kLog2e)))));
     if (kind == Act::kSigmoid) return rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -kLog2e))));
@@ -91,9 +102,14 @@ template <typename T>
 __device__ __forceinline__ float act_eval_stored(Act kind, float slope, float x) {
   return act_eval_fast<sizeof(T) == 2>(kind, slope, x);
 }
+// ... and with ActFn::fast, the approximate SiLU and sigmoid in FP32 storage too.
 template <typename T>
 __device__ __forceinline__ float act_eval_stored(const ActFn& a, float x) {
-  return act_eval_stored<T>(a.kind, a.slope, x);
+  if constexpr (sizeof(T) == 2) {
+    return act_eval_fast<true>(a.kind, a.slope, x);
+  } else {
+    return act_eval_any(a.kind, a.slope, a.fast, x);
+  }
 }
 
 // with_act_const<FAST>: ReLU, identity, ReLU6, SiLU and hardswish with the kind a constant in any
@@ -117,7 +133,7 @@ __device__ __forceinline__ void with_act_const(const ActFn& act, Body body) {
 // 296 compares in the fp16 3x3/2 stem kernel); the others through it. In FP32 storage only ReLU
 // and identity: copies of the epilogue with act_eval's accurate functions made ptxas spill (the
 // stem's and the depthwise kernel's; with_act_const where they fit). The same formulas either way
-// (act_eval_stored).
+// (act_eval_stored; ActFn::fast as there).
 template <typename T, typename Body>
 __device__ __forceinline__ void with_act_stored(const ActFn& act, Body body) {
   if constexpr (sizeof(T) == 2) {
@@ -125,7 +141,7 @@ __device__ __forceinline__ void with_act_stored(const ActFn& act, Body body) {
   } else {
     if (act.kind == Act::kRelu) return body([](float v) { return fmaxf(v, 0.f); });
     if (act.kind == Act::kIdentity) return body([](float v) { return v; });
-    body([kind = act.kind, slope = act.slope](float v) { return act_eval_stored<T>(kind, slope, v); });
+    body([act](float v) { return act_eval_stored<T>(act, v); });
   }
 }
 

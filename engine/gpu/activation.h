@@ -30,6 +30,10 @@ enum class Act : int {
 struct ActFn {
   Act kind = Act::kIdentity;
   float slope = 0.01f;  // kLeakyRelu's negative slope
+  // SiLU and sigmoid through the hardware's approximate exponential and reciprocal in FP32 storage
+  // too (a few FP32 ulp: --precision tf32, whose products round to 2^-11); 16-bit storage always
+  // takes them (act_eval_stored, activation.cuh). Not part of the function's identity (==).
+  bool fast = false;
   bool operator==(const ActFn& o) const {
     return kind == o.kind && (kind != Act::kLeakyRelu || slope == o.slope);
   }

@@ -365,6 +365,15 @@ class GpuExecutor : public Executor {
            conv1x1_pool_cannot_run(st.conv, pool_args_of(step(st.prepool_layer)), st.residual_buf >= 0)
                .empty();
   }
+  // Step st's activation for our kernels: at tf32 SiLU and sigmoid take the approximate
+  // exponential and reciprocal in FP32 storage as well (ActFn::fast: a few FP32 ulp, far under
+  // TF32's rounding of the products; the accurate functions cost the depthwise and stem kernels'
+  // epilogues most of their instructions), unless GpuTuning::fast_act is off.
+  ActFn act_of(const Step& st) const {
+    ActFn a = act_fn(st.act);
+    a.fast = prec_ == Precision::kTf32 && tuning_.fast_act;
+    return a;
+  }
   bool pool_fused(const Step& st) const {  // kPool: computed by its conv this run
     return (st.pool_conv >= 0 && fuses_pool(step(st.pool_conv), selector_.chosen(st.pool_conv), tuning_)) ||
            (st.mean_conv >= 0 && fuses_mean(step(st.mean_conv), selector_.chosen(st.mean_conv))) ||
@@ -541,11 +550,11 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
   // algorithms run with no activation, then one pass y = act(y + z).
   const bool residual = st.residual_buf >= 0;
   const void* z = residual ? s.bufs[static_cast<size_t>(st.residual_buf)].get() : nullptr;
-  const ActFn conv_act = residual ? ActFn{} : act_fn(st.act);
+  const ActFn conv_act = residual ? ActFn{} : act_of(st);
   auto add_residual = [&] {
     if (residual)
-      launch_add_storage({y, z}, y, nhwc_ ? storage() : Storage::kF32, n * st.out_shape.size(),
-                         act_fn(st.act), s.stream);
+      launch_add_storage({y, z}, y, nhwc_ ? storage() : Storage::kF32, n * st.out_shape.size(), act_of(st),
+                         s.stream);
   };
   switch (algo) {
     case ConvAlgo::kImplicit: {
@@ -588,7 +597,7 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       return;
     case ConvAlgo::kCutlass: {
       // The residual and a clamp-shaped activation in its epilogue; any other activation after.
-      const ActFn act = act_fn(st.act);
+      const ActFn act = act_of(st);
       const ActFn epi = cutlass_fuses(act) ? act : ActFn{};
       const float* w = c.w_nhwc[static_cast<int>(prec_)].as<float>();
       const float* zf = static_cast<const float*>(z);
@@ -619,7 +628,7 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
     }
     case ConvAlgo::kGemm: {
       // The bias, the residual and a ReLU in cuBLASLt's epilogue; any other activation after.
-      const ActFn act = act_fn(st.act);
+      const ActFn act = act_of(st);
       const bool relu = act.kind == Act::kRelu;
       GemmIo io;
       io.x = s.bufs[static_cast<size_t>(st.ins[0])].get();
@@ -652,7 +661,7 @@ void GpuExecutor::run_conv(const Step& st, Slot& s, int64_t n, ConvAlgo algo) {
       if (takes_prepool(st, algo, tuning_))
         pool = pool_args_of(step(st.prepool_layer)), io.pool = &pool,
         io.x = s.bufs[static_cast<size_t>(st.prepool_buf)].get();
-      launch_conv1x1(st.conv, prec_, io, n, act_fn(st.act), s.stream);
+      launch_conv1x1(st.conv, prec_, io, n, act_of(st), s.stream);
       return;
     }
     case ConvAlgo::kStem: {
@@ -787,7 +796,7 @@ void GpuExecutor::run_step_nhwc(const Step& st, Slot& s, int64_t n) {
     }
     case Op::kAct:
       if (!in_nhwc) break;
-      return launch_act_storage(buf(st.ins[0]), buf(st.out), t, n * st.out_shape.size(), act_fn(st.act),
+      return launch_act_storage(buf(st.ins[0]), buf(st.out), t, n * st.out_shape.size(), act_of(st),
                                 s.stream);
     case Op::kPool:
       if (pool_fused(st)) return;  // its conv (the stem kernel) wrote it

@@ -565,7 +565,7 @@ void launch_bias_act_nhwc(void* y, Storage t, const float* bias, int64_t pixels,
 }
 
 void launch_act_storage(const void* in, void* out, Storage t, int64_t count, ActFn act, cudaStream_t s) {
-  if (t == Storage::kF32)
+  if (t == Storage::kF32 && !act.fast)  // (activation.cu's kernels: the accurate functions only)
     return launch_act(static_cast<const float*>(in), static_cast<float*>(out), count, act, s);
   // Layout-free: a pass over `count` values of one "channel" with neither factor.
   int64_t width = count % 8 == 0 ? 8 : count % 2 == 0 ? 2 : 1;
