@@ -4,7 +4,8 @@
 // x / (1 + exp(-x)). The rounded intrinsics keep nvcc from contracting a multiply and an add into
 // an FMA that the CPU reference does not do; the transcendental functions are CUDA's accurate
 // ones (a few ulp), never the fast approximations, except where the value is stored in 16 bits
-// right after (act_eval_stored) or the kernel runs at TF32, FP16 or BF16 (tanh_approx).
+// right after (act_eval_stored), the run is at tf32 (ActFn::fast: SiLU and sigmoid) or the kernel
+// runs at TF32, FP16 or BF16 (tanh_approx).
 #pragma once
 
 #include "engine/gpu/activation.h"
