@@ -29,12 +29,19 @@ __device__ __forceinline__ float rcp_ftz(float x) {
   return y;
 }
 
-// act_eval with `fast`: SiLU and sigmoid through ex2_ftz and rcp_ftz (as act_eval_fast below), a
+// SiLU and sigmoid through them: x / (1 + 2^(-x log2 e)) and 1 / (1 + 2^(-x log2 e)).
+__device__ __forceinline__ float silu_fast(float x) {
+  return __fmul_rn(x, rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -1.4426950408889634f)))));
+}
+__device__ __forceinline__ float sigmoid_fast(float x) {
+  return rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -1.4426950408889634f))));
+}
+
+// act_eval with `fast`: SiLU and sigmoid through silu_fast and sigmoid_fast (as act_eval_fast), a
 // branch inside those two cases only, so that an FP32-storage epilogue that takes `fast` at run time
 // (ActFn::fast) holds one copy of the switch: two copies (the accurate one and the fast one) doubled
 // the FP32 stem kernel's code to 430 KB and ran it 2.2x slower (docs/performance.md, Session 41).
 __device__ __forceinline__ float act_eval_any(Act kind, float slope, bool fast, float x) {
-  constexpr float kLog2e = 1.4426950408889634f;
   switch (kind) {
     case Act::kIdentity:
       return x;
@@ -49,7 +56,7 @@ __device__ __forceinline__ float act_eval_any(Act kind, float slope, bool fast, 
     case Act::kHardsigmoid:
       return __fdiv_rn(clamp06(__fadd_rn(x, 3.f)), 6.f);
     case Act::kSilu:
-      if (fast) return __fmul_rn(x, rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -kLog2e)))));
+      if (fast) return silu_fast(x);
       return __fdiv_rn(x, __fadd_rn(1.f, expf(-x)));
     case Act::kGelu:
       return __fmul_rn(__fmul_rn(x, 0.5f), __fadd_rn(1.f, erff(__fmul_rn(x, 0.70710678118654752f))));
@@ -61,7 +68,7 @@ __device__ __forceinline__ float act_eval_any(Act kind, float slope, bool fast, 
     case Act::kTanh:
       return tanhf(x);
     case Act::kSigmoid:
-      if (fast) return rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -kLog2e))));
+      if (fast) return sigmoid_fast(x);
       return __fdiv_rn(1.f, __fadd_rn(1.f, expf(-x)));
   }
   return x;
@@ -93,9 +100,8 @@ __device__ __forceinline__ float tanh_approx(float x) {
 template <bool FAST>
 __device__ __forceinline__ float act_eval_fast(Act kind, float slope, float x) {
   if constexpr (FAST) {  // (tested before the switch: the 16-bit kernels' code as measured)
-    constexpr float kLog2e = 1.4426950408889634f;
-    if (kind == Act::kSilu) return __fmul_rn(x, rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -kLog2e)))));
-    if (kind == Act::kSigmoid) return rcp_ftz(__fadd_rn(1.f, ex2_ftz(__fmul_rn(x, -kLog2e))));
+    if (kind == Act::kSilu) return silu_fast(x);
+    if (kind == Act::kSigmoid) return sigmoid_fast(x);
   }
   return act_eval(kind, slope, x);
 }

@@ -83,8 +83,7 @@ void ConvSelector::set_pooled(int i, bool pooled) {
   char& f = pooled_[static_cast<size_t>(i)];
   if (f == static_cast<char>(pooled)) return;
   f = static_cast<char>(pooled);
-  convs_[static_cast<size_t>(i)].tuned = ConvAlgo::kAuto;
-  convs_[static_cast<size_t>(i)].tuned_n = 0;
+  convs_[static_cast<size_t>(i)].forget();
 }
 
 std::string ConvSelector::cannot_run(const Step& st, ConvAlgo algo, int64_t n) const {
@@ -111,10 +110,7 @@ ConvAlgo ConvSelector::would_choose(const Network& net, const Step& st, ConvAlgo
 }
 
 void ConvSelector::forget_picks() {
-  for (Conv& c : convs_) {
-    c.tuned = ConvAlgo::kAuto;
-    c.tuned_n = 0;
-  }
+  for (Conv& c : convs_) c.forget();
 }
 
 // The margin by which auto wants cudnn-3xtf32 faster than the best other algorithm: SqueezeNet

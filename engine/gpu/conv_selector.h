@@ -73,6 +73,7 @@ class ConvSelector {
     ConvAlgo tuned = ConvAlgo::kAuto;   // auto's pick, kept across runs with the same block size
     int64_t tuned_n = 0;                // the block size it was timed on
     ConvTuning search;                  // the search that picked `tuned` (layer empty: none yet)
+    void forget() { tuned = ConvAlgo::kAuto, tuned_n = 0; }  // auto's pick no longer holds
   };
   // conv_cannot_run for conv step st with this selector's format and st's pooled_ flag
   std::string cannot_run(const Step& st, ConvAlgo algo, int64_t n) const;
