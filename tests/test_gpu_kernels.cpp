@@ -96,6 +96,21 @@ double act_ref(const ActFn& a, double x) {
   return x;
 }
 
+// The first i where got[i] is not act_ref(a, in[i]) within rel * |exact| + tiny (NaN for NaN, the
+// same infinity for an infinity), or in.size() where every value is.
+size_t first_off_exact(const ActFn& a, const std::vector<float>& in, const std::vector<float>& got,
+                       double rel, double tiny) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    const double want = act_ref(a, in[i]);
+    if (std::isnan(want) || std::isinf(want)) {
+      if (std::isnan(want) != std::isnan(got[i]) || (std::isinf(want) && got[i] != want)) return i;
+    } else if (!(std::fabs(got[i] - want) <= rel * std::fabs(want) + tiny)) {
+      return i;
+    }
+  }
+  return in.size();
+}
+
 const ActFn kActs[] = {{Act::kIdentity},
                        {Act::kRelu},
                        {Act::kRelu6},
@@ -180,15 +195,7 @@ TEST_CASE("gpu: SiLU and sigmoid stored in fp16 and bf16 within one unit of the 
         else
           launch_act_storage(xs.get(), ys.get(), t, n, a, st.s);
         const std::vector<float> got = fetch(ys, t);
-        size_t bad = x.size();
-        for (size_t i = 0; i < x.size() && bad == x.size(); ++i) {
-          const double want = act_ref(a, stored[i]);
-          if (std::isnan(want) || std::isinf(want)) {
-            if (std::isnan(want) != std::isnan(got[i]) || (std::isinf(want) && got[i] != want)) bad = i;
-          } else if (!(std::fabs(got[i] - want) <= rel * std::fabs(want) + tiny)) {
-            bad = i;
-          }
-        }
+        const size_t bad = first_off_exact(a, stored, got, rel, tiny);
         INFO(act_fn_name(a) << (add ? " add pass, " : " act pass, ") << storage_name(t));
         if (bad != x.size())
           INFO("input " << stored[bad] << ": gpu " << got[bad] << ", exact " << act_ref(a, stored[bad]));
@@ -229,15 +236,7 @@ TEST_CASE(
         // to |x| 2^-24 in the exponent (about 2^-17.5 at |x| = 87), still far under TF32's 2^-11;
         // 2^-118 absolute below, where the fast reciprocal flushes (as the 16-bit case above).
         const double rel = fast ? std::ldexp(1.0, -16) : std::ldexp(1.0, -20), tiny = std::ldexp(1.0, -118);
-        size_t bad = x.size();
-        for (size_t i = 0; i < x.size() && bad == x.size(); ++i) {
-          const double want = act_ref(a, x[i]), g = got[fast][i];
-          if (std::isnan(want) || std::isinf(want)) {
-            if (std::isnan(want) != std::isnan(g) || (std::isinf(want) && g != want)) bad = i;
-          } else if (!(std::fabs(g - want) <= rel * std::fabs(want) + tiny)) {
-            bad = i;
-          }
-        }
+        const size_t bad = first_off_exact(a, x, got[fast], rel, tiny);
         INFO(act_fn_name(a) << (fast ? " fast" : " accurate") << (add ? " add pass" : " act pass"));
         if (bad != x.size())
           INFO("input " << x[bad] << ": gpu " << got[fast][bad] << ", exact " << act_ref(a, x[bad]));
