@@ -137,10 +137,10 @@ __device__ __forceinline__ void with_act_const(const ActFn& act, Body body) {
 // it to many values before storing them as T: ReLU and identity, and in 16-bit storage ReLU6
 // (MobileNetV2), SiLU (EfficientNet) and hardswish (MobileNetV3), with the kind a constant, so no
 // value passes through act_eval's switch (in the PTX a chain of compares and branches per value:
-// 296 compares in the fp16 3x3/2 stem kernel); the others through it. In FP32 storage only ReLU
-// and identity: copies of the epilogue with act_eval's accurate functions made ptxas spill (the
-// stem's and the depthwise kernel's; with_act_const where they fit). The same formulas either way
-// (act_eval_stored; ActFn::fast as there).
+// 296 compares in the fp16 3x3/2 stem kernel); the others through it. In FP32 storage ReLU,
+// identity and SiLU (fast or accurate as ActFn::fast says): copies of the epilogue for every kind
+// with act_eval's accurate functions made ptxas spill (the stem's and the depthwise kernel's;
+// with_act_const where they fit). The same formulas either way (act_eval_stored).
 template <typename T, typename Body>
 __device__ __forceinline__ void with_act_stored(const ActFn& act, Body body) {
   if constexpr (sizeof(T) == 2) {
@@ -148,6 +148,10 @@ __device__ __forceinline__ void with_act_stored(const ActFn& act, Body body) {
   } else {
     if (act.kind == Act::kRelu) return body([](float v) { return fmaxf(v, 0.f); });
     if (act.kind == Act::kIdentity) return body([](float v) { return v; });
+    // SiLU (EfficientNet's) chosen outside the values' loop: through the switch, each value held
+    // every activation's code and the FP32 stem ran twice as long (docs/performance.md, Session 42)
+    if (act.fast && act.kind == Act::kSilu) return body([](float v) { return silu_fast(v); });
+    if (act.kind == Act::kSilu) return body([](float v) { return act_eval(Act::kSilu, 0.f, v); });
     body([act](float v) { return act_eval_stored<T>(act, v); });
   }
 }
