@@ -128,11 +128,11 @@ int main(int argc, char** argv) {
         v.se = t == "pool" ? 1 : 2;
         v.kn.mean_everywhere = t == "meanall";
       } else if (t == "notile") {  // the defaults without the tile kernel (--gpu-off dwtile)
-        v.kn.tile_smem = 0;
+        v.kn.set_tile_smem(0);
       } else if (t == "nopack") {  // the defaults without the tile kernel's lane groups
         v.kn.tile_pack = false;
       } else if (t != "auto") {
-        v.kn.strip_pixels = 0, v.kn.tile_smem = 0;
+        v.kn.strip_pixels = 0, v.kn.set_tile_smem(0);
         int k = 0, px = 0;
         if (t == "1" || t == "2" || t == "4") {
           v.kn.row_pixels = std::atoi(t.c_str());
@@ -140,7 +140,7 @@ int main(int argc, char** argv) {
           v.kn.strip_pixels = std::atoi(t.c_str() + 1);
           tiles_ok &= v.kn.strip_pixels == 4 || v.kn.strip_pixels == 7 || v.kn.strip_pixels == 8;
         } else if (std::sscanf(t.c_str(), "t%dp%d", &k, &px) == 2 && k >= 1 && k <= 227) {
-          v.kn.tile_smem = size_t(k) << 10, v.kn.tile_pixels = px, v.kn.tile_everywhere = true;
+          v.kn.set_tile_smem(size_t(k) << 10), v.kn.tile_pixels = px, v.kn.tile_everywhere = true;
           tiles_ok &= px == 4 || px == 8;
         } else {
           tiles_ok = false;
@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
       std::vector<float> vector_out;
       if (nhwc) {
         DepthwiseNhwcKnobs vector_only;
-        vector_only.strip_pixels = 0, vector_only.tile_smem = 0;
+        vector_only.strip_pixels = 0, vector_only.set_tile_smem(0);
         launch_conv_depthwise_nhwc(a, xs.get(), st, w_taps.as<float>(), b.as<float>(), ys.get(), images,
                                    epi_act, s, vector_only);
         vector_out = nhwc_out();

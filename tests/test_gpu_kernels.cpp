@@ -814,20 +814,21 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
       // The vector kernel at 1, 2 and 4 pixels a thread (the unit-stride 3x3 and 5x5 ones take 2
       // and 4), the strip kernel where it runs, at up to 4, 7 and 8 pixels a thread, then the tile
       // kernel wherever it runs, at 4 and 8 pixels a lane, in patches of at most 4 KiB (tiles of a
-      // few rows, several row tiles), 12 KiB, 46 KiB and 100 KiB (shared memory opted in), and at
+      // few rows, several row tiles), 12, 46, 64 and 100 KiB (shared memory opted in above 48), and at
       // 46 KiB without its lane groups (one strip a warp).
       struct Variant {
         int row_pixels, strip_pixels, tile_kib, tile_pixels;
         bool pack = true;
       };
-      const Variant variants[] = {{1, 0, 0, 4},  {2, 0, 0, 4},  {4, 0, 0, 4},   {1, 4, 0, 4},
-                                  {1, 7, 0, 4},  {1, 8, 0, 4},  {1, 0, 4, 4},   {1, 0, 12, 4},
-                                  {1, 0, 12, 8}, {1, 0, 46, 4}, {1, 0, 100, 8}, {1, 0, 46, 4, false}};
+      const Variant variants[] = {{1, 0, 0, 4},        {2, 0, 0, 4},  {4, 0, 0, 4},  {1, 4, 0, 4},
+                                  {1, 7, 0, 4},        {1, 8, 0, 4},  {1, 0, 4, 4},  {1, 0, 12, 4},
+                                  {1, 0, 12, 8},       {1, 0, 46, 4}, {1, 0, 64, 4}, {1, 0, 100, 8},
+                                  {1, 0, 46, 4, false}};
       std::vector<float> vector_out;  // the vector kernel's, 1 pixel a thread
       for (const Variant& v : variants) {
         DepthwiseNhwcKnobs kn;
         kn.row_pixels = v.row_pixels, kn.strip_pixels = v.strip_pixels;
-        kn.tile_smem = size_t(v.tile_kib) << 10, kn.tile_pixels = v.tile_pixels, kn.tile_everywhere = true;
+        kn.set_tile_smem(size_t(v.tile_kib) << 10), kn.tile_pixels = v.tile_pixels, kn.tile_everywhere = true;
         kn.tile_pack = v.pack;
         kn.mean_everywhere = true;  // the mean in every kernel that has one
         const DepthwiseStrip ds = depthwise_nhwc_strip(a, t, kn.strip_pixels);
@@ -973,9 +974,19 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   a = DepthwiseArgs{};
   a.channels = a.filters = 192, a.out_h = a.out_w = 28;
   a.kernel_h = a.kernel_w = 5, a.stride_h = a.stride_w = 1, a.dilation_h = a.dilation_w = 1;
-  const DepthwiseTile t28 = depthwise_nhwc_tile(a, Storage::kBf16);
+  // By default 64 KiB at 16-bit storage: 16 staged rows of 32 x 128 bytes, 12 output rows a
+  // tile at most, 28 rows as 3 x 10, 14 staged rows.
+  const DepthwiseTile t28d = depthwise_nhwc_tile(a, Storage::kBf16);
+  CHECK(DepthwiseNhwcKnobs{}.tile_smem_16 == size_t(64) << 10);
+  CHECK(t28d.tile_w == 28);
+  CHECK(t28d.tile_h == 10);
+  CHECK(t28d.row_tiles == 3);
+  CHECK(t28d.smem == size_t(14) * 32 * 128);
+  DepthwiseNhwcKnobs k46;
+  k46.tile_smem_16 = size_t(46) << 10;
+  const DepthwiseTile t28 = depthwise_nhwc_tile(a, Storage::kBf16, k46);
   CHECK(t28.smem > 0);
-  CHECK(t28.smem <= DepthwiseNhwcKnobs{}.tile_smem);
+  CHECK(t28.smem <= k46.tile_smem_16);
   CHECK(t28.tile_w == 28);  // one column tile: (28 - 1) + 5 staged columns of 128 bytes
   // 46 KiB hold 11 staged rows of 32 x 128 bytes: 7 output rows a tile, 28 rows as 4 x 7.
   CHECK(t28.tile_h == 7);
@@ -983,7 +994,7 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   CHECK(t28.smem == size_t(11) * 32 * 128);  // 7 strips of 4: no strip reads past the row
   CHECK(t28.pixels == 4);
   DepthwiseNhwcKnobs large;  // 100 KiB (opted in above 48): 25 rows, 21 outputs, 28 as 2 x 14
-  large.tile_smem = size_t(100) << 10, large.tile_pixels = 8;
+  large.set_tile_smem(size_t(100) << 10), large.tile_pixels = 8;
   const DepthwiseTile t28l = depthwise_nhwc_tile(a, Storage::kBf16, large);
   CHECK(t28l.tile_h == 14);
   CHECK(t28l.row_tiles == 2);
@@ -1001,8 +1012,13 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   CHECK(t28f.row_tiles == 5);
   CHECK(t28f.smem == size_t(10) * 18 * 256 + 2 * 256);
   DepthwiseNhwcKnobs never;
-  never.tile_smem = 0;
+  never.set_tile_smem(0);
   CHECK(depthwise_nhwc_tile(a, Storage::kF16, never).smem == 0);
+  CHECK(depthwise_nhwc_tile(a, Storage::kF32, never).smem == 0);
+  DepthwiseNhwcKnobs f32_only;  // each storage its own budget
+  f32_only.tile_smem_16 = 0;
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16, f32_only).smem == 0);
+  CHECK(depthwise_nhwc_tile(a, Storage::kF32, f32_only).smem == t28f.smem);
   // At FP32 only where it won (16-bit storage: wherever it runs, each below).
   a.channels = a.filters = 96;  // fewer than 128 channels: measured slower, unless everywhere
   CHECK(depthwise_nhwc_tile(a, Storage::kF32).smem == 0);
@@ -1062,26 +1078,27 @@ TEST_CASE("depthwise: where the channels-last kernels compute the whole-plane me
   // The strip and vector kernels: a block an image's 8 rows (112 as 14 blocks) and 256 of a row's
   // items (chunks). 112x112x32, 3x3: the strip kernel, 4 filters x 4 pixels (16-bit) or 2 x 8
   // (FP32): 224 items a row, one chunk. At 16-bit storage the tile kernel runs there by default
-  // (untiled: without it): 4 column tiles of 28 x 12 row tiles of 10 rows (12 staged rows of 30
-  // pixels of 128 bytes in 46 KiB).
+  // (untiled: without it): 4 column tiles of 28 x 8 row tiles of 14 rows (17 staged rows of 30
+  // pixels of 128 bytes fit 64 KiB: 15 output rows, 112 as 8 x 14).
   DepthwiseNhwcKnobs untiled = all;
-  untiled.tile_smem = 0;
+  untiled.set_tile_smem(0);
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, untiled) == 14);
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kF32, all) == 14);
-  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, all) == 48);
-  // 56x56x144, 3x3: the tile kernel, 2 column tiles of 28 x 6 row tiles (12 staged rows of 30 x
-  // 128 bytes in 46 KiB: 10 output rows a tile); at FP32, 4 column tiles of 14 x 7 row tiles (11
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, all) == 32);
+  // 56x56x144, 3x3: the tile kernel, 2 column tiles of 28 x 4 row tiles (17 staged rows of 30 x
+  // 128 bytes in 64 KiB: 15 output rows, 56 as 4 x 14); at FP32, 4 column tiles of 14 x 7 row tiles (11
   // staged rows of 16 x 256 bytes and 2 pixels past the last: 9 output rows, 56 as 7 x 8).
-  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF16, all) == 12);
+  CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF16, all) == 8);
   CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF32, all) == 28);
   CHECK(depthwise_nhwc_mean_slots(dw(144, 56, 3, 1), Storage::kF32) == 28);  // the tile kernel's by default
   // 112 -> 56, 96 channels, stride 2: the vector kernel, 56 x 12 vectors a row in 3 chunks; the
-  // tile kernel, 4 column tiles of 14 x 12 row tiles of 5 rows (12 staged rows of 29 pixels and the
-  // 4 that the last strip reads past them).
+  // tile kernel, 4 column tiles of 14 x 7 row tiles of 8 rows (17 staged rows of 29 pixels and the
+  // 4 that the last strip reads past them in 64 KiB).
   CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16, untiled) == 7 * 3);
-  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16, all) == 48);
-  // 28x28x240, 5x5: the tile kernel, 4 row tiles of 7 rows x 1 column tile.
-  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16, all) == 4);
+  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16, all) == 28);
+  // 28x28x240, 5x5: the tile kernel, 3 row tiles of 10 rows x 1 column tile (16 staged rows of
+  // 32 pixels in 64 KiB: 12 output rows, 28 as 3 x 10).
+  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16, all) == 3);
   // 14x14x480, 3x3: one 14x14 tile.
   CHECK(depthwise_nhwc_mean_slots(dw(480, 14, 3, 1), Storage::kF16, all) == 1);
   // 7x7x1152: 5x5 windows, the tile kernel, one tile; 3x3, the strip kernel, one row block of 3
@@ -1106,10 +1123,10 @@ TEST_CASE("depthwise: where the channels-last kernels compute the whole-plane me
   CHECK(depthwise_nhwc_mean_slots(dw(36, 56, 3, 1), Storage::kBf16, all) == 0);
   CHECK(depthwise_nhwc_mean_slots(dw(36, 56, 3, 1), Storage::kF32, all) > 0);
   // By default only the tile kernel computes it (where it was measured to win).
-  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16) == 4);
+  CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16) == 3);
   CHECK(depthwise_nhwc_mean_slots(dw(480, 14, 3, 1), Storage::kF16) == 1);
-  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16) == 48);  // 16-bit: tiled everywhere
-  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16) == 48);
+  CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16) == 32);  // 16-bit: tiled everywhere
+  CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kBf16) == 28);
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kF32) == 0);  // FP32: the strip kernel
   CHECK(depthwise_nhwc_mean_slots(dw(96, 112, 3, 2), Storage::kF32) == 0);
   // FP32: 5 row tiles of 6 rows, 2 column tiles of 14.
@@ -1120,7 +1137,7 @@ TEST_CASE("depthwise: where the channels-last kernels compute the whole-plane me
   eight.tile_pixels = 8;
   CHECK(depthwise_nhwc_mean_slots(dw(240, 28, 5, 1), Storage::kBf16, eight) == 0);
   DepthwiseNhwcKnobs wide = all;
-  wide.row_pixels = 4, wide.strip_pixels = 0, wide.tile_smem = 0;  // the vector kernel, 4 pixels a thread
+  wide.row_pixels = 4, wide.strip_pixels = 0, wide.set_tile_smem(0);  // the vector kernel, 4 pixels a thread
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, wide) == 0);
   wide.row_pixels = 1;  // 1 pixel a thread: 14 row blocks x 2 chunks of 448 vectors
   CHECK(depthwise_nhwc_mean_slots(dw(32, 112, 3, 1), Storage::kBf16, wide) == 28);

@@ -1215,7 +1215,7 @@ layers:
       const bool half = p == Precision::kFp16 || p == Precision::kBf16;
       if (t.name == "dw")  // 3x3 of stride 1 on 20-wide rows: FP32 strips of 4 pixels, a 16-bit tile
         CHECK(t.algo == "depthwise(bias+relu6 epilogue, " + stored + ", " +
-                            (half ? "2 filters x 4 pixels a thread of 10x20 tiles staged in shared memory"
+                            (half ? "2 filters x 4 pixels a thread of 20x20 tiles staged in shared memory"
                                   : "2 filters x 4 pixels a thread") +
                             ")");
       if (t.name == "dw2")

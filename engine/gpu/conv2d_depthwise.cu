@@ -944,8 +944,7 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
   DepthwiseTile d;
   const bool pixels_ok = kn.tile_pixels == 4 || kn.tile_pixels == 8;
   if (a.filters != a.channels || a.channels % 8 != 0 || !square_3_or_5(a) || a.stride_h != a.stride_w ||
-      (a.stride_w != 1 && a.stride_w != 2) || a.dilation_h != 1 || a.dilation_w != 1 || kn.tile_smem == 0 ||
-      !pixels_ok)
+      (a.stride_w != 1 && a.stride_w != 2) || a.dilation_h != 1 || a.dilation_w != 1 || !pixels_ok)
     return d;
   // Where it won against the vector and strip kernels (docs/performance.md): at 16-bit storage
   // everywhere since its lane groups (Session 36: MobileNetV2's and EfficientNet-B0's depthwise
@@ -970,7 +969,8 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
   // At FP32 storage of stride 2, twice the bytes: 46 KiB held 3 output rows of a 5x5 window's
   // tile (slower than the strip kernel), and at 92 KiB EfficientNet-B0's two such layers ran 17-28 %
   // faster than the strip kernel and its pool pass (Session 36; at stride 1 92 KiB was slower).
-  const size_t budget = std::min(kn.tile_smem * (t == Storage::kF32 && s == 2 ? 2 : 1), kMaxTileSmem);
+  const size_t budget =
+      std::min(t != Storage::kF32 ? kn.tile_smem_16 : kn.tile_smem * (s == 2 ? 2 : 1), kMaxTileSmem);
   const int patch_rows = budget > slack ? static_cast<int>((budget - slack) / row_bytes) : 0;
   if (patch_rows < k) return DepthwiseTile{};
   const int max_h = std::min((patch_rows - k) / s + 1, a.out_h);

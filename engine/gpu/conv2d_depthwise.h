@@ -64,17 +64,24 @@ void launch_conv_depthwise(const DepthwiseConfig& cfg, const DepthwiseArgs& a, c
 // patch in shared memory and each lane computes 2 filters of several pixels of a row from it.
 // The kernels' tuning knobs, measured in docs/performance.md:
 struct DepthwiseNhwcKnobs {
-  int row_pixels = 1;                   // the vector kernel's pixels a thread where the conv allows several
-  int strip_pixels = 8;                 // the strip kernel's most pixels a thread, 0 for never
-  size_t tile_smem = size_t(46) << 10;  // the tile kernel's most shared memory a block, 0 for never
-  int tile_pixels = 4;                  // the tile kernel's pixels a lane: 4 or 8
-  bool tile_everywhere = false;         // the tile kernel wherever it can run, not only where it won
-  bool tile_pack = true;                // the tile kernel's lane groups: several strips a warp in chunks
-                                        // of 32 channels or fewer (else one, most lanes idle)
+  int row_pixels = 1;    // the vector kernel's pixels a thread where the conv allows several
+  int strip_pixels = 8;  // the strip kernel's most pixels a thread, 0 for never
+  // The tile kernel's most shared memory a block, 0 for never: at FP32 storage (twice that at
+  // stride 2), and at 16-bit storage, where 64 KiB (3 blocks an SM) ran EfficientNet-B0's and
+  // MobileNetV2's depthwise layers 2-3 % faster than 46 KiB (4 blocks), up to 9 % at stride 2
+  // (docs/performance.md, Session 42).
+  size_t tile_smem = size_t(46) << 10;
+  size_t tile_smem_16 = size_t(64) << 10;
+  int tile_pixels = 4;           // the tile kernel's pixels a lane: 4 or 8
+  bool tile_everywhere = false;  // the tile kernel wherever it can run, not only where it won
+  bool tile_pack = true;         // the tile kernel's lane groups: several strips a warp in chunks
+                                 // of 32 channels or fewer (else one, most lanes idle)
   // The whole-plane mean in the strip and vector kernels too (DepthwiseMean), not only in the tile
   // kernel, where it won (in EfficientNet-B0 at bf16 the others' mean kernels were slower than
   // the plain kernel and the pool pass, docs/performance.md, Session 21)
   bool mean_everywhere = false;
+  // Both storages' tile_smem at once (0: never the tile kernel).
+  void set_tile_smem(size_t bytes) { tile_smem = tile_smem_16 = bytes; }
 };
 // The whole-plane average of the output (a squeeze-and-excitation block's pool, read from the
 // same output by the pool pass otherwise), computed by the kernel as it stores: each thread block
@@ -104,8 +111,9 @@ int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const Depthwise
 // filter per channel, channels a multiple of 8, 3x3 or 5x5 windows of equal stride 1 or 2 both
 // ways, no dilation, and (unless tile_everywhere) where it was measured to win; tile_h x tile_w
 // outputs of 64 channels a block, its input patch and the few pixels a row's last strip reads past
-// it (tile_overreach) at most tile_smem bytes of shared memory (rows of half the outputs at FP32
-// storage, whose pixels take twice the bytes, and there twice tile_smem at stride 2). A
+// it (tile_overreach) at most tile_smem_16 bytes of shared memory at 16-bit storage, tile_smem
+// at FP32 (rows of half the outputs there, whose pixels take twice the bytes; twice tile_smem at
+// stride 2). A
 // grid beyond CUDA's limits (2^31 - 1 blocks of images x row tiles, 65535 of channel chunks x
 // column tiles) runs the other kernels instead.
 struct DepthwiseTile {

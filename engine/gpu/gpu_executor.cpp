@@ -337,7 +337,7 @@ class GpuExecutor : public Executor {
   // The channels-last depthwise kernels' knobs: the defaults, without the tile kernel --gpu-off dwtile.
   DepthwiseNhwcKnobs dw_knobs() const {
     DepthwiseNhwcKnobs k;
-    if (!tuning_.dw_tile) k.tile_smem = 0;
+    if (!tuning_.dw_tile) k.set_tile_smem(0);
     return k;
   }
   // The stride-1 max-pool's columns a thread (launch_pool2d_nhwc's row_cols): its own rule, or one
