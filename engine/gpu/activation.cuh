@@ -105,11 +105,8 @@ __device__ __forceinline__ float act_eval_fast(Act kind, float slope, float x) {
   }
   return act_eval(kind, slope, x);
 }
-template <typename T>
-__device__ __forceinline__ float act_eval_stored(Act kind, float slope, float x) {
-  return act_eval_fast<sizeof(T) == 2>(kind, slope, x);
-}
-// ... and with ActFn::fast, the approximate SiLU and sigmoid in FP32 storage too.
+// act_eval_stored: the activation a of a value stored as T right after, as act_eval_fast does
+// in 16-bit storage; in FP32 storage the approximate SiLU and sigmoid where ActFn::fast says so.
 template <typename T>
 __device__ __forceinline__ float act_eval_stored(const ActFn& a, float x) {
   if constexpr (sizeof(T) == 2) {
