@@ -49,6 +49,8 @@ struct GpuTuning {
                                 // two output columns a thread (engine/gpu/nhwc.h: pool_row_cols), else one
   bool fuse_prepool = true;     // prepool: channels last, the conv1x1 kernel takes the max-pool before it
                                 // (the pool's only reader) as it stages its input (Step::prepool_layer)
+  bool dw_small = true;         // dwsmall: the depthwise tile kernel runs a tile of few strips (7x7
+                                // maps) in blocks of 128 threads, twice the blocks an SM
   bool fast_act = true;         // fastact: at tf32 our kernels' SiLU and sigmoid take the approximate
                                 // exponential and reciprocal in FP32 storage too (ActFn::fast)
   // --cudnn-plans: how many of cuDNN's heuristic candidates the graph API's search builds and
@@ -60,7 +62,7 @@ struct GpuTuning {
   bool operator!=(const GpuTuning& o) const { return !(*this == o); }
 };
 // The names --gpu-off takes, comma-separated:
-// "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool,fastact".
+// "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool,fastact,dwsmall".
 extern const char* const kGpuOffNames;
 // All on but the comma-separated names in `list` ("" = all on). Throws Error naming an unknown
 // name and the known ones.

@@ -399,7 +399,7 @@ TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF 
   CHECK(g.text ==
         "cnnrun: --gpu-off: unknown GPU optimisation 'tensorcores' to turn off; expected names from "
         "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool,"
-        "fastact (see "
+        "fastact,dwsmall (see "
         "cnnrun "
         "--help)\n");
   Out e = run_env("CNNRUN_GPU_OFF=pool,nope", src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu");
@@ -407,15 +407,15 @@ TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF 
   CHECK(e.text ==
         "cnnrun: CNNRUN_GPU_OFF=pool,nope: unknown GPU optimisation 'nope' to turn off; expected names from "
         "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool,"
-        "fastact\n");
+        "fastact,dwsmall\n");
   // Known names are accepted (the CPU engine has nothing to turn off: the run is the same).
   Out ok = run_env("CNNRUN_GPU_OFF=pool,graph",
                    src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet");
   CHECK(ok.rc == 0);
   Out opt = run(
       src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet --gpu-off " +
-      "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool,fastact "
-      "--conv-algo im2col");
+      "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool,fastact,"
+      "dwsmall --conv-algo im2col");
   CHECK(opt.rc == 0);
   CHECK(opt.text == ok.text);
 }
@@ -504,6 +504,8 @@ TEST_CASE("parse_gpu_off: each name turns one switch off; empty names are skippe
   CHECK_FALSE(none.pool_cols);
   CHECK_FALSE(none.fuse_prepool);
   CHECK_FALSE(none.fast_act);
+  CHECK_FALSE(none.dw_small);
+  CHECK(parse_gpu_off("dwsmall") != GpuTuning{});
   CHECK(parse_gpu_off("fastact") != GpuTuning{});
   CHECK(t.fast_act);
   CHECK(parse_gpu_off("dwtile") != GpuTuning{});

@@ -814,22 +814,38 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
       // The vector kernel at 1, 2 and 4 pixels a thread (the unit-stride 3x3 and 5x5 ones take 2
       // and 4), the strip kernel where it runs, at up to 4, 7 and 8 pixels a thread, then the tile
       // kernel wherever it runs, at 4 and 8 pixels a lane, in patches of at most 4 KiB (tiles of a
-      // few rows, several row tiles), 12, 46, 64 and 100 KiB (shared memory opted in above 48), and at
-      // 46 KiB without its lane groups (one strip a warp).
+      // few rows, several row tiles), 12, 46, 64 and 100 KiB (shared memory opted in above 48), at
+      // 46 KiB without its lane groups (one strip a warp), and in blocks of 128 threads for every
+      // tile (4 and 46 KiB) and for none (46 KiB; the default: tiles of at most 16 strips).
       struct Variant {
         int row_pixels, strip_pixels, tile_kib, tile_pixels;
         bool pack = true;
+        int small_strips = DepthwiseNhwcKnobs{}.small_tile_strips;
       };
-      const Variant variants[] = {{1, 0, 0, 4},        {2, 0, 0, 4},  {4, 0, 0, 4},  {1, 4, 0, 4},
-                                  {1, 7, 0, 4},        {1, 8, 0, 4},  {1, 0, 4, 4},  {1, 0, 12, 4},
-                                  {1, 0, 12, 8},       {1, 0, 46, 4}, {1, 0, 64, 4}, {1, 0, 100, 8},
-                                  {1, 0, 46, 4, false}};
+      constexpr int kAll = 1 << 20;
+      const Variant variants[] = {{1, 0, 0, 4},
+                                  {2, 0, 0, 4},
+                                  {4, 0, 0, 4},
+                                  {1, 4, 0, 4},
+                                  {1, 7, 0, 4},
+                                  {1, 8, 0, 4},
+                                  {1, 0, 4, 4},
+                                  {1, 0, 12, 4},
+                                  {1, 0, 12, 8},
+                                  {1, 0, 46, 4},
+                                  {1, 0, 64, 4},
+                                  {1, 0, 100, 8},
+                                  {1, 0, 46, 4, false},
+                                  {1, 0, 4, 4, true, kAll},
+                                  {1, 0, 46, 4, true, kAll},
+                                  {1, 0, 46, 4, true, 0}};
       std::vector<float> vector_out;  // the vector kernel's, 1 pixel a thread
       for (const Variant& v : variants) {
         DepthwiseNhwcKnobs kn;
         kn.row_pixels = v.row_pixels, kn.strip_pixels = v.strip_pixels;
         kn.set_tile_smem(size_t(v.tile_kib) << 10), kn.tile_pixels = v.tile_pixels, kn.tile_everywhere = true;
         kn.tile_pack = v.pack;
+        kn.small_tile_strips = v.small_strips;
         kn.mean_everywhere = true;  // the mean in every kernel that has one
         const DepthwiseStrip ds = depthwise_nhwc_strip(a, t, kn.strip_pixels);
         const DepthwiseTile tile = depthwise_nhwc_tile(a, t, kn);
@@ -853,7 +869,8 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
                                      "x" + std::to_string(tile.tile_w) + " tiles"
                  : ds.pixels > 0 ? std::to_string(ds.pixels) + " pixels"
                                  : std::to_string(depthwise_nhwc_pixels(a, v.row_pixels)) + " pixels")
-             << " a thread" << (v.pack ? "" : ", no lane groups");
+             << " a thread" << (v.pack ? "" : ", no lane groups")
+             << (tile.smem > 0 ? ", blocks of " + std::to_string(tile.threads) : std::string());
         // One rounding to the storage format after an FP32 sum (FP16: 2^-11 relative, BF16: 2^-8).
         const double tol = t == Storage::kF32 ? 1e-5 : t == Storage::kF16 ? 1e-3 : 8e-3;
         check_close(got, want, tol, tol, what.str());
@@ -982,6 +999,30 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   CHECK(t28d.tile_h == 10);
   CHECK(t28d.row_tiles == 3);
   CHECK(t28d.smem == size_t(14) * 32 * 128);
+  CHECK(t28d.threads == 256);  // 10 rows of 7 strips: more than 16
+  // A 7x7 map is one tile of 14 strips: blocks of 128 threads, unless small_tile_strips says not.
+  DepthwiseArgs a7 = a;
+  a7.channels = a7.filters = 1152, a7.out_h = a7.out_w = 7;
+  const DepthwiseTile t7 = depthwise_nhwc_tile(a7, Storage::kF16);
+  CHECK(t7.tile_h == 7);
+  CHECK(t7.tile_w == 7);
+  CHECK(t7.threads == 128);
+  DepthwiseNhwcKnobs whole;
+  whole.small_tile_strips = 0;
+  CHECK(depthwise_nhwc_tile(a7, Storage::kF16, whole).threads == 256);
+  DepthwiseNhwcKnobs eight_px;  // 8 pixels a lane: no half-block instances
+  eight_px.tile_pixels = 8;
+  CHECK(depthwise_nhwc_tile(a7, Storage::kF16, eight_px).threads == 256);
+  // At FP32 storage: a 31 KiB patch, 6 half blocks an SM against 3: halved; at stride 2 (14 -> 7) a
+  // 73 KiB one, 3 blocks an SM either way: not (it measured slower, Session 43).
+  CHECK(depthwise_nhwc_tile(a7, Storage::kF32).threads == 128);
+  DepthwiseArgs s2 = a7;
+  s2.in_h = s2.in_w = 14, s2.stride_h = s2.stride_w = 2;
+  const DepthwiseTile t2 = depthwise_nhwc_tile(s2, Storage::kF32);
+  CHECK(t2.smem == size_t(17) * 17 * 64 * 4 + 2 * 64 * 4);  // and the last strip's 2 columns past the row
+  CHECK(t2.threads == 256);
+  // 16-bit at stride 2: 37 KiB, 5 half blocks an SM against 3: halved.
+  CHECK(depthwise_nhwc_tile(s2, Storage::kBf16).threads == 128);
   DepthwiseNhwcKnobs k46;
   k46.tile_smem_16 = size_t(46) << 10;
   const DepthwiseTile t28 = depthwise_nhwc_tile(a, Storage::kBf16, k46);

@@ -632,10 +632,11 @@ __host__ __device__ constexpr int tile_overreach(int tile_w, int p, int s) {
 }
 
 // MEAN: the block's partial sums for the whole-plane mean go to its image's slot
-// row tile * col_tiles + column tile in part, through 8 x kTileChannels floats of shared memory
-// after the patch.
-template <typename T, int K, int S, int P, bool MEAN>
-__global__ void __launch_bounds__(kThreads, K == 3 && P == 4 ? 4 : 3)
+// row tile * col_tiles + column tile in part, through NT / 32 x kTileChannels floats of shared
+// memory after the patch. NT: the block's threads, kThreads or half (a small tile: as many
+// registers a thread, twice the blocks an SM).
+template <typename T, int K, int S, int P, bool MEAN, int NT = kThreads>
+__global__ void __launch_bounds__(NT, (K == 3 && P == 4 ? 4 : 3) * (kThreads / NT))
     depthwise_tile_kernel(const T* __restrict__ x, const float* __restrict__ w,
                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int tile_h,
                           int tile_w, int row_tiles, int col_tiles, ActFn act, float* __restrict__ part,
@@ -660,17 +661,17 @@ __global__ void __launch_bounds__(kThreads, K == 3 && P == 4 ? 4 : 3)
     cp_async16(patch + (r * patch_w + q) * kTileChannels + v * kPiece,
                in ? xi + (int64_t(iy) * a.in_w + ix) * a.channels + v * kPiece : x, in);
   };
-  if (kThreads % vecs == 0) {
-    // A thread keeps its 16-byte piece v and steps kThreads / vecs pixels at a time, carrying its
+  if (NT % vecs == 0) {
+    // A thread keeps its 16-byte piece v and steps NT / vecs pixels at a time, carrying its
     // (row, column): no division a copy.
-    const int v = static_cast<int>(threadIdx.x) % vecs, step = kThreads / vecs;
+    const int v = static_cast<int>(threadIdx.x) % vecs, step = NT / vecs;
     int pix = static_cast<int>(threadIdx.x) / vecs, r = pix / pw, q = pix - r * pw;
     for (; pix < ph * pw; pix += step) {
       stage(r, q, v);
       for (q += step; q >= pw && r < ph; q -= pw) ++r;
     }
   } else {
-    for (int i = static_cast<int>(threadIdx.x); i < ph * pw * vecs; i += kThreads) {
+    for (int i = static_cast<int>(threadIdx.x); i < ph * pw * vecs; i += NT) {
       const int pix = i / vecs, v = i - pix * vecs;
       const int r = pix / pw;
       stage(r, pix - r * pw, v);
@@ -698,11 +699,11 @@ __global__ void __launch_bounds__(kThreads, K == 3 && P == 4 ? 4 : 3)
   constexpr int kCols = (P - 1) * S + K;  // the input columns a strip's windows span
   const int strips = (tw + P - 1) / P;
   float msum[2] = {0.f, 0.f};
-  // The lane group's strips, kThreads / 32 * groups apart, as (row, first pixel) carried from one
+  // The lane group's strips, NT / 32 * groups apart, as (row, first pixel) carried from one
   // to the next.
   const int first = warp * groups + group;
   int r = first / strips, sx = (first - r * strips) * P;
-  for (; active && r < th; sx += kThreads / 32 * groups * P) {
+  for (; active && r < th; sx += NT / 32 * groups * P) {
     while (sx >= strips * P) sx -= strips * P, ++r;
     if (r >= th) break;
     float acc[P][2];
@@ -763,7 +764,7 @@ __global__ void __launch_bounds__(kThreads, K == 3 && P == 4 ? 4 : 3)
     if (i < cc) {
       float sum = 0.f;
 #pragma unroll
-      for (int k = 0; k < kThreads / 32; ++k) sum = __fadd_rn(sum, red[k * kTileChannels + i]);
+      for (int k = 0; k < NT / 32; ++k) sum = __fadd_rn(sum, red[k * kTileChannels + i]);
       const int slot = (static_cast<int>(blockIdx.x) - img * row_tiles) * col_tiles +
                        (static_cast<int>(blockIdx.y) - chunk * col_tiles);
       part[(int64_t(img) * row_tiles * col_tiles + slot) * a.filters + c0 + i] = sum;
@@ -940,6 +941,19 @@ DepthwiseStrip depthwise_nhwc_strip(const DepthwiseArgs& a, Storage t, int strip
   return d;
 }
 
+// Shared memory the tile kernel's mean adds after the patch: its warps' sums of 64 channels (at
+// most 8 warps: kTileMeanSmem).
+constexpr size_t tile_mean_smem(int threads) { return sizeof(float) * size_t(threads / 32) * kTileChannels; }
+constexpr size_t kTileMeanSmem = tile_mean_smem(kThreads);
+
+// The tile kernel's blocks resident on an SM: its launch bounds' (3 blocks of 256 threads at 5x5,
+// 4 at 3x3, twice as many of 128) and those whose shared memory fits sm_90's 228 KiB (1 KiB
+// reserved a block; `smem` with the mean's sums).
+static int tile_blocks_per_sm(int k, int threads, size_t smem) {
+  const int by_regs = (k == 3 ? 4 : 3) * (kThreads / threads);
+  return std::min(by_regs, static_cast<int>((size_t(228) << 10) / (smem + (size_t(1) << 10))));
+}
+
 DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& kn) {
   DepthwiseTile d;
   const bool pixels_ok = kn.tile_pixels == 4 || kn.tile_pixels == 8;
@@ -978,6 +992,15 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
   d.tile_h = (a.out_h + d.row_tiles - 1) / d.row_tiles;
   d.smem = size_t((d.tile_h - 1) * s + k) * row_bytes + slack;
   d.pixels = kn.tile_pixels;
+  // A tile of few strips (a 7x7 map's: 14 of 4 pixels) keeps a block's 8 warps busy for a round or
+  // two between its patch's copies and its stores: in blocks of half the threads more blocks (and
+  // their copies) fit an SM, where shared memory lets at least 1.5x as many in (an FP32 stride-2
+  // patch of 74 KiB fits 2 either way: half the warps, slower; Session 43). 4 pixels a lane only
+  // (the instances built).
+  const size_t need = d.smem + kTileMeanSmem;
+  if (d.pixels == 4 && d.tile_h * ((d.tile_w + 3) / 4) <= kn.small_tile_strips &&
+      2 * tile_blocks_per_sm(k, kThreads / 2, need) >= 3 * tile_blocks_per_sm(k, kThreads, need))
+    d.threads = kThreads / 2;
   return d;
 }
 
@@ -1041,9 +1064,6 @@ int mean_block_threads(int64_t row_items, int64_t chunks) {
   return static_cast<int>((per + 31) / 32 * 32);
 }
 
-// Shared memory the tile kernel's mean adds after the patch: the 8 warps' sums of 64 channels.
-constexpr size_t kTileMeanSmem = sizeof(float) * (kThreads / 32) * kTileChannels;
-
 }  // namespace
 
 int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& kn) {
@@ -1093,7 +1113,7 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
     const int64_t tile_chunks = (a.channels + kTileChannels - 1) / kTileChannels;
     const dim3 grid(static_cast<unsigned>(tile_blocks),
                     static_cast<unsigned>(tile_chunks * c.tile.col_tiles));
-    const size_t smem = c.tile.smem + (with_mean ? kTileMeanSmem : 0);
+    const size_t smem = c.tile.smem + (with_mean ? tile_mean_smem(c.tile.threads) : 0);
     with_storage(t, [&](auto* tag) {
       using T = std::remove_pointer_t<decltype(tag)>;
       const T* xt = static_cast<const T*>(x);
@@ -1102,15 +1122,22 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
         if (smem > kMaxSmem)
           CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
-        kernel<<<grid, kThreads, smem, s>>>(xt, w_taps, bias, yt, a, c.tile.tile_h, c.tile.tile_w,
-                                            c.tile.row_tiles, c.tile.col_tiles, act, part, kn.tile_pack);
+        kernel<<<grid, c.tile.threads, smem, s>>>(xt, w_taps, bias, yt, a, c.tile.tile_h, c.tile.tile_w,
+                                                  c.tile.row_tiles, c.tile.col_tiles, act, part,
+                                                  kn.tile_pack);
       };
+      constexpr int kHalf = kThreads / 2;
+      const bool half = c.tile.threads == kHalf;
       with_window(a, [&](auto k, auto stride) {
         constexpr int K = decltype(k)::value, S = decltype(stride)::value;
-        if (with_mean)
+        if (with_mean && half)
+          run(depthwise_tile_kernel<T, K, S, 4, true, kHalf>);
+        else if (with_mean)
           run(depthwise_tile_kernel<T, K, S, 4, true>);
         else if (c.tile.pixels == 8)
           run(depthwise_tile_kernel<T, K, S, 8, false>);
+        else if (half)
+          run(depthwise_tile_kernel<T, K, S, 4, false, kHalf>);
         else
           run(depthwise_tile_kernel<T, K, S, 4, false>);
       });

@@ -76,6 +76,11 @@ struct DepthwiseNhwcKnobs {
   bool tile_everywhere = false;  // the tile kernel wherever it can run, not only where it won
   bool tile_pack = true;         // the tile kernel's lane groups: several strips a warp in chunks
                                  // of 32 channels or fewer (else one, most lanes idle)
+  // A tile of at most this many strips (rows x strips a row, 4 pixels a strip) runs in blocks of
+  // 128 threads instead of 256 (0: never): twice the blocks an SM, each staging its own patch, so
+  // that twice the bytes are in flight where a block's arithmetic is short (7x7 maps, one tile
+  // each: docs/performance.md, Session 43).
+  int small_tile_strips = 16;
   // The whole-plane mean in the strip and vector kernels too (DepthwiseMean), not only in the tile
   // kernel, where it won (in EfficientNet-B0 at bf16 the others' mean kernels were slower than
   // the plain kernel and the pool pass, docs/performance.md, Session 21)
@@ -119,6 +124,8 @@ int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const Depthwise
 struct DepthwiseTile {
   int tile_h = 0, tile_w = 0, row_tiles = 0, col_tiles = 0, pixels = 0;
   size_t smem = 0;
+  int threads =
+      256;  // a block's threads: 128 for a tile of few strips (DepthwiseNhwcKnobs::small_tile_strips)
 };
 DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& k = {});
 // The strip a thread of the strip kernel computes, or pixels 0 where it does not run, as measured
