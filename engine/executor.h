@@ -50,7 +50,7 @@ struct GpuTuning {
   bool fuse_prepool = true;     // prepool: channels last, the conv1x1 kernel takes the max-pool before it
                                 // (the pool's only reader) as it stages its input (Step::prepool_layer)
   bool dw_small = true;         // dwsmall: the depthwise tile kernel runs a tile of few strips (7x7
-                                // maps) in blocks of 128 threads, twice the blocks an SM
+                                // maps) in blocks of 128 threads where more of them fit an SM
   bool fast_act = true;         // fastact: at tf32 our kernels' SiLU and sigmoid take the approximate
                                 // exponential and reciprocal in FP32 storage too (ActFn::fast)
   // --cudnn-plans: how many of cuDNN's heuristic candidates the graph API's search builds and

@@ -634,7 +634,7 @@ __host__ __device__ constexpr int tile_overreach(int tile_w, int p, int s) {
 // MEAN: the block's partial sums for the whole-plane mean go to its image's slot
 // row tile * col_tiles + column tile in part, through NT / 32 x kTileChannels floats of shared
 // memory after the patch. NT: the block's threads, kThreads or half (a small tile: as many
-// registers a thread, twice the blocks an SM).
+// registers a thread, twice the blocks an SM where shared memory allows).
 template <typename T, int K, int S, int P, bool MEAN, int NT = kThreads>
 __global__ void __launch_bounds__(NT, (K == 3 && P == 4 ? 4 : 3) * (kThreads / NT))
     depthwise_tile_kernel(const T* __restrict__ x, const float* __restrict__ w,
@@ -995,7 +995,7 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
   // A tile of few strips (a 7x7 map's: 14 of 4 pixels) keeps a block's 8 warps busy for a round or
   // two between its patch's copies and its stores: in blocks of half the threads more blocks (and
   // their copies) fit an SM, where shared memory lets at least 1.5x as many in (an FP32 stride-2
-  // patch of 74 KiB fits 2 either way: half the warps, slower; Session 43). 4 pixels a lane only
+  // patch of 73 KiB fits 3 either way: half the warps, slower; Session 43). 4 pixels a lane only
   // (the instances built).
   const size_t need = d.smem + kTileMeanSmem;
   if (d.pixels == 4 && d.tile_h * ((d.tile_w + 3) / 4) <= kn.small_tile_strips &&

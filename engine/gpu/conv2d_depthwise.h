@@ -77,9 +77,9 @@ struct DepthwiseNhwcKnobs {
   bool tile_pack = true;         // the tile kernel's lane groups: several strips a warp in chunks
                                  // of 32 channels or fewer (else one, most lanes idle)
   // A tile of at most this many strips (rows x strips a row, 4 pixels a strip) runs in blocks of
-  // 128 threads instead of 256 (0: never): twice the blocks an SM, each staging its own patch, so
-  // that twice the bytes are in flight where a block's arithmetic is short (7x7 maps, one tile
-  // each: docs/performance.md, Session 43).
+  // 128 threads instead of 256 (0: never) where shared memory lets at least 1.5x as many blocks
+  // onto an SM, each staging its own patch: more bytes in flight where a block's arithmetic is
+  // short (7x7 maps, one tile each: docs/performance.md, Session 43).
   int small_tile_strips = 16;
   // The whole-plane mean in the strip and vector kernels too (DepthwiseMean), not only in the tile
   // kernel, where it won (in EfficientNet-B0 at bf16 the others' mean kernels were slower than
