@@ -520,6 +520,7 @@ def cnnrun_row(a, netdef, extra, weights, data, n, validate, precision, tag, mem
         "resident": any("input resident on GPU" in x for x in j.get("notes", [])),
         "gpu_note": next((x for x in j.get("notes", []) if x.startswith("gpu:")), None),
         "setup_s": setup_seconds(j.get("notes", [])),
+        "flops_per_s": j.get("flops_per_s"),
     })
     if base is not None:
         p = mem.peak(t0, t1)
@@ -1025,6 +1026,10 @@ def main():
         notes.append("Peak GPU memory: nvidia-smi memory.used sampled every 50 ms, minus the value before the run; "
                      f"PyTorch's plus its CUDA context and libraries ({ctx:.0f} MiB), so both are whole-process; "
                      "PyTorch's input tensor is not counted, cnnrun's resident uint8 images are.")
+    notes.append("cnnrun TFLOP/s: twice the netdef's conv and fc multiply-adds an image (as torchvision's "
+                 "documentation counts them) times the images, over cnnrun's forward time; beside the GPU's "
+                 "dense tensor-core rate (an H100/H200: about 495 TF32, 989 FP16/BF16) it says how much of it "
+                 "the whole forward used.")
     notes.append("x-check: cnnrun's CPU engine against the same PyTorch model on the CPU in fp32 on the first "
                  "few images (max |diff| / max |value| of the outputs): the same weights and images on both sides.")
     notes.append(f"Whole run {time.time() - start:.0f} s (budget {a.budget:.0f} s); logs in {a.logs}.")

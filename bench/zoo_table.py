@@ -64,14 +64,15 @@ def table(a, rows, header):
     mem_col = "peak GPU MiB cnnrun / PyTorch"
     out = [f"## Model zoo: {header}", "",
            "| network | input | images | precision | cnnrun ms | PyTorch ms (fastest way) | ratio | cnnrun img/s "
-           f"| cnnrun setup s | validation max rel (tolerance) | {mem_col} | x-check | cnnrun conv/fc algorithms |",
-           "| --- | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | --- | --- | --- | --- |"]
+           "| cnnrun TFLOP/s | cnnrun setup s | validation max rel (tolerance) | "
+           f"{mem_col} | x-check | cnnrun conv/fc algorithms |",
+           "| --- | --- | ---: | --- | ---: | --- | ---: | ---: | ---: | ---: | --- | --- | --- | --- |"]
     if a.baseline:  # one more column: the earlier binary's median, and this one's speedup over it
         out[2] = out[2].replace("| ratio |", "| ratio | baseline ms (speedup) |")
         out[3] = out[3].replace("| ---: | ---: | ---: |", "| ---: | ---: | ---: | ---: |", 1)
     for r in rows:
         if "unavailable" in r:
-            out.append(f"| {r['title']} | {r['input']} | - | - | {r['unavailable']} | | | | | | | | |" +
+            out.append(f"| {r['title']} | {r['input']} | - | - | {r['unavailable']} | | | | | | | | | |" +
                        (" |" if a.baseline else ""))
             continue
         c, t = r["cnnrun"], r.get("torch") or {}
@@ -95,6 +96,9 @@ def table(a, rows, header):
         if ok and skipped:  # PyTorch's fastest way may be among those not run: the ratio is a bound
             ratio = f"{ratio} at most ({skipped} of PyTorch's ways skipped: over the time budget)"
         rate = fmt_rate(r["images"], c.get("median_ms"))
+        # twice the netdef's multiply-adds an image, over the forward (cnnrun's report)
+        flops = c.get("flops_per_s")
+        tflops = f"{flops / 1e12:.3g}" if flops else "-"
         if c.get("validate_max_rel") is not None:
             val = (f"{c['validate_max_rel']:.1e} ({c['validate_tolerance']:.1e}, "
                    f"{'pass' if c['validate_pass'] else 'FAIL'}, {c['validate_images']} img)")
@@ -114,7 +118,7 @@ def table(a, rows, header):
                               if "median_ms" in b and "median_ms" in c else
                               f"failed (exit {b.get('rc')}): {str(b.get('error'))[:120]}" if "error" in b else "-")
         out.append(f"| {r['title']} | {r['input']} | {r['images']} | {r['precision']} | {cn} | {tv} | {ratio} | "
-                   f"{rate} | {setup} | {val} | {mem} | {xc} | {c.get('algos', '-') or '-'} |")
+                   f"{rate} | {tflops} | {setup} | {val} | {mem} | {xc} | {c.get('algos', '-') or '-'} |")
     out += ["", a.notes_text, ""]
     return "\n".join(out)
 

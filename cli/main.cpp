@@ -430,6 +430,7 @@ int run_network(const Options& o, Ranks& ranks) {
   Network net = load_network(o);
   rep.build_net_s = seconds_since(t);
   rep.net_name = net.name;
+  rep.multiply_adds = multiply_adds(net);  // as written: load_weights may merge or fold layers
   AssetResolver assets(net.source_dir, AssetResolver::default_roots(o.assets));
 
   t = Clock::now();

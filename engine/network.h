@@ -65,4 +65,11 @@ Network parse_netdef_file(const std::string& path);
 Network parse_netdef_string(const std::string& text, const std::string& name = "<string>",
                             const std::string& dir = ".");
 
+// The multiply-adds one image takes in the network's conv and fc layers (a conv: each output
+// value's filter window over its group's channels; an fc: inputs x outputs), the arithmetic the
+// usual counts give (torchvision's model documentation); nothing for pools, activations or
+// adds. Of the layers as they stand: the netdef as written before load_weights' rewrites (which
+// may merge or fold layers), the network as it runs after.
+int64_t multiply_adds(const Network& net);
+
 }  // namespace cnnrun

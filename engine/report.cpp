@@ -311,6 +311,20 @@ std::string report_text(const Report& r) {
   double thr = r.run.forward_seconds > 0 ? static_cast<double>(r.run.images) / r.run.forward_seconds : 0;
   s += "Net forward total time: " + fmt("%.6f", r.run.forward_seconds) + " s (" + fmt("%.0f", thr) +
        " images/s)" + (r.ranks.empty() ? "" : ", the slowest rank's; images/s over all ranks") + "\n";
+  if (r.multiply_adds > 0) {
+    const double macs = static_cast<double>(r.multiply_adds), rate = 2 * macs * thr;
+    s += "Arithmetic: " +
+         (macs >= 1e9   ? fmt("%.3f", macs / 1e9) + " G "
+          : macs >= 1e6 ? fmt("%.3f", macs / 1e6) + " M "
+                        : fmt("%.0f", macs) + " ") +
+         "multiply-adds an image (the netdef's conv and fc layers)" +
+         (thr > 0 ? ", " +
+                        (rate >= 1e12 ? fmt("%.1f", rate / 1e12) + " TFLOP/s"
+                                      : fmt("%.1f", rate / 1e9) + " GFLOP/s") +
+                        " over the forward"
+                  : std::string()) +
+         "\n";
+  }
   if (!r.ranks.empty()) {
     std::vector<std::string> hosts;
     for (const auto& k : r.ranks)
@@ -427,6 +441,10 @@ std::string report_json(const Report& r) {
                 {"total_s", r.total_s}};
   j["throughput_images_per_s"] =
       r.run.forward_seconds > 0 ? static_cast<double>(r.run.images) / r.run.forward_seconds : 0.0;
+  j["multiply_adds_per_image"] = r.multiply_adds;
+  j["flops_per_s"] = r.run.forward_seconds > 0 ? 2.0 * static_cast<double>(r.multiply_adds) *
+                                                     static_cast<double>(r.run.images) / r.run.forward_seconds
+                                               : 0.0;
   if (!r.ranks.empty()) {
     json ranks = json::array();
     for (const auto& k : r.ranks)

@@ -38,8 +38,11 @@ struct Report {
   std::vector<double> repeat_busy_seconds, warmup_busy_seconds;
   double load_data_s = 0, build_net_s = 0, load_weights_s = 0, total_s = 0;
   int64_t distinct_images = 0;  // < images when cycling
-  bool labelled = true;         // false: the data set has no labels, so no accuracy
-  Scores scores;                // top-k, per class, confusion (labelled runs)
+  // The multiply-adds an image of the netdef as written (multiply_adds before load_weights'
+  // rewrites): the report's arithmetic rate, 2 x this x images / forward time (0: not printed).
+  int64_t multiply_adds = 0;
+  bool labelled = true;  // false: the data set has no labels, so no accuracy
+  Scores scores;         // top-k, per class, confusion (labelled runs)
   std::vector<std::string> class_names;
   StreamStats stream;  // the loop from the data source to the executor
   RunResult run;

@@ -53,6 +53,10 @@ TEST_CASE("cli: the thesis network gives exactly 78.25 % on the first 1200 sampl
   for (const char* l : {"conv1", "relu2", "pool3", "fc", "softmax", "  conv:", "  maxpool:", "Load data time",
                         "Create network time", "Load network weights time", "Total time"})
     CHECK_MESSAGE(o.text.find(l) != std::string::npos, l);
+  // Its arithmetic: the conv and fc layers' 3.92 M multiply-adds an image, and the rate.
+  CHECK(o.text.find("Arithmetic: 3.920 M multiply-adds an image (the netdef's conv and fc layers), ") !=
+        std::string::npos);
+  CHECK(o.text.find("FLOP/s over the forward\n") != std::string::npos);
 }
 
 TEST_CASE("cli: --json, --dump and --quiet") {
@@ -69,6 +73,10 @@ TEST_CASE("cli: --json, --dump and --quiet") {
   CHECK(j["correct"].get<int>() >= 0);
   CHECK(j["accuracy_percent"].get<double>() == doctest::Approx(j["correct"].get<double>()));
   CHECK(j["environment"]["engine"].get<std::string>().find("cpu") == 0);
+  CHECK(j["multiply_adds_per_image"] == 3920000);
+  // 2 x multiply-adds x images over the forward time
+  CHECK(j["flops_per_s"].get<double>() ==
+        doctest::Approx(2.0 * 3920000 * 100 / j["times"]["forward_s"].get<double>()).epsilon(1e-9));
   std::vector<int64_t> dims;
   std::vector<float> probs = read_npy(dir + "/p.npy", &dims);
   REQUIRE(dims == std::vector<int64_t>{100, 10});

@@ -2,6 +2,8 @@
 // layer and key.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "engine/layer_types.h"
 #include "engine/layers/conv.h"
 #include "engine/layers/pool.h"
@@ -225,10 +227,9 @@ TEST_CASE("netdef errors name file, line, column, layer and key") {
   SUBCASE("algo only on conv, and only known ones") {
     CHECK(layers_error("  - {name: r, type: relu, algo: cudnn}\n").find("only conv layers take 'algo'") !=
           std::string::npos);
-    CHECK(
-        layers_error("  - {name: c, type: conv, filters: 4, kernel: 8, algo: fft}\n")
-            .find("expected auto, im2col, implicit, cudnn, cudnn-3xtf32, depthwise, cutlass, stem, gemm or conv1x1") !=
-        std::string::npos);
+    CHECK(layers_error("  - {name: c, type: conv, filters: 4, kernel: 8, algo: fft}\n")
+              .find("expected auto, im2col, implicit, cudnn, cudnn-3xtf32, depthwise, cutlass, stem, gemm or "
+                    "conv1x1") != std::string::npos);
   }
   SUBCASE("missing sections") {
     CHECK(error_of("classes: [a]\nlayers:\n  - {type: relu}\n").find("key 'netdef.input': missing") !=
@@ -452,5 +453,41 @@ TEST_CASE("netdef: the torchvision netdefs have torchvision's parameter counts a
       }
     CHECK(params == n.params);
     CHECK(tensors == n.tensors);
+  }
+}
+
+TEST_CASE(
+    "netdef: multiply_adds counts each conv's and fc's arithmetic an image, as torchvision's documentation "
+    "does") {
+  // The thesis network by hand: conv1 32x32 outputs x 16 filters x 5x5x3, conv2 16x16 x 20 x
+  // 5x5x16, conv3 8x8 x 20 x 5x5x20, fc 320 x 10; the pools, ReLUs and softmax none.
+  const Network cifar = parse_netdef_file(std::string(CNNRUN_SOURCE_DIR) + "/netdefs/cifar10.yaml");
+  CHECK(multiply_adds(cifar) == 32 * 32 * 16 * 75 + 16 * 16 * 20 * 400 + 8 * 8 * 20 * 500 + 320 * 10);
+  // Groups: a depthwise conv's filter sees one channel.
+  const Network dw = parse_netdef_string(R"(
+name: dw
+input: {channels: 8, height: 6, width: 6}
+classes: 2
+layers:
+  - {name: d, type: conv, filters: 8, kernel: 3, pad: 1, groups: 8}
+  - {name: g, type: conv, filters: 4, kernel: 1, groups: 2}
+  - {name: f, type: fc, outputs: 2}
+)");
+  CHECK(multiply_adds(dw) == 6 * 6 * 8 * 9 + 6 * 6 * 4 * 4 + 6 * 6 * 4 * 2);
+  // torchvision's model documentation gives these in GFLOPS (multiply-adds, two decimals) at
+  // 224x224: ours round to them.
+  const struct {
+    const char* name;
+    double g;
+  } nets[] = {{"resnet18", 1.81},          {"vgg11_bn", 7.61},     {"squeezenet1_1", 0.35},
+              {"googlenet", 1.50},         {"mobilenet_v2", 0.30}, {"efficientnet_b0", 0.39},
+              {"mobilenet_v3_small", 0.06}};
+  for (const auto& n : nets) {
+    CAPTURE(n.name);
+    const Network net =
+        parse_netdef_file(std::string(CNNRUN_SOURCE_DIR) + "/netdefs/torchvision/" + n.name + ".yaml");
+    const double g = static_cast<double>(multiply_adds(net)) / 1e9;
+    CAPTURE(g);
+    CHECK(std::abs(g - n.g) <= 0.005 + 1e-9);
   }
 }

@@ -34,7 +34,7 @@ if ! DRY=1 CNNRUN="$bin" NETS="lenet5 resnet18" SIZES=32 PRECISIONS="fp32 fp16" 
   exit 1
 fi
 cat "$w/out/zoo_table.md"
-grep -q "| cnnrun img/s | cnnrun setup s | validation max rel" "$w/out/zoo_table.md" ||
+grep -q "| cnnrun img/s | cnnrun TFLOP/s | cnnrun setup s | validation max rel" "$w/out/zoo_table.md" ||
   { echo "FAIL: the table's header lacks its columns"; exit 1; }
 # Both sides' medians come after two warm-up runs: cnnrun's with --warmup 2, in its report.
 grep -q "after two warm-up runs on both sides" "$w/out/zoo_table.md" ||
@@ -61,6 +61,10 @@ row = {'title': 'N', 'input': '3x8x8', 'images': 10, 'precision': 'fp16', 'xchec
        'torch': {'best': {'median_ms': 3.0, 'way': 'w'}, 'ways': [{'way': 'w', 'median_ms': 3.0}]}}
 ns = argparse.Namespace(baseline='', dry=False, notes_text='')
 assert '| 3.00x |' in zoo_table.table(ns, [row], 'h'), 'a whole row lost its ratio'
+# The arithmetic rate from cnnrun's report: 10 images of 12.5 M multiply-adds in 1 ms is 0.25 TFLOP/s.
+row['cnnrun']['flops_per_s'] = 2 * 12.5e6 * 10 / 1e-3
+assert '| 0.25 |' in zoo_table.table(ns, [row], 'h'), 'the TFLOP/s column is missing'
+del row['cnnrun']['flops_per_s']
 row['torch']['ways'].append({'way': 'v', 'error': 'skipped: over the time budget'})
 assert '| 3.00x at most (1 of PyTorch' in zoo_table.table(ns, [row], 'h'), 'a cut-short row is not marked'
 # The compiled predictions' agreement with eager's.
