@@ -19,7 +19,8 @@
 // mean (auto computing that mean itself where depthwise_nhwc_mean_slots allows, else as pool) or
 // meanall (mean with DepthwiseNhwcKnobs::mean_everywhere: the strip and vector kernels' too),
 // notile (the defaults without the tile kernel, as --gpu-off dwtile), nopack (the defaults
-// without the tile kernel's lane groups: one strip a warp), any of these followed by
+// without the tile kernel's lane groups: one strip a warp), nohalf (the defaults without the
+// small tiles' blocks of 128 threads, as --gpu-off dwsmall), any of these followed by
 // +pool or +mean (its knobs, then the pool pass or the mean as above), or
 // bytes (no kernel: the layer's input + output bytes moved by a device-to-device copy, the bound
 // a kernel that reads each input and writes each output once would approach);
@@ -131,6 +132,9 @@ int main(int argc, char** argv) {
         v.kn.set_tile_smem(0);
       } else if (t == "nopack") {  // the defaults without the tile kernel's lane groups
         v.kn.tile_pack = false;
+      } else if (t ==
+                 "nohalf") {  // the defaults without the small tiles' 128-thread blocks (--gpu-off dwsmall)
+        v.kn.small_tile_strips = 0;
       } else if (t != "auto") {
         v.kn.strip_pixels = 0, v.kn.set_tile_smem(0);
         int k = 0, px = 0;
