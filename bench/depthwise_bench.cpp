@@ -132,8 +132,7 @@ int main(int argc, char** argv) {
         v.kn.set_tile_smem(0);
       } else if (t == "nopack") {  // the defaults without the tile kernel's lane groups
         v.kn.tile_pack = false;
-      } else if (t ==
-                 "nohalf") {  // the defaults without the small tiles' 128-thread blocks (--gpu-off dwsmall)
+      } else if (t == "nohalf") {  // the defaults without the small tiles' half blocks (--gpu-off dwsmall)
         v.kn.small_tile_strips = 0;
       } else if (t != "auto") {
         v.kn.strip_pixels = 0, v.kn.set_tile_smem(0);

@@ -631,12 +631,18 @@ __host__ __device__ constexpr int tile_overreach(int tile_w, int p, int s) {
   return ((tile_w + p - 1) / p * p - tile_w) * s;
 }
 
+// The tile kernel's blocks an SM by its launch bounds (the registers a thread they allow): 4 of
+// 256 threads for 3x3 windows of 4 pixels a lane, 3 otherwise, twice as many of 128.
+__host__ __device__ constexpr int tile_min_blocks(int k, int p, int threads) {
+  return (k == 3 && p == 4 ? 4 : 3) * (kThreads / threads);
+}
+
 // MEAN: the block's partial sums for the whole-plane mean go to its image's slot
 // row tile * col_tiles + column tile in part, through NT / 32 x kTileChannels floats of shared
 // memory after the patch. NT: the block's threads, kThreads or half (a small tile: as many
 // registers a thread, twice the blocks an SM where shared memory allows).
 template <typename T, int K, int S, int P, bool MEAN, int NT = kThreads>
-__global__ void __launch_bounds__(NT, (K == 3 && P == 4 ? 4 : 3) * (kThreads / NT))
+__global__ void __launch_bounds__(NT, tile_min_blocks(K, P, NT))
     depthwise_tile_kernel(const T* __restrict__ x, const float* __restrict__ w,
                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int tile_h,
                           int tile_w, int row_tiles, int col_tiles, ActFn act, float* __restrict__ part,
@@ -946,12 +952,12 @@ DepthwiseStrip depthwise_nhwc_strip(const DepthwiseArgs& a, Storage t, int strip
 constexpr size_t tile_mean_smem(int threads) { return sizeof(float) * size_t(threads / 32) * kTileChannels; }
 constexpr size_t kTileMeanSmem = tile_mean_smem(kThreads);
 
-// The tile kernel's blocks resident on an SM: its launch bounds' (3 blocks of 256 threads at 5x5,
-// 4 at 3x3, twice as many of 128) and those whose shared memory fits sm_90's 228 KiB (1 KiB
-// reserved a block; `smem` with the mean's sums).
+// The tile kernel's blocks resident on an SM at 4 pixels a lane: its launch bounds'
+// (tile_min_blocks) and those whose shared memory fits sm_90's 228 KiB (1 KiB reserved a block;
+// `smem` with the mean's sums).
 static int tile_blocks_per_sm(int k, int threads, size_t smem) {
-  const int by_regs = (k == 3 ? 4 : 3) * (kThreads / threads);
-  return std::min(by_regs, static_cast<int>((size_t(228) << 10) / (smem + (size_t(1) << 10))));
+  return std::min(tile_min_blocks(k, 4, threads),
+                  static_cast<int>((size_t(228) << 10) / (smem + (size_t(1) << 10))));
 }
 
 DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& kn) {

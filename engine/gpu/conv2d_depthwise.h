@@ -124,8 +124,8 @@ int depthwise_nhwc_mean_slots(const DepthwiseArgs& a, Storage t, const Depthwise
 struct DepthwiseTile {
   int tile_h = 0, tile_w = 0, row_tiles = 0, col_tiles = 0, pixels = 0;
   size_t smem = 0;
-  int threads =
-      256;  // a block's threads: 128 for a tile of few strips (DepthwiseNhwcKnobs::small_tile_strips)
+  // A block's threads: 256, or 128 for a tile of few strips (DepthwiseNhwcKnobs::small_tile_strips).
+  int threads = 256;
 };
 DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& k = {});
 // The strip a thread of the strip kernel computes, or pixels 0 where it does not run, as measured

@@ -1135,12 +1135,12 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
         const DepthwiseStrip strip = depthwise_nhwc_strip(c.dw.args, storage());
         return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                (fuses_mean(st, a) ? "+mean" : "") + " epilogue, " + storage_name(storage()) + " NHWC, " +
-               (tile.smem > 0
-                    ? "2 filters x " + std::to_string(tile.pixels) + " pixels a thread of " +
-                          std::to_string(tile.tile_h) + "x" + std::to_string(tile.tile_w) +
-                          " tiles staged in shared memory" +
-                          (tile.threads != 256 ? ", blocks of " + std::to_string(tile.threads) + " threads"
-                                               : std::string())
+               (tile.smem > 0 ? "2 filters x " + std::to_string(tile.pixels) + " pixels a thread of " +
+                                    std::to_string(tile.tile_h) + "x" + std::to_string(tile.tile_w) +
+                                    " tiles staged in shared memory" +
+                                    (tile.threads != DepthwiseTile{}.threads
+                                         ? ", blocks of " + std::to_string(tile.threads) + " threads"
+                                         : std::string())
                 : strip.pixels > 0
                     ? std::to_string(strip.filters) + " filters x " + std::to_string(strip.pixels) +
                           " pixels a thread"
