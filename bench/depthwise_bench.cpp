@@ -14,13 +14,15 @@
 // convolution on the same tensors (bench/depthwise_torch.py --dtype fp16 --channels-last for
 // PyTorch's), TILES then the kernels' knobs (DepthwiseNhwcKnobs): auto (the defaults), 1, 2 or 4
 // (the vector kernel's row_pixels), s4, s7 or s8 (the strip kernel's strip_pixels where it runs),
-// tKpP (the tile kernel wherever it runs, at most K KiB of shared memory, P pixels a lane), pool
+// tKpP (the tile kernel wherever it runs, at most K KiB of shared memory, P pixels a lane; tKpPr1
+// with one output row a lane), pool
 // (auto, then the whole-plane average pool pass over its output: a squeeze-and-excitation block's)
 // mean (auto computing that mean itself where depthwise_nhwc_mean_slots allows, else as pool) or
 // meanall (mean with DepthwiseNhwcKnobs::mean_everywhere: the strip and vector kernels' too),
 // notile (the defaults without the tile kernel, as --gpu-off dwtile), nopack (the defaults
 // without the tile kernel's lane groups: one strip a warp), nohalf (the defaults without the
-// small tiles' blocks of 128 threads, as --gpu-off dwsmall), any of these followed by
+// small tiles' blocks of 128 threads, as --gpu-off dwsmall), norows (the defaults with one output
+// row a lane in the tile kernel, as --gpu-off dwrows), any of these followed by
 // +pool or +mean (its knobs, then the pool pass or the mean as above), or
 // bytes (no kernel: the layer's input + output bytes moved by a device-to-device copy, the bound
 // a kernel that reads each input and writes each output once would approach);
@@ -134,6 +136,8 @@ int main(int argc, char** argv) {
         v.kn.tile_pack = false;
       } else if (t == "nohalf") {  // the defaults without the small tiles' half blocks (--gpu-off dwsmall)
         v.kn.small_tile_strips = 0;
+      } else if (t == "norows") {  // the defaults with one output row a lane (--gpu-off dwrows)
+        v.kn.tile_rows = 1;
       } else if (t != "auto") {
         v.kn.strip_pixels = 0, v.kn.set_tile_smem(0);
         int k = 0, px = 0;
@@ -144,6 +148,8 @@ int main(int argc, char** argv) {
           tiles_ok &= v.kn.strip_pixels == 4 || v.kn.strip_pixels == 7 || v.kn.strip_pixels == 8;
         } else if (std::sscanf(t.c_str(), "t%dp%d", &k, &px) == 2 && k >= 1 && k <= 227) {
           v.kn.set_tile_smem(size_t(k) << 10), v.kn.tile_pixels = px, v.kn.tile_everywhere = true;
+          const size_t r = t.find('r');  // tKpPrR: R output rows a lane
+          if (r != std::string::npos) v.kn.tile_rows = std::atoi(t.c_str() + r + 1);
           tiles_ok &= px == 4 || px == 8;
         } else {
           tiles_ok = false;
@@ -161,7 +167,7 @@ int main(int argc, char** argv) {
       !act_ok) {
     std::fprintf(stderr,
                  "usage: %s [IMAGES>=1] [INPUT>=8] [REPEATS>=1] [TILES=N>=32[,N...] | nhwc: "
-                 "auto|1|2|4|s4|s7|s8|tKpP|pool|mean|meanall|bytes[,...]] "
+                 "auto|1|2|4|s4|s7|s8|tKpP|pool|mean|meanall|notile|nopack|nohalf|norows|bytes[,...]] "
                  "[FORMAT=nchw|fp16|bf16|fp32-nhwc] [NET=mobilenet_v2|efficientnet_b0] [ACT=relu6|silu]\n",
                  argv[0]);
     return 2;

@@ -10,7 +10,7 @@ namespace cnnrun {
 
 const char* const kGpuOffNames =
     "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool,fastact,"
-    "dwsmall";
+    "dwsmall,dwrows";
 
 bool GpuTuning::operator==(const GpuTuning& o) const {
   return fuse_pool == o.fuse_pool && fuse_mean == o.fuse_mean && fuse_u8 == o.fuse_u8 &&
@@ -20,7 +20,7 @@ bool GpuTuning::operator==(const GpuTuning& o) const {
          share_buffers == o.share_buffers && concat_in_place == o.concat_in_place &&
          stem_rows == o.stem_rows && dw_tile == o.dw_tile && pool_cols == o.pool_cols &&
          fuse_prepool == o.fuse_prepool && fast_act == o.fast_act && dw_small == o.dw_small &&
-         graph_plans == o.graph_plans;
+         dw_rows == o.dw_rows && graph_plans == o.graph_plans;
 }
 
 const char* layout_name(Layout l) {
@@ -79,7 +79,8 @@ GpuTuning parse_gpu_off(const std::string& list) {
                                                              {"poolcols", &GpuTuning::pool_cols},
                                                              {"prepool", &GpuTuning::fuse_prepool},
                                                              {"fastact", &GpuTuning::fast_act},
-                                                             {"dwsmall", &GpuTuning::dw_small}};
+                                                             {"dwsmall", &GpuTuning::dw_small},
+                                                             {"dwrows", &GpuTuning::dw_rows}};
   size_t start = 0;
   while (start <= list.size()) {
     const size_t end = std::min(list.find(',', start), list.size());

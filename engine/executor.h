@@ -51,6 +51,8 @@ struct GpuTuning {
                                 // (the pool's only reader) as it stages its input (Step::prepool_layer)
   bool dw_small = true;         // dwsmall: the depthwise tile kernel runs a tile of few strips (7x7
                                 // maps) in blocks of 128 threads where more of them fit an SM
+  bool dw_rows = true;          // dwrows: the depthwise tile kernel computes two output rows a lane where
+                                // depthwise_nhwc_tile allows it (16-bit storage, 3x3 windows of stride 1)
   bool fast_act = true;         // fastact: at tf32 our kernels' SiLU and sigmoid take the approximate
                                 // exponential and reciprocal in FP32 storage too (ActFn::fast)
   // --cudnn-plans: how many of cuDNN's heuristic candidates the graph API's search builds and
@@ -62,7 +64,8 @@ struct GpuTuning {
   bool operator!=(const GpuTuning& o) const { return !(*this == o); }
 };
 // The names --gpu-off takes, comma-separated:
-// "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool,fastact,dwsmall".
+// "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool,fastact,dwsmall,
+// dwrows".
 extern const char* const kGpuOffNames;
 // All on but the comma-separated names in `list` ("" = all on). Throws Error naming an unknown
 // name and the known ones.

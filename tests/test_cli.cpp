@@ -407,7 +407,7 @@ TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF 
   CHECK(g.text ==
         "cnnrun: --gpu-off: unknown GPU optimisation 'tensorcores' to turn off; expected names from "
         "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool,"
-        "fastact,dwsmall (see "
+        "fastact,dwsmall,dwrows (see "
         "cnnrun "
         "--help)\n");
   Out e = run_env("CNNRUN_GPU_OFF=pool,nope", src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu");
@@ -415,7 +415,7 @@ TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF 
   CHECK(e.text ==
         "cnnrun: CNNRUN_GPU_OFF=pool,nope: unknown GPU optimisation 'nope' to turn off; expected names from "
         "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool,"
-        "fastact,dwsmall\n");
+        "fastact,dwsmall,dwrows\n");
   // Known names are accepted (the CPU engine has nothing to turn off: the run is the same).
   Out ok = run_env("CNNRUN_GPU_OFF=pool,graph",
                    src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet");
@@ -423,7 +423,7 @@ TEST_CASE("cli: --conv-algo and --gpu-off take known names only; CNNRUN_GPU_OFF 
   Out opt = run(
       src("netdefs/cifar10.yaml") + " " + assets() + " --engine cpu --batch 10 --quiet --gpu-off " +
       "pool,mean,u8,rows,graph,tc,exact,pack,graphapi,share,concat,stemrows,dwtile,poolcols,prepool,fastact,"
-      "dwsmall --conv-algo im2col");
+      "dwsmall,dwrows --conv-algo im2col");
   CHECK(opt.rc == 0);
   CHECK(opt.text == ok.text);
 }
@@ -513,7 +513,9 @@ TEST_CASE("parse_gpu_off: each name turns one switch off; empty names are skippe
   CHECK_FALSE(none.fuse_prepool);
   CHECK_FALSE(none.fast_act);
   CHECK_FALSE(none.dw_small);
+  CHECK_FALSE(none.dw_rows);
   CHECK(parse_gpu_off("dwsmall") != GpuTuning{});
+  CHECK(parse_gpu_off("dwrows") != GpuTuning{});
   CHECK(parse_gpu_off("fastact") != GpuTuning{});
   CHECK(t.fast_act);
   CHECK(parse_gpu_off("dwtile") != GpuTuning{});

@@ -816,11 +816,14 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
       // kernel wherever it runs, at 4 and 8 pixels a lane, in patches of at most 4 KiB (tiles of a
       // few rows, several row tiles), 12, 46, 64 and 100 KiB (shared memory opted in above 48), at
       // 46 KiB without its lane groups (one strip a warp), and in blocks of 128 threads for every
-      // tile (4 and 46 KiB) and for none (46 KiB; the default: tiles of at most 16 strips).
+      // tile (4 and 46 KiB) and for none (46 KiB; the default: tiles of at most 16 strips), and
+      // with one output row a lane and two where the rule allows it (16-bit, 3x3 of stride 1: tiles
+      // of 1 to 14 rows, odd ones reading a row past the tile, with and without lane groups).
       struct Variant {
         int row_pixels, strip_pixels, tile_kib, tile_pixels;
         bool pack = true;
         int small_strips = DepthwiseNhwcKnobs{}.small_tile_strips;
+        int rows = DepthwiseNhwcKnobs{}.tile_rows;
       };
       constexpr int kAll = 1 << 20;
       const Variant variants[] = {{1, 0, 0, 4},
@@ -838,7 +841,10 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
                                   {1, 0, 46, 4, false},
                                   {1, 0, 4, 4, true, kAll},
                                   {1, 0, 46, 4, true, kAll},
-                                  {1, 0, 46, 4, true, 0}};
+                                  {1, 0, 46, 4, true, 0, 1},
+                                  {1, 0, 4, 4, true, 0, 2},
+                                  {1, 0, 46, 4, true, 0, 2},
+                                  {1, 0, 64, 4, false, 0, 2}};
       std::vector<float> vector_out;  // the vector kernel's, 1 pixel a thread
       for (const Variant& v : variants) {
         DepthwiseNhwcKnobs kn;
@@ -846,6 +852,7 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
         kn.set_tile_smem(size_t(v.tile_kib) << 10), kn.tile_pixels = v.tile_pixels, kn.tile_everywhere = true;
         kn.tile_pack = v.pack;
         kn.small_tile_strips = v.small_strips;
+        kn.tile_rows = v.rows;
         kn.mean_everywhere = true;  // the mean in every kernel that has one
         const DepthwiseStrip ds = depthwise_nhwc_strip(a, t, kn.strip_pixels);
         const DepthwiseTile tile = depthwise_nhwc_tile(a, t, kn);
@@ -870,7 +877,9 @@ TEST_CASE("gpu: channels-last depthwise kernel vs plain loops, fp32, fp16 and bf
                  : ds.pixels > 0 ? std::to_string(ds.pixels) + " pixels"
                                  : std::to_string(depthwise_nhwc_pixels(a, v.row_pixels)) + " pixels")
              << " a thread" << (v.pack ? "" : ", no lane groups")
-             << (tile.smem > 0 ? ", blocks of " + std::to_string(tile.threads) : std::string());
+             << (tile.smem > 0 ? ", blocks of " + std::to_string(tile.threads) + ", " +
+                                     std::to_string(tile.rows) + " rows a lane"
+                               : std::string());
         // One rounding to the storage format after an FP32 sum (FP16: 2^-11 relative, BF16: 2^-8).
         const double tol = t == Storage::kF32 ? 1e-5 : t == Storage::kF16 ? 1e-3 : 8e-3;
         check_close(got, want, tol, tol, what.str());
@@ -1007,10 +1016,33 @@ TEST_CASE("depthwise: the channels-last kernels' rules (vector width, pixels, st
   CHECK(t7.tile_h == 7);
   CHECK(t7.tile_w == 7);
   CHECK(t7.threads == 128);
+  CHECK(t7.rows == 1);  // half blocks: one output row a lane
   DepthwiseNhwcKnobs whole;
   whole.small_tile_strips = 0;
   CHECK(depthwise_nhwc_tile(a7, Storage::kF16, whole).threads == 256);
-  DepthwiseNhwcKnobs eight_px;  // 8 pixels a lane: no half-block instances
+  // Two output rows a lane: 16-bit storage, 3x3 windows of stride 1, blocks of 256 threads. A 13x13
+  // map is one tile of 13 rows: its patch holds the row past the tile that the last lane strip
+  // reads (16 staged rows of 15 pixels, not 15), and the 3 pixels its last strip reads past a row.
+  DepthwiseArgs a13 = a;
+  a13.kernel_h = a13.kernel_w = 3, a13.in_h = a13.in_w = a13.out_h = a13.out_w = 13;
+  for (Storage st16 : {Storage::kF16, Storage::kBf16}) {
+    const DepthwiseTile t13 = depthwise_nhwc_tile(a13, st16);
+    CHECK(t13.tile_h == 13);
+    CHECK(t13.threads == 256);
+    CHECK(t13.rows == 2);
+    CHECK(t13.smem == size_t(16) * 15 * 128 + 3 * 128);
+  }
+  DepthwiseNhwcKnobs one_row;
+  one_row.tile_rows = 1;
+  const DepthwiseTile t13one = depthwise_nhwc_tile(a13, Storage::kF16, one_row);
+  CHECK(t13one.rows == 1);
+  CHECK(t13one.smem == size_t(15) * 15 * 128 + 3 * 128);
+  CHECK(depthwise_nhwc_tile(a13, Storage::kF32).rows == 1);  // FP32 storage: slower with two
+  CHECK(depthwise_nhwc_tile(a, Storage::kF16).rows == 1);    // 5x5: 105-113 registers, slower
+  DepthwiseArgs a13s2 = a13;
+  a13s2.in_h = a13s2.in_w = 26, a13s2.stride_h = a13s2.stride_w = 2;
+  CHECK(depthwise_nhwc_tile(a13s2, Storage::kF16).rows == 1);  // stride 2: mostly slower
+  DepthwiseNhwcKnobs eight_px;                                 // 8 pixels a lane: no half-block instances
   eight_px.tile_pixels = 8;
   CHECK(depthwise_nhwc_tile(a7, Storage::kF16, eight_px).threads == 256);
   // At FP32 storage: a 31 KiB patch, 6 half blocks an SM against 3: halved; at stride 2 (14 -> 7) a

@@ -1214,10 +1214,12 @@ layers:
       INFO(t.name << ": " << t.algo);
       const bool half = p == Precision::kFp16 || p == Precision::kBf16;
       if (t.name == "dw")  // 3x3 of stride 1 on 20-wide rows: FP32 strips of 4 pixels, a 16-bit tile
-        CHECK(t.algo == "depthwise(bias+relu6 epilogue, " + stored + ", " +
-                            (half ? "2 filters x 4 pixels a thread of 20x20 tiles staged in shared memory"
-                                  : "2 filters x 4 pixels a thread") +
-                            ")");
+                           // of two output rows a lane
+        CHECK(t.algo ==
+              "depthwise(bias+relu6 epilogue, " + stored + ", " +
+                  (half ? "2 filters x 4 pixels x 2 rows a thread of 20x20 tiles staged in shared memory"
+                        : "2 filters x 4 pixels a thread") +
+                  ")");
       if (t.name == "dw2")
         CHECK(t.algo == "depthwise(bias+hardswish epilogue, " + stored + ", 1 filters a thread)");
       if (t.name == "dw4")  // 128 channels of 5x5 on 20-wide rows: the tile kernel at every storage

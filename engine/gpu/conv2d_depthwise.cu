@@ -614,9 +614,10 @@ __global__ void __launch_bounds__(kThreads)
 // tile_h x tile_w output pixels of kTileChannels channels of one image need (K x K windows of
 // stride S both ways, undilated, one filter per channel), padding as zeros, into shared memory with
 // 16-byte asynchronous copies, each input value read from global memory once per tile. Each lane
-// then computes one channel pair of P consecutive output pixels of a row from shared memory (a
+// then computes one channel pair of P consecutive output pixels of R rows from shared memory (a
 // warp's 32 lanes read one pixel's 128 bytes, or 256 at FP32 storage: no bank conflicts), its K * K weight
-// pairs in registers and each window row's (P - 1) * S + K columns loaded once. Without the staging, the
+// pairs in registers and each staged row's (P - 1) * S + K columns loaded once for the R rows whose
+// windows hold it. Without the staging, the
 // taps' loads of a row's neighbouring pixels all miss L1 at once and each goes to L2 (the vector
 // kernel moved about K * K times its input there; docs/performance.md). The same FP32 sum in the
 // same tap order as the other kernels (a padding tap adds 0), rounded once when it stores. One
@@ -631,18 +632,26 @@ __host__ __device__ constexpr int tile_overreach(int tile_w, int p, int s) {
   return ((tile_w + p - 1) / p * p - tile_w) * s;
 }
 
+// The staged rows a tile's patch holds: its tile_h output rows' windows, and the rows past them
+// that the last lane strip of r rows reads (outputs past the tile, not stored).
+__host__ __device__ constexpr int tile_patch_rows(int tile_h, int r, int k, int s) {
+  return ((tile_h + r - 1) / r * r - 1) * s + k;
+}
+
 // The tile kernel's blocks an SM by its launch bounds (the registers a thread they allow): 4 of
-// 256 threads for 3x3 windows of 4 pixels a lane, 3 otherwise, twice as many of 128.
-__host__ __device__ constexpr int tile_min_blocks(int k, int p, int threads) {
-  return (k == 3 && p == 4 ? 4 : 3) * (kThreads / threads);
+// 256 threads for 3x3 windows of 4 pixels a lane, 3 otherwise, twice as many of 128; 3 with two
+// output rows a lane (r: 76-80 registers for 3x3 windows).
+__host__ __device__ constexpr int tile_min_blocks(int k, int p, int threads, int r = 1) {
+  return (r > 1 ? 3 : k == 3 && p == 4 ? 4 : 3) * (kThreads / threads);
 }
 
 // MEAN: the block's partial sums for the whole-plane mean go to its image's slot
 // row tile * col_tiles + column tile in part, through NT / 32 x kTileChannels floats of shared
 // memory after the patch. NT: the block's threads, kThreads or half (a small tile: as many
-// registers a thread, twice the blocks an SM where shared memory allows).
-template <typename T, int K, int S, int P, bool MEAN, int NT = kThreads>
-__global__ void __launch_bounds__(NT, tile_min_blocks(K, P, NT))
+// registers a thread, twice the blocks an SM where shared memory allows). R: output rows a lane (2
+// only for 16-bit 3x3 windows of unit stride in blocks of kThreads: depthwise_nhwc_tile).
+template <typename T, int K, int S, int P, bool MEAN, int NT = kThreads, int R = 1>
+__global__ void __launch_bounds__(NT, tile_min_blocks(K, P, NT, R))
     depthwise_tile_kernel(const T* __restrict__ x, const float* __restrict__ w,
                           const float* __restrict__ bias, T* __restrict__ y, DepthwiseArgs a, int tile_h,
                           int tile_w, int row_tiles, int col_tiles, ActFn act, float* __restrict__ part,
@@ -703,47 +712,64 @@ __global__ void __launch_bounds__(NT, tile_min_blocks(K, P, NT))
   __syncthreads();
   if (!MEAN && !active) return;           // no barrier follows
   constexpr int kCols = (P - 1) * S + K;  // the input columns a strip's windows span
+  constexpr int kRows = (R - 1) * S + K;  // the staged rows a strip's R output rows' windows span
   const int strips = (tw + P - 1) / P;
   float msum[2] = {0.f, 0.f};
-  // The lane group's strips, NT / 32 * groups apart, as (row, first pixel) carried from one
-  // to the next.
+  // The lane group's strips (R rows of P pixels), NT / 32 * groups apart, as (first row, first
+  // pixel) carried from one to the next.
   const int first = warp * groups + group;
-  int r = first / strips, sx = (first - r * strips) * P;
+  int r = first / strips * R, sx = (first - first / strips * strips) * P;
   for (; active && r < th; sx += NT / 32 * groups * P) {
-    while (sx >= strips * P) sx -= strips * P, ++r;
+    while (sx >= strips * P) sx -= strips * P, r += R;
     if (r >= th) break;
-    float acc[P][2];
+    float acc[R][P][2];
 #pragma unroll
-    for (int p = 0; p < P; ++p) acc[p][0] = acc[p][1] = 0.f;
+    for (int j = 0; j < R; ++j) {
 #pragma unroll
-    for (int ky = 0; ky < K; ++ky) {
-      const T* prow = patch + ((r * S + ky) * patch_w + sx * S) * kTileChannels + 2 * glane;
+      for (int p = 0; p < P; ++p) acc[j][p][0] = acc[j][p][1] = 0.f;
+    }
+    // Each staged row loaded once for the R output rows whose windows hold it: output row j takes
+    // it as window row i - j * S. Each output's taps in the same order (window rows, then columns).
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      const T* prow = patch + ((r * S + i) * patch_w + sx * S) * kTileChannels + 2 * glane;
       float v[kCols][2];
 #pragma unroll
       for (int q = 0; q < kCols; ++q) {
         // A row's last strip may read past its staged columns (the next row's, or the slack
-        // after the patch): those feed only outputs past the tile, which are not stored.
+        // after the patch), the last strip of rows past the tile's rows (tile_patch_rows): those
+        // feed only outputs past the tile, which are not stored.
         const Vec<T, 2> e = *reinterpret_cast<const Vec<T, 2>*>(prow + q * kTileChannels);
         v[q][0] = ld(e.v[0]), v[q][1] = ld(e.v[1]);
       }
 #pragma unroll
-      for (int kx = 0; kx < K; ++kx)
+      for (int j = 0; j < R; ++j) {
+        const int ky = i - j * S;
+        if (ky < 0 || ky >= K) continue;
 #pragma unroll
-        for (int p = 0; p < P; ++p)
+        for (int kx = 0; kx < K; ++kx)
 #pragma unroll
-          for (int e = 0; e < 2; ++e) acc[p][e] = fmaf(v[p * S + kx][e], wr[ky * K + kx][e], acc[p][e]);
+          for (int p = 0; p < P; ++p)
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              acc[j][p][e] = fmaf(v[p * S + kx][e], wr[ky * K + kx][e], acc[j][p][e]);
+      }
     }
-    T* yrow = y + ((int64_t(img) * a.out_h + oy0 + r) * a.out_w + ox0 + sx) * a.filters + c;
     auto epilogue = [&](auto fn) {
 #pragma unroll
-      for (int p = 0; p < P; ++p) {
-        if (sx + p >= tw) break;
-        Vec<T, 2> out;
+      for (int j = 0; j < R; ++j) {
+        if (r + j >= th) break;
+        T* yrow = y + ((int64_t(img) * a.out_h + oy0 + r + j) * a.out_w + ox0 + sx) * a.filters + c;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) out.v[e] = to<T>(fn(__fadd_rn(acc[p][e], b[e])));
-        *reinterpret_cast<Vec<T, 2>*>(yrow + int64_t(p) * a.filters) = out;
-        if constexpr (MEAN)
-          msum[0] = __fadd_rn(msum[0], ld(out.v[0])), msum[1] = __fadd_rn(msum[1], ld(out.v[1]));
+        for (int p = 0; p < P; ++p) {
+          if (sx + p >= tw) break;
+          Vec<T, 2> out;
+#pragma unroll
+          for (int e = 0; e < 2; ++e) out.v[e] = to<T>(fn(__fadd_rn(acc[j][p][e], b[e])));
+          *reinterpret_cast<Vec<T, 2>*>(yrow + int64_t(p) * a.filters) = out;
+          if constexpr (MEAN)
+            msum[0] = __fadd_rn(msum[0], ld(out.v[0])), msum[1] = __fadd_rn(msum[1], ld(out.v[1]));
+        }
       }
     };
     // 3x3: the activation's kind a constant in the loop (with_act_stored); 5x5: through
@@ -759,8 +785,8 @@ __global__ void __launch_bounds__(NT, tile_min_blocks(K, P, NT))
 #pragma unroll
       for (int e = 0; e < 2; ++e) msum[e] = __fadd_rn(msum[e], __shfl_xor_sync(0xffffffffu, msum[e], o));
     float* red = reinterpret_cast<float*>(
-        dw_tile_smem +
-        size_t(((tile_h - 1) * S + K) * patch_w + tile_overreach(tile_w, P, S)) * kTileChannels * sizeof(T));
+        dw_tile_smem + size_t(tile_patch_rows(tile_h, R, K, S) * patch_w + tile_overreach(tile_w, P, S)) *
+                           kTileChannels * sizeof(T));
     if (group == 0) {
       red[warp * kTileChannels + 2 * glane] = msum[0];
       red[warp * kTileChannels + 2 * glane + 1] = msum[1];
@@ -996,8 +1022,8 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
   const int max_h = std::min((patch_rows - k) / s + 1, a.out_h);
   d.row_tiles = (a.out_h + max_h - 1) / max_h;
   d.tile_h = (a.out_h + d.row_tiles - 1) / d.row_tiles;
-  d.smem = size_t((d.tile_h - 1) * s + k) * row_bytes + slack;
   d.pixels = kn.tile_pixels;
+  d.smem = size_t(tile_patch_rows(d.tile_h, 1, k, s)) * row_bytes + slack;
   // A tile of few strips (a 7x7 map's: 14 of 4 pixels) keeps a block's 8 warps busy for a round or
   // two between its patch's copies and its stores: in blocks of half the threads more blocks (and
   // their copies) fit an SM, where shared memory lets at least 1.5x as many in (an FP32 stride-2
@@ -1005,8 +1031,19 @@ DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const Depth
   // (the instances built).
   const size_t need = d.smem + kTileMeanSmem;
   if (d.pixels == 4 && d.tile_h * ((d.tile_w + 3) / 4) <= kn.small_tile_strips &&
-      2 * tile_blocks_per_sm(k, kThreads / 2, need) >= 3 * tile_blocks_per_sm(k, kThreads, need))
+      2 * tile_blocks_per_sm(k, kThreads / 2, need) >= 3 * tile_blocks_per_sm(k, kThreads, need)) {
     d.threads = kThreads / 2;
+    return d;
+  }
+  // Two output rows a lane, each staged row loaded and converted once for both: at 16-bit storage,
+  // 3x3 windows of unit stride, 4 pixels a lane, blocks of 256 threads (the instances built), where
+  // the patch with the row its last lane strip reads past the tile still fits. 2-9 % faster there
+  // on 14- to 112-wide rows; slower with 5x5 windows (105-113 registers: 2 blocks an SM), at FP32
+  // storage and mostly at stride 2 (docs/performance.md, Session 44).
+  const size_t two = size_t(tile_patch_rows(d.tile_h, 2, k, s)) * row_bytes + slack;
+  if (kn.tile_rows == 2 && t != Storage::kF32 && k == 3 && s == 1 && d.pixels == 4 &&
+      two + kTileMeanSmem <= kMaxTileSmem)
+    d.rows = 2, d.smem = two;
   return d;
 }
 
@@ -1136,6 +1173,15 @@ void launch_conv_depthwise_nhwc(const DepthwiseArgs& a, const void* x, Storage t
       const bool half = c.tile.threads == kHalf;
       with_window(a, [&](auto k, auto stride) {
         constexpr int K = decltype(k)::value, S = decltype(stride)::value;
+        if constexpr (K == 3 && S == 1 && !std::is_same_v<T, float>) {  // two rows a lane: 256 threads
+          if (c.tile.rows == 2) {
+            if (with_mean)
+              run(depthwise_tile_kernel<T, K, S, 4, true, kThreads, 2>);
+            else
+              run(depthwise_tile_kernel<T, K, S, 4, false, kThreads, 2>);
+            return;
+          }
+        }
         if (with_mean && half)
           run(depthwise_tile_kernel<T, K, S, 4, true, kHalf>);
         else if (with_mean)

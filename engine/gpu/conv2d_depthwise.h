@@ -81,6 +81,10 @@ struct DepthwiseNhwcKnobs {
   // onto an SM, each staging its own patch: more bytes in flight where a block's arithmetic is
   // short (7x7 maps, one tile each: docs/performance.md, Session 43).
   int small_tile_strips = 16;
+  // The tile kernel's output rows a lane where depthwise_nhwc_tile allows two (16-bit storage, 3x3
+  // windows of unit stride, blocks of 256 threads): 2, or 1 for never. Each staged row is loaded
+  // and converted once for both rows whose windows hold it (docs/performance.md, Session 44).
+  int tile_rows = 2;
   // The whole-plane mean in the strip and vector kernels too (DepthwiseMean), not only in the tile
   // kernel, where it won (in EfficientNet-B0 at bf16 the others' mean kernels were slower than
   // the plain kernel and the pool pass, docs/performance.md, Session 21)
@@ -126,6 +130,7 @@ struct DepthwiseTile {
   size_t smem = 0;
   // A block's threads: 256, or 128 for a tile of few strips (DepthwiseNhwcKnobs::small_tile_strips).
   int threads = 256;
+  int rows = 1;  // output rows a lane: 1, or 2 (DepthwiseNhwcKnobs::tile_rows)
 };
 DepthwiseTile depthwise_nhwc_tile(const DepthwiseArgs& a, Storage t, const DepthwiseNhwcKnobs& k = {});
 // The strip a thread of the strip kernel computes, or pixels 0 where it does not run, as measured

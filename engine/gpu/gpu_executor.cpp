@@ -335,11 +335,13 @@ class GpuExecutor : public Executor {
                : 0;
   }
   // The channels-last depthwise kernels' knobs: the defaults, without the tile kernel --gpu-off
-  // dwtile, without its half blocks for small tiles --gpu-off dwsmall.
+  // dwtile, without its half blocks for small tiles --gpu-off dwsmall, one output row a lane
+  // --gpu-off dwrows.
   DepthwiseNhwcKnobs dw_knobs() const {
     DepthwiseNhwcKnobs k;
     if (!tuning_.dw_tile) k.set_tile_smem(0);
     if (!tuning_.dw_small) k.small_tile_strips = 0;
+    if (!tuning_.dw_rows) k.tile_rows = 1;
     return k;
   }
   // The stride-1 max-pool's columns a thread (launch_pool2d_nhwc's row_cols): its own rule, or one
@@ -1135,12 +1137,14 @@ std::string GpuExecutor::step_algo_base(const Step& st) const {
         const DepthwiseStrip strip = depthwise_nhwc_strip(c.dw.args, storage());
         return "depthwise(bias" + (act.kind == Act::kIdentity ? std::string() : "+" + act_fn_name(act)) +
                (fuses_mean(st, a) ? "+mean" : "") + " epilogue, " + storage_name(storage()) + " NHWC, " +
-               (tile.smem > 0 ? "2 filters x " + std::to_string(tile.pixels) + " pixels a thread of " +
-                                    std::to_string(tile.tile_h) + "x" + std::to_string(tile.tile_w) +
-                                    " tiles staged in shared memory" +
-                                    (tile.threads != DepthwiseTile{}.threads
-                                         ? ", blocks of " + std::to_string(tile.threads) + " threads"
-                                         : std::string())
+               (tile.smem > 0
+                    ? "2 filters x " + std::to_string(tile.pixels) + " pixels" +
+                          (tile.rows > 1 ? " x " + std::to_string(tile.rows) + " rows" : std::string()) +
+                          " a thread of " + std::to_string(tile.tile_h) + "x" + std::to_string(tile.tile_w) +
+                          " tiles staged in shared memory" +
+                          (tile.threads != DepthwiseTile{}.threads
+                               ? ", blocks of " + std::to_string(tile.threads) + " threads"
+                               : std::string())
                 : strip.pixels > 0
                     ? std::to_string(strip.filters) + " filters x " + std::to_string(strip.pixels) +
                           " pixels a thread"
