@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
           tiles_ok &= v.kn.strip_pixels == 4 || v.kn.strip_pixels == 7 || v.kn.strip_pixels == 8;
         } else if (std::sscanf(t.c_str(), "t%dp%d", &k, &px) == 2 && k >= 1 && k <= 227) {
           v.kn.set_tile_smem(size_t(k) << 10), v.kn.tile_pixels = px, v.kn.tile_everywhere = true;
-          const size_t r = t.find('r');  // tKpPrR: R output rows a lane
+          const size_t r = t.find('r');  // tKpPr1: one output row a lane
           if (r != std::string::npos) v.kn.tile_rows = std::atoi(t.c_str() + r + 1);
           tiles_ok &= px == 4 || px == 8;
         } else {
