@@ -73,6 +73,12 @@ std::string confusion_text(const Report& r) {
   return s;
 }
 
+// The forward's images a second (0 where no forward time was measured): the text's and JSON's
+// throughput and, times twice the multiply-adds an image, the arithmetic rate.
+double images_per_second(const Report& r) {
+  return r.run.forward_seconds > 0 ? static_cast<double>(r.run.images) / r.run.forward_seconds : 0.0;
+}
+
 }  // namespace
 
 std::string tuning_note(const ConvTuning& t) {
@@ -308,7 +314,7 @@ std::string report_text(const Report& r) {
   s += "Load data time:            " + fmt("%.6f", r.load_data_s) + " s\n";
   s += "Create network time:       " + fmt("%.6f", r.build_net_s) + " s\n";
   s += "Load network weights time: " + fmt("%.6f", r.load_weights_s) + " s\n\n";
-  double thr = r.run.forward_seconds > 0 ? static_cast<double>(r.run.images) / r.run.forward_seconds : 0;
+  const double thr = images_per_second(r);
   s += "Net forward total time: " + fmt("%.6f", r.run.forward_seconds) + " s (" + fmt("%.0f", thr) +
        " images/s)" + (r.ranks.empty() ? "" : ", the slowest rank's; images/s over all ranks") + "\n";
   if (r.multiply_adds > 0) {
@@ -439,12 +445,10 @@ std::string report_json(const Report& r) {
                 {"forward_s", r.run.forward_seconds},
                 {"unhidden_transfer_s", r.run.transfer_seconds},
                 {"total_s", r.total_s}};
-  j["throughput_images_per_s"] =
-      r.run.forward_seconds > 0 ? static_cast<double>(r.run.images) / r.run.forward_seconds : 0.0;
+  const double thr = images_per_second(r);
+  j["throughput_images_per_s"] = thr;
   j["multiply_adds_per_image"] = r.multiply_adds;
-  j["flops_per_s"] = r.run.forward_seconds > 0 ? 2.0 * static_cast<double>(r.multiply_adds) *
-                                                     static_cast<double>(r.run.images) / r.run.forward_seconds
-                                               : 0.0;
+  j["flops_per_s"] = 2.0 * static_cast<double>(r.multiply_adds) * thr;
   if (!r.ranks.empty()) {
     json ranks = json::array();
     for (const auto& k : r.ranks)
